@@ -1,0 +1,169 @@
+"""Simplifier for index arithmetic: integer expressions to a canonical linear form.
+
+Integer Add/Sub/Mul trees become sum(coef * atom) + const with atoms in first-appearance
+order, which cancels terms like (io*32 + ii) - io*32 -> ii. Rules that need no range facts:
+  floordiv(c*x + k, c) -> x + floordiv(k, c)      (every coefficient divisible by c > 0)
+  floormod(c*x + r, c) -> floormod(r, c)           (drop terms divisible by c > 0)
+  min(a, b) / max(a, b) -> a or b                  (a - b constant)
+  select(true, a, b) -> a; comparisons and logic of constants fold.
+"""
+from __future__ import annotations
+
+from ..te import dtype as dt
+from ..te.expr import (EQ, LE, LT, NE, Add, And, Cast, Expr, FloorDiv, FloorMod, IntImm, Max,
+                       Min, Mul, Not, Or, Select, Sub, const)
+from ..te.visit import ExprMutator
+
+Linear = tuple[dict, int]  # ({atom: coef}, constant)
+
+
+def _linear(e: Expr, simp: "_Simplifier") -> Linear:
+    """Linear form of an integer expression (atoms are simplified non-linear subexprs)."""
+    t = type(e)
+    if t is IntImm:
+        return {}, e.value
+    if t is Add or t is Sub:
+        (ta, ka), (tb, kb) = _linear(e.a, simp), _linear(e.b, simp)
+        sign = 1 if t is Add else -1
+        terms = dict(ta)
+        for atom, c in tb.items():
+            terms[atom] = terms.get(atom, 0) + sign * c
+        return {a: c for a, c in terms.items() if c != 0}, ka + sign * kb
+    if t is Mul:
+        (ta, ka), (tb, kb) = _linear(e.a, simp), _linear(e.b, simp)
+        if not tb:
+            return ({a: c * kb for a, c in ta.items() if c * kb != 0}, ka * kb)
+        if not ta:
+            return ({a: c * ka for a, c in tb.items() if c * ka != 0}, ka * kb)
+    atom = simp.visit_atom(e)
+    if isinstance(atom, IntImm):
+        return {}, atom.value
+    if type(atom) in (Add, Sub, Mul) and atom is not e:
+        return _linear(atom, simp)
+    return {atom: 1}, 0
+
+
+def _rebuild(terms: dict, k: int, dtype: str) -> Expr:
+    result = None
+    for atom, c in terms.items():
+        if c > 0:
+            term = atom if c == 1 else Mul(dtype, atom, const(c, dtype))
+            result = term if result is None else Add(dtype, result, term)
+    for atom, c in terms.items():
+        if c < 0:
+            term = atom if c == -1 else Mul(dtype, atom, const(-c, dtype))
+            result = Sub(dtype, const(0, dtype) if result is None else result, term)
+    if result is None:
+        return const(k, dtype)
+    if k > 0:
+        return Add(dtype, result, const(k, dtype))
+    if k < 0:
+        return Sub(dtype, result, const(-k, dtype))
+    return result
+
+
+class _Simplifier(ExprMutator):
+    def visit_atom(self, e: Expr) -> Expr:
+        """Simplify a non-linear node's children (and the node itself by its rule)."""
+        return super().visit(e) if type(e) not in (Add, Sub, Mul) else self.generic_visit(e)
+
+    def _linear_visit(self, e: Expr) -> Expr:
+        if not dt.is_int(e.dtype):
+            return self.generic_visit(e)
+        terms, k = _linear(e, self)
+        return _rebuild(terms, k, e.dtype)
+
+    visit_Add = visit_Sub = visit_Mul = _linear_visit
+
+    def visit_FloorDiv(self, e: FloorDiv) -> Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        if isinstance(b, IntImm) and b.value > 0:
+            c = b.value
+            if c == 1:
+                return a
+            terms, k = _linear(a, self)
+            if isinstance(a, IntImm):
+                return const(a.value // c, e.dtype)
+            if all(v % c == 0 for v in terms.values()):
+                return _rebuild({t: v // c for t, v in terms.items()}, k // c, e.dtype)
+        return e if (a is e.a and b is e.b) else FloorDiv(e.dtype, a, b)
+
+    def visit_FloorMod(self, e: FloorMod) -> Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        if isinstance(b, IntImm) and b.value > 0:
+            c = b.value
+            if c == 1:
+                return const(0, e.dtype)
+            terms, k = _linear(a, self)
+            kept = {t: v for t, v in terms.items() if v % c != 0}
+            if not kept:
+                return const(k % c, e.dtype)
+            if len(kept) != len(terms) or k % c != k:
+                a = _rebuild(kept, k % c, e.dtype)
+        return e if (a is e.a and b is e.b) else FloorMod(e.dtype, a, b)
+
+    def _minmax(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        if dt.is_int(e.dtype):
+            diff = self.visit(Sub(e.dtype, a, b))
+            if isinstance(diff, IntImm):
+                pick_a = (diff.value <= 0) == (type(e) is Min)
+                return a if pick_a else b
+        return e if (a is e.a and b is e.b) else type(e)(e.dtype, a, b)
+
+    visit_Min = visit_Max = _minmax
+
+    def _compare(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
+        if dt.is_int(a.dtype):
+            diff = self.visit(Sub(a.dtype, a, b))
+            if isinstance(diff, IntImm):
+                d = diff.value
+                return const({LT: d < 0, LE: d <= 0, EQ: d == 0, NE: d != 0}[type(e)], "bool")
+        return e if (a is e.a and b is e.b) else type(e)("bool", a, b)
+
+    visit_LT = visit_LE = visit_EQ = visit_NE = _compare
+
+    def visit_And(self, e: And) -> Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, IntImm):
+                return y if x.value else x  # true && y -> y; false && y -> false
+        return e if (a is e.a and b is e.b) else And("bool", a, b)
+
+    def visit_Or(self, e: Or) -> Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, IntImm):
+                return x if x.value else y  # true || y -> true; false || y -> y
+        return e if (a is e.a and b is e.b) else Or("bool", a, b)
+
+    def visit_Not(self, e: Not) -> Expr:
+        a = self.visit(e.a)
+        if isinstance(a, IntImm):
+            return const(not a.value, "bool")
+        return e if a is e.a else Not("bool", a)
+
+    def visit_Select(self, e: Select) -> Expr:
+        cond = self.visit(e.cond)
+        if isinstance(cond, IntImm):
+            return self.visit(e.t if cond.value else e.f)
+        t, f = self.visit(e.t), self.visit(e.f)
+        if t == f:
+            return t
+        return e if (cond is e.cond and t is e.t and f is e.f) else Select(e.dtype, cond, t, f)
+
+    def visit_Cast(self, e: Cast) -> Expr:
+        v = self.visit(e.value)
+        if isinstance(v, IntImm) and dt.is_int(e.dtype):
+            return const(v.value, e.dtype)
+        return e if v is e.value else Cast(e.dtype, v)
+
+
+def simplify(expr: Expr) -> Expr:
+    """Canonicalise integer index arithmetic and fold constants; floats are left as written."""
+    return _Simplifier()(expr)
+
+
+class Simplifier(_Simplifier):
+    """A reusable simplifier whose memo table persists across calls (for whole functions)."""
