@@ -1,0 +1,42 @@
+"""Shared helpers for tests: random inputs, running a schedule, comparing with numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln.te import dtype as dt
+
+
+def random_array(shape, dtype="float32", rng=None, low=-1.0, high=1.0) -> np.ndarray:
+    rng = rng or np.random.default_rng(0)
+    if dt.is_float(dtype):
+        return rng.uniform(low, high, size=shape).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -50), min(info.max, 50), size=shape).astype(dtype)
+
+
+def run_schedule(sch, args, inputs: list[np.ndarray], target="native") -> list[np.ndarray]:
+    """Build `sch` for `args`, feed `inputs` (the leading args) and return the outputs."""
+    kernel = kiln.build(sch, args, target=target)
+    outs = [np.zeros(t.shape, dtype=t.dtype) for t in args[len(inputs):]]
+    kernel(*inputs, *outs)
+    return outs
+
+
+def assert_matches(actual, expected, dtype="float32", rtol=None, atol=None):
+    if dt.is_float(dtype):
+        rtol = 1e-5 if rtol is None else rtol
+        atol = 1e-5 if atol is None else atol
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def matmul_dag(m, k, n, dtype="float32"):
+    A = kiln.te.placeholder((m, k), dtype, name="A")
+    B = kiln.te.placeholder((k, n), dtype, name="B")
+    r = kiln.te.reduce_axis((0, k), name="k")
+    C = kiln.te.compute((m, n), lambda i, j: kiln.te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C
