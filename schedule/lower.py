@@ -358,11 +358,17 @@ class _ToBuffers(ExprMutator):
 
 
 class _SimplifyStmt(StmtExprMutator):
-    pass
+    """Simplify every expression, knowing the range of every enclosing loop variable."""
+
+    def visit_For(self, loop: For):
+        if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
+            lo = loop.min.value
+            self.expr_mutator.ranges[loop.loop_var] = (lo, lo + loop.extent.value - 1)
+        return self.generic_visit(loop)
 
 
 def _simplify_stmt(stmt):
-    return _SimplifyStmt(Simplifier())(stmt)
+    return _SimplifyStmt(Simplifier({}))(stmt)
 
 
 class _DropTrivialGuards(StmtMutator):

@@ -63,6 +63,12 @@ def _rebuild(terms: dict, k: int, dtype: str) -> Expr:
 
 
 class _Simplifier(ExprMutator):
+    """`ranges` maps loop variables to inclusive integer bounds, enabling range-based rules."""
+
+    def __init__(self, ranges: dict | None = None):
+        super().__init__()
+        self.ranges = ranges if ranges is not None else {}
+
     def visit_atom(self, e: Expr) -> Expr:
         """Simplify a non-linear node's children (and the node itself by its rule)."""
         return super().visit(e) if type(e) not in (Add, Sub, Mul) else self.generic_visit(e)
@@ -86,7 +92,27 @@ class _Simplifier(ExprMutator):
                 return const(a.value // c, e.dtype)
             if all(v % c == 0 for v in terms.values()):
                 return _rebuild({t: v // c for t, v in terms.items()}, k // c, e.dtype)
+            split = self._split_remainder(terms, k, c, e.dtype)
+            if split is not None:
+                return split[0]
         return e if (a is e.a and b is e.b) else FloorDiv(e.dtype, a, b)
+
+    def _split_remainder(self, terms: dict, k: int, c: int, dtype: str):
+        """(quotient, remainder) when terms = c*q + r with r provably in [0, c) (needs ranges).
+
+        floordiv(c*q + r, c) -> q and floormod(c*q + r, c) -> r when 0 <= r < c.
+        """
+        if not self.ranges:
+            return None
+        quotient = {t: v // c for t, v in terms.items() if v % c == 0}
+        rest = {t: v for t, v in terms.items() if v % c != 0}
+        q_const, r_const = divmod(k, c)
+        remainder = _rebuild(rest, r_const, dtype)
+        from .bound import const_interval
+        bounds = const_interval(remainder, self.ranges)
+        if bounds is None or bounds[0] < 0 or bounds[1] >= c:
+            return None
+        return _rebuild(quotient, q_const, dtype), remainder
 
     def visit_FloorMod(self, e: FloorMod) -> Expr:
         a, b = self.visit(e.a), self.visit(e.b)
@@ -98,6 +124,9 @@ class _Simplifier(ExprMutator):
             kept = {t: v for t, v in terms.items() if v % c != 0}
             if not kept:
                 return const(k % c, e.dtype)
+            split = self._split_remainder(terms, k, c, e.dtype)
+            if split is not None:
+                return split[1]
             if len(kept) != len(terms) or k % c != k:
                 a = _rebuild(kept, k % c, e.dtype)
         return e if (a is e.a and b is e.b) else FloorMod(e.dtype, a, b)
@@ -160,9 +189,12 @@ class _Simplifier(ExprMutator):
         return e if v is e.value else Cast(e.dtype, v)
 
 
-def simplify(expr: Expr) -> Expr:
-    """Canonicalise integer index arithmetic and fold constants; floats are left as written."""
-    return _Simplifier()(expr)
+def simplify(expr: Expr, ranges: dict | None = None) -> Expr:
+    """Canonicalise integer index arithmetic and fold constants; floats are left as written.
+
+    With `ranges` ({Var: (lo, hi)}), floordiv/floormod by c split off a remainder known to
+    lie in [0, c)."""
+    return _Simplifier(ranges)(expr)
 
 
 class Simplifier(_Simplifier):
