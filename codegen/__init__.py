@@ -1,1 +1,6 @@
-"""Kiln."""
+"""Code generation: loop IR -> LLVM IR -> machine code; Target, Kernel, export."""
+from .build import build
+from .kernel import Kernel
+from .target import Target
+
+__all__ = ["build", "Kernel", "Target"]

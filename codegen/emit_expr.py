@@ -1,0 +1,303 @@
+"""Expressions -> LLVM values, scalar or vector.
+
+Inside a VECTORIZED loop the loop variable is a lane ramp; every expression that depends on it
+becomes a vector value and everything else stays scalar (splatted where the two meet). Loads
+pick a contiguous vector load, a scalar load + splat, or a per-lane gather from the index form.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from ..schedule.ir import Buffer, BufferLoad
+from ..te import dtype as dt
+from ..te import expr as E
+from ..te.errors import CodegenError
+from ..te.visit import free_vars, substitute
+from . import llvm_types as T
+from .intrinsics import emit_call
+
+_FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """The active vectorized loop: `var` is a ramp starting at `base` (an Expr) over `count`."""
+
+    var: E.Var
+    base: E.Expr
+    count: int
+
+
+def lane_stride(index: E.Expr, var: E.Var) -> int | None:
+    """c when `index` is (terms free of var) + c*var, else None (a non-linear use)."""
+    if var not in free_vars(index):
+        return 0
+    if isinstance(index, E.Var):
+        return 1
+    if isinstance(index, (E.Add, E.Sub)):
+        a, b = lane_stride(index.a, var), lane_stride(index.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(index, E.Add) else a - b
+    if isinstance(index, E.Mul):
+        for x, y in ((index.a, index.b), (index.b, index.a)):
+            if isinstance(y, E.IntImm):
+                s = lane_stride(x, var)
+                return None if s is None else s * y.value
+    return None
+
+
+class ExprEmitter:
+    """Mixin of FunctionEmitter: expression emission. Needs builder, vars, buffers, lanes,
+    nonneg, fastmath flags and the module context `mod`."""
+
+    builder: ir.IRBuilder
+    vars: dict
+    buffers: dict
+    lanes: Lanes | None
+    nonneg: set
+    fm: tuple
+    mod: object
+
+    # ------------------------------------------------------------------ entry points
+    def expr(self, e: E.Expr, *, index: bool = False) -> ir.Value:
+        """Emit `e`; `index=True` marks int arithmetic nsw (indices are in bounds)."""
+        saved = getattr(self, "_memo", None), getattr(self, "_index", False)
+        self._memo, self._index = {}, index
+        try:
+            return self._emit(e)
+        finally:
+            self._memo, self._index = saved
+
+    def depends_on_lanes(self, e: E.Expr) -> bool:
+        return self.lanes is not None and self.lanes.var in free_vars(e)
+
+    def _emit(self, e: E.Expr) -> ir.Value:
+        hit = self._memo.get(e)
+        if hit is None:
+            method = getattr(self, "_emit_" + type(e).__name__, None)
+            if method is None:
+                raise CodegenError(f"codegen cannot emit expression node {type(e).__name__} "
+                                   f"({e}); lower it first (Reduce and TensorLoad must not "
+                                   "reach the loop IR)")
+            hit = method(e)
+            self._memo[e] = hit
+        return hit
+
+    def _pair(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        la, lb = T.lanes_of(a), T.lanes_of(b)
+        if la and not lb:
+            b = T.splat(self.builder, b, la)
+        elif lb and not la:
+            a = T.splat(self.builder, a, lb)
+        return a, b
+
+    # ------------------------------------------------------------------ leaves
+    def _emit_IntImm(self, e):
+        return T.const(e.dtype, e.value)
+
+    def _emit_FloatImm(self, e):
+        return T.const(e.dtype, e.value)
+
+    def _emit_Var(self, e):
+        try:
+            return self.vars[e]
+        except KeyError:
+            raise CodegenError(f"variable '{e.name}' is used outside the loop that binds it; "
+                               "every free variable of a kernel must be a loop variable") from None
+
+    def _emit_BufferLoad(self, e: BufferLoad):
+        ptr = self.buffer_ptr(e.buffer)
+        mem_ty = T.memory_type(e.buffer.dtype)
+        align = dt.itemsize(e.buffer.dtype)
+        lanes = self.lanes
+        if lanes is None or not self.depends_on_lanes(e.index):
+            idx = self.expr(e.index, index=True)
+            if T.is_vector(idx):
+                raise CodegenError(f"internal: vector index for load of {e.buffer.name}")
+            return self._from_memory(e.buffer.dtype, self.builder.load(
+                self.element_ptr(ptr, mem_ty, idx), typ=mem_ty, align=align))
+        if lane_stride(e.index, lanes.var) == 1:
+            base = self.expr(substitute(e.index, {lanes.var: lanes.base}), index=True)
+            vty = ir.VectorType(mem_ty, lanes.count)
+            value = self.builder.load(self.element_ptr(ptr, mem_ty, base), typ=vty, align=align)
+            return self._from_memory(e.buffer.dtype, value)
+        idx = self.expr(e.index, index=True)
+        out = ir.Constant(ir.VectorType(mem_ty, lanes.count), ir.Undefined)
+        for lane in range(lanes.count):
+            i = self.builder.extract_element(idx, ir.Constant(T.I32, lane))
+            v = self.builder.load(self.element_ptr(ptr, mem_ty, i), typ=mem_ty, align=align)
+            out = self.builder.insert_element(out, v, ir.Constant(T.I32, lane))
+        return self._from_memory(e.buffer.dtype, out)
+
+    def _from_memory(self, dtype: str, value: ir.Value) -> ir.Value:
+        if dtype != "bool":
+            return value
+        return self.builder.icmp_unsigned("!=", value, T.const_like(value.type, 0))
+
+    def to_memory(self, dtype: str, value: ir.Value) -> ir.Value:
+        if dtype != "bool":
+            return value
+        ty = ir.VectorType(T.I8, value.type.count) if T.is_vector(value) else T.I8
+        return self.builder.zext(value, ty)
+
+    def buffer_ptr(self, buf: Buffer) -> ir.Value:
+        try:
+            return self.buffers[buf]
+        except KeyError:
+            raise CodegenError(f"buffer '{buf.name}' is used but is neither a parameter of the "
+                               "kernel nor allocated around its use; add it to the params or "
+                               "wrap the use in an Allocate") from None
+
+    def element_ptr(self, ptr: ir.Value, mem_ty: ir.Type, idx32: ir.Value) -> ir.Value:
+        idx = self.builder.sext(idx32, T.I64) if idx32.type.width < 64 else idx32
+        return self.builder.gep(ptr, [idx], inbounds=True, source_etype=mem_ty)
+
+    # ------------------------------------------------------------------ arithmetic
+    def _binop(self, e, float_op, int_op):
+        a, b = self._pair(self._emit(e.a), self._emit(e.b))
+        if dt.is_float(e.dtype):
+            return getattr(self.builder, float_op)(a, b, flags=self.fm)
+        flags = ("nsw",) if self._index and e.dtype in ("int32", "int64") else ()
+        return getattr(self.builder, int_op)(a, b, flags=flags)
+
+    def _emit_Add(self, e):
+        return self._binop(e, "fadd", "add")
+
+    def _emit_Sub(self, e):
+        return self._binop(e, "fsub", "sub")
+
+    def _emit_Mul(self, e):
+        return self._binop(e, "fmul", "mul")
+
+    def _emit_Div(self, e):
+        if dt.is_float(e.dtype):
+            a, b = self._pair(self._emit(e.a), self._emit(e.b))
+            return self.builder.fdiv(a, b, flags=self.fm)
+        return self._floor_divmod(e, want_div=True)
+
+    def _emit_FloorDiv(self, e):
+        return self._floor_divmod(e, want_div=True)
+
+    def _emit_FloorMod(self, e):
+        return self._floor_divmod(e, want_div=False)
+
+    def _floor_divmod(self, e, want_div: bool) -> ir.Value:
+        if dt.is_float(e.dtype):
+            raise CodegenError(f"{type(e).__name__} on {e.dtype} ({e}); use te.floordiv / "
+                               "te.floormod, which lower float operands to floor(a / b)")
+        a, b = self._pair(self._emit(e.a), self._emit(e.b))
+        bld = self.builder
+        if dt.is_unsigned(e.dtype) or (self.is_nonneg(e.a) and self.is_nonneg(e.b)):
+            return bld.udiv(a, b) if want_div else bld.urem(a, b)
+        q, r = bld.sdiv(a, b), bld.srem(a, b)
+        zero = T.const_like(a.type, 0)
+        nonzero = bld.icmp_signed("!=", r, zero)
+        signs_differ = bld.icmp_signed("<", bld.xor(r, b), zero)
+        fix = bld.and_(nonzero, signs_differ)
+        if want_div:
+            return bld.select(fix, bld.sub(q, T.const_like(a.type, 1)), q)
+        return bld.select(fix, bld.add(r, b), r)
+
+    def is_nonneg(self, e: E.Expr) -> bool:
+        """A conservative proof that integer `e` is >= 0 (enables the unsigned fast path)."""
+        if isinstance(e, E.IntImm):
+            return e.value >= 0
+        if isinstance(e, E.Var):
+            return e in self.nonneg
+        if isinstance(e, (E.Add, E.Mul, E.FloorDiv, E.Min)):
+            return self.is_nonneg(e.a) and self.is_nonneg(e.b)
+        if isinstance(e, E.FloorMod):
+            return isinstance(e.b, E.IntImm) and e.b.value > 0
+        if isinstance(e, E.Max):
+            return self.is_nonneg(e.a) or self.is_nonneg(e.b)
+        return False
+
+    def _minmax(self, e, pick_smaller: bool):
+        a, b = self._pair(self._emit(e.a), self._emit(e.b))
+        if dt.is_float(e.dtype):
+            less = self.builder.fcmp_ordered("<", a, b, flags=self.fm)
+        elif dt.is_unsigned(e.dtype):
+            less = self.builder.icmp_unsigned("<", a, b)
+        else:
+            less = self.builder.icmp_signed("<", a, b)
+        return self.builder.select(less, a, b) if pick_smaller else self.builder.select(
+            less, b, a)
+
+    def _emit_Min(self, e):
+        return self._minmax(e, True)
+
+    def _emit_Max(self, e):
+        return self._minmax(e, False)
+
+    # ------------------------------------------------------------------ logic
+    def _compare(self, e):
+        a, b = self._pair(self._emit(e.a), self._emit(e.b))
+        op, src = _FCMP[type(e)], e.a.dtype
+        if dt.is_float(src):
+            if op == "!=":  # numpy: nan != x is true
+                return self.builder.fcmp_unordered(op, a, b, flags=self.fm)
+            return self.builder.fcmp_ordered(op, a, b, flags=self.fm)
+        if dt.is_unsigned(src):
+            return self.builder.icmp_unsigned(op, a, b)
+        return self.builder.icmp_signed(op, a, b)
+
+    _emit_LT = _emit_LE = _emit_EQ = _emit_NE = _compare
+
+    def _emit_And(self, e):
+        return self.builder.and_(*self._pair(self._emit(e.a), self._emit(e.b)))
+
+    def _emit_Or(self, e):
+        return self.builder.or_(*self._pair(self._emit(e.a), self._emit(e.b)))
+
+    def _emit_Not(self, e):
+        a = self._emit(e.a)
+        return self.builder.xor(a, T.const_like(a.type, 1))
+
+    def _emit_Select(self, e):
+        cond, t, f = self._emit(e.cond), self._emit(e.t), self._emit(e.f)
+        t, f = self._pair(t, f)
+        if T.is_vector(cond) and not T.is_vector(t):
+            t, f = T.splat(self.builder, t, cond.type.count), T.splat(
+                self.builder, f, cond.type.count)
+        elif T.is_vector(t) and not T.is_vector(cond):
+            pass  # a scalar i1 may select between whole vectors
+        return self.builder.select(cond, t, f)
+
+    # ------------------------------------------------------------------ casts and calls
+    def _emit_Cast(self, e):
+        return self.cast(self._emit(e.value), e.value.dtype, e.dtype)
+
+    def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        bld, lanes = self.builder, T.lanes_of(v)
+        dst_ty = T.value_type(dst, lanes)
+        if src == dst:
+            return v
+        if dst == "bool":
+            zero = T.const_like(v.type, 0)
+            if dt.is_float(src):
+                return bld.fcmp_unordered("!=", v, zero)
+            return bld.icmp_unsigned("!=", v, zero)
+        if dt.is_float(src) and dt.is_float(dst):
+            return bld.fpext(v, dst_ty) if dt.bits(dst) > dt.bits(src) else bld.fptrunc(v, dst_ty)
+        if dt.is_float(src):
+            if dt.bits(dst) >= 32:
+                return bld.fptosi(v, dst_ty)
+            # narrow ints wrap like numpy on x86: convert through int32 then truncate
+            return bld.trunc(bld.fptosi(v, T.value_type("int32", lanes)), dst_ty)
+        if dt.is_float(dst):
+            return bld.uitofp(v, dst_ty) if dt.is_unsigned(src) else bld.sitofp(v, dst_ty)
+        sb, db = dt.bits(src), dt.bits(dst)
+        if db < sb:
+            return bld.trunc(v, dst_ty)
+        if db == sb:
+            return v
+        return bld.zext(v, dst_ty) if dt.is_unsigned(src) else bld.sext(v, dst_ty)
+
+    def _emit_Call(self, e: E.Call):
+        args = [self._emit(a) for a in e.args]
+        if len(args) == 2:
+            args = list(self._pair(*args))
+        return emit_call(self, e, args)

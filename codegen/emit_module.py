@@ -1,0 +1,90 @@
+"""PrimFunc -> llvmlite ir.Module: the kernel's signature, its thread-count global and body."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+
+from ..schedule.ir import PrimFunc
+from ..te.errors import CodegenError
+from . import llvm_types as T
+from .emit_stmt import FunctionEmitter
+from .target import Target
+
+FastMath = tuple[str, ...]
+
+
+def symbol_name(name: str) -> str:
+    """A C identifier for kernel `name` (invalid characters become '_')."""
+    sym = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return sym if sym and not sym[0].isdigit() else "k_" + sym
+
+
+def fastmath_flags(fastmath) -> FastMath:
+    """True -> ('fast',); False/None -> (); or an explicit collection of LLVM flag names."""
+    if fastmath is True:
+        return ("fast",)
+    if not fastmath:
+        return ()
+    known = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
+    flags = tuple(fastmath)
+    bad = [f for f in flags if f not in known]
+    if bad:
+        raise CodegenError(f"unknown fast-math flag(s) {bad}; use True, False or a subset of "
+                           f"{sorted(known)}")
+    return flags
+
+
+@dataclass
+class ModuleContext:
+    """What every function of one kernel module shares."""
+
+    module: ir.Module
+    name: str
+    fastmath: FastMath
+    parallel: bool
+    threads_global: ir.GlobalVariable | None = None
+    _counter: int = field(default=0)
+
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        return fn
+
+    def fresh_name(self, kind: str) -> str:
+        self._counter += 1
+        return f"{self.name}__{kind}{self._counter}"
+
+
+def threads_symbol(symbol: str) -> str:
+    return f"{symbol}__num_threads"
+
+
+def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
+                parallel: bool) -> ir.Module:
+    """Build the LLVM module of `func`: one external function `symbol_name(func.name)`."""
+    seen = set()
+    for b in func.params:
+        if b in seen:
+            raise CodegenError(f"buffer '{b.name}' appears twice in the params of kernel "
+                               f"'{func.name}'; each parameter must be a distinct buffer")
+        seen.add(b)
+    sym = symbol_name(func.name)
+    module = ir.Module(name=sym)
+    module.triple = target.triple
+    ctx = ModuleContext(module, sym, fastmath, parallel)
+    gv = ir.GlobalVariable(module, T.I32, threads_symbol(sym))
+    gv.initializer = ir.Constant(T.I32, 1)
+    ctx.threads_global = gv
+    fn = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * len(func.params)), sym)
+    for arg, buf in zip(fn.args, func.params):
+        arg.name = symbol_name(buf.name)
+        arg.add_attribute("noalias")
+        arg.add_attribute("captures(none)")
+    fn.attributes.add("nounwind")
+    emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
+    emitter.emit(func.body)
+    emitter.finish()
+    return module

@@ -1,0 +1,82 @@
+"""LLVM IR -> optimized module -> machine code in an MCJIT engine (one engine per kernel)."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..te.errors import CodegenError, InternalError
+from .target import Target, _init_llvm
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Compiled:
+    """A finalized engine plus the optimized IR text; the engine keeps the code alive."""
+
+    engine: llvm.ExecutionEngine
+    optimized_ir: str
+    seconds: float
+
+    def address(self, symbol: str) -> int:
+        addr = self.engine.get_function_address(symbol)
+        if not addr:
+            raise InternalError(f"symbol {symbol!r} missing from the compiled module; this is "
+                                "a bug in Kiln")
+        return addr
+
+    def global_address(self, symbol: str) -> int:
+        return self.engine.get_global_value_address(symbol)
+
+
+def optimize(module: ir.Module, target: Target) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline; returns the optimized module."""
+    _init_llvm()
+    text = str(module)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise InternalError(f"codegen produced invalid LLVM IR for module {module.name!r}: "
+                            f"{exc}; this is a bug in Kiln") from exc
+    tm = target.create_target_machine()
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_module(module: ir.Module, target: Target) -> Compiled:
+    """Optimize and JIT `module` for `target` (which must run on this host)."""
+    if not target.can_run_on_host():
+        raise CodegenError(f"cannot run code for target '{target}' on this machine (its vector "
+                           f"ISA is not supported here); use target='native' to run, or "
+                           "export_library() to cross-compile")
+    start = time.perf_counter()
+    mod = optimize(module, target)
+    optimized = str(mod)
+    engine = llvm.create_mcjit_compiler(mod, target.create_target_machine())
+    engine.finalize_object()
+    seconds = time.perf_counter() - start
+    log.debug("compiled %s in %.1f ms", module.name, seconds * 1e3)
+    return Compiled(engine, optimized, seconds)
+
+
+def assembly(optimized_ir: str, target: Target) -> str:
+    """Assembly text of already-optimized IR."""
+    _init_llvm()
+    mod = llvm.parse_assembly(optimized_ir)
+    return target.create_target_machine().emit_assembly(mod)
+
+
+def object_code(optimized_ir: str, target: Target) -> bytes:
+    """A position-independent object file of already-optimized IR (for shared libraries)."""
+    _init_llvm()
+    mod = llvm.parse_assembly(optimized_ir)
+    return target.create_target_machine(for_object=True).emit_object(mod)

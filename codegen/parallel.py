@@ -1,0 +1,132 @@
+"""PARALLEL loops: outline the body into `<kernel>__par<k>(closure*)` and run it on libgomp.
+
+The closure struct holds every buffer pointer and free variable the body uses plus the loop's
+min and extent; each thread takes one contiguous chunk of the iteration range (static
+schedule). Without libgomp the loop runs serially (warned once).
+"""
+from __future__ import annotations
+
+import ctypes.util
+import logging
+from functools import cache
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..schedule.ir import BufferLoad, For, ForKind, Stmt, Store
+from ..schedule.visitor import StmtVisitor
+from ..te.errors import CodegenError
+from ..te.visit import walk
+from ..te import expr as E
+from . import llvm_types as T
+
+log = logging.getLogger(__name__)
+
+
+@cache
+def gomp_available() -> bool:
+    """Load libgomp into the process once; False (with one warning) when it is missing."""
+    name = ctypes.util.find_library("gomp")
+    if name is None:
+        log.warning("libgomp not found: PARALLEL loops will run serially. Install libgomp1 "
+                    "(apt-get install libgomp1) for multi-threaded kernels.")
+        return False
+    try:
+        llvm.load_library_permanently(name)
+    except RuntimeError as exc:
+        log.warning("cannot load %s (%s): PARALLEL loops will run serially", name, exc)
+        return False
+    return True
+
+
+class _Uses(StmtVisitor):
+    """Every Var and Buffer a statement mentions, and whether it holds a PARALLEL loop."""
+
+    def __init__(self):
+        self.vars: dict = {}
+        self.buffers: dict = {}
+        self.nested_parallel: For | None = None
+
+    def visit_expr(self, expr):
+        for node in walk(expr):
+            if isinstance(node, E.Var):
+                self.vars.setdefault(node, None)
+            elif isinstance(node, BufferLoad):
+                self.buffers.setdefault(node.buffer, None)
+
+    def visit_Store(self, node: Store):
+        self.buffers.setdefault(node.buffer, None)
+        self.generic_visit(node)
+
+    def visit_For(self, node: For):
+        if node.kind is ForKind.PARALLEL and self.nested_parallel is None:
+            self.nested_parallel = node
+        self.generic_visit(node)
+
+
+def _uses(stmt: Stmt) -> _Uses:
+    uses = _Uses()
+    uses(stmt)
+    return uses
+
+
+def emit_parallel(fe, loop: For) -> None:
+    """Emit PARALLEL `loop` from FunctionEmitter `fe`."""
+    uses = _uses(loop.body)
+    if fe.in_parallel or uses.nested_parallel is not None:
+        inner = uses.nested_parallel.loop_var.name if uses.nested_parallel else loop.loop_var.name
+        raise CodegenError(f"nested PARALLEL loop '{inner}' in kernel '{fe.mod.name}': a "
+                           "parallel loop may not run inside another parallel loop; make the "
+                           "inner loop serial (or fuse the two loops and parallelize the fused one)")
+    if not fe.mod.parallel:
+        fe.serial(loop)
+        return
+    bld = fe.builder
+    captured_vars = [v for v in uses.vars if v in fe.vars]
+    captured_bufs = [b for b in uses.buffers if b in fe.buffers]
+    fields = [T.PTR] * len(captured_bufs) + [fe.vars[v].type for v in captured_vars]
+    closure_ty = ir.LiteralStructType(fields + [T.I32, T.I32])
+    start = fe.expr(loop.min, index=True)
+    extent = fe.expr(loop.extent, index=True)
+    values = [fe.buffers[b] for b in captured_bufs] + [fe.vars[v] for v in captured_vars]
+    closure = fe.alloca(closure_ty, align=8)
+    for k, value in enumerate(values + [start, extent]):
+        bld.store(value, _field(bld, closure, closure_ty, k))
+
+    outlined = _outline(fe, loop, closure_ty, captured_bufs, captured_vars)
+    wanted = bld.load(fe.mod.threads_global, typ=T.I32)
+    threads = bld.select(bld.icmp_signed("<", extent, wanted), extent, wanted)
+    threads = bld.select(bld.icmp_signed("<", threads, ir.Constant(T.I32, 1)),
+                         ir.Constant(T.I32, 1), threads)
+    gomp = fe.mod.declare("GOMP_parallel", T.VOID, [T.PTR, T.PTR, T.I32, T.I32])
+    bld.call(gomp, [outlined, closure, threads, ir.Constant(T.I32, 0)])
+
+
+def _field(bld: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, k: int) -> ir.Value:
+    return bld.gep(ptr, [ir.Constant(T.I32, 0), ir.Constant(T.I32, k)], source_etype=ty)
+
+
+def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
+    mod = fe.mod
+    fn = ir.Function(mod.module, ir.FunctionType(T.VOID, [T.PTR]), mod.fresh_name("par"))
+    fn.linkage = "internal"
+    sub = type(fe)(mod, fn, {}, nonneg=fe.nonneg, in_parallel=True)
+    bld, arg = sub.builder, fn.args[0]
+    for k, b in enumerate(bufs):
+        sub.buffers[b] = bld.load(_field(bld, arg, closure_ty, k), typ=T.PTR)
+    for k, v in enumerate(vars_, start=len(bufs)):
+        sub.vars[v] = bld.load(_field(bld, arg, closure_ty, k), typ=fe.vars[v].type)
+    n = len(bufs) + len(vars_)
+    start = bld.load(_field(bld, arg, closure_ty, n), typ=T.I32)
+    extent = bld.load(_field(bld, arg, closure_ty, n + 1), typ=T.I32)
+    tid = bld.call(mod.declare("omp_get_thread_num", T.I32, []), [])
+    nthreads = bld.call(mod.declare("omp_get_num_threads", T.I32, []), [])
+    one = ir.Constant(T.I32, 1)
+    chunk = bld.sdiv(bld.sub(bld.add(extent, nthreads), one), nthreads)
+    begin = bld.mul(tid, chunk, flags=("nsw",))
+    end = bld.add(begin, chunk, flags=("nsw",))
+    end = bld.select(bld.icmp_signed("<", extent, end), extent, end)
+    begin, end = bld.add(begin, start), bld.add(end, start)
+    sub.loop(begin, end, lambda i: sub._bind(loop.loop_var, i, loop.body, loop.min))
+    sub.finish()
+    return fn

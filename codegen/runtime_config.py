@@ -1,0 +1,36 @@
+"""The one place the code generator's runtime reads the environment (KILN_NUM_THREADS)."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from ..te.errors import KernelArgumentError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Settings a kernel applies when it is loaded."""
+
+    num_threads: int
+
+
+def num_threads_from_env() -> int:
+    """KILN_NUM_THREADS if set (a positive integer), else os.cpu_count()."""
+    raw = os.environ.get("KILN_NUM_THREADS", "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise KernelArgumentError(f"KILN_NUM_THREADS={raw!r} is not a positive integer; "
+                                  "set it to e.g. 2, or unset it to use every core")
+    return value
+
+
+def runtime_config() -> RuntimeConfig:
+    return RuntimeConfig(num_threads=num_threads_from_env())
