@@ -4,7 +4,9 @@ Integer Add/Sub/Mul trees become sum(coef * atom) + const with atoms in first-ap
 order, which cancels terms like (io*32 + ii) - io*32 -> ii. Rules that need no range facts:
   floordiv(c*x + k, c) -> x + floordiv(k, c)      (every coefficient divisible by c > 0)
   floormod(c*x + r, c) -> floormod(r, c)           (drop terms divisible by c > 0)
-  min(a, b) / max(a, b) -> a or b                  (a - b constant)
+  min(a, b) / max(a, b) -> a or b                  (sign of a - b known)
+  a < b -> true/false                              (sign of a - b known from constants or
+                                                    the loop ranges given to simplify)
   select(true, a, b) -> a; comparisons and logic of constants fold.
 """
 from __future__ import annotations
@@ -131,12 +133,22 @@ class _Simplifier(ExprMutator):
                 a = _rebuild(kept, k % c, e.dtype)
         return e if (a is e.a and b is e.b) else FloorMod(e.dtype, a, b)
 
+    def _diff_bounds(self, a: Expr, b: Expr) -> tuple[int, int] | None:
+        """Integer bounds of a - b: exact when constant, else from the loop ranges."""
+        diff = self.visit(Sub(a.dtype, a, b))
+        if isinstance(diff, IntImm):
+            return diff.value, diff.value
+        if not self.ranges:
+            return None
+        from .bound import const_interval
+        return const_interval(diff, self.ranges)
+
     def _minmax(self, e):
         a, b = self.visit(e.a), self.visit(e.b)
         if dt.is_int(e.dtype):
-            diff = self.visit(Sub(e.dtype, a, b))
-            if isinstance(diff, IntImm):
-                pick_a = (diff.value <= 0) == (type(e) is Min)
+            bounds = self._diff_bounds(a, b)
+            if bounds is not None and (bounds[1] <= 0 or bounds[0] >= 0):
+                pick_a = (bounds[1] <= 0) == (type(e) is Min)
                 return a if pick_a else b
         return e if (a is e.a and b is e.b) else type(e)(e.dtype, a, b)
 
@@ -145,10 +157,16 @@ class _Simplifier(ExprMutator):
     def _compare(self, e):
         a, b = self.visit(e.a), self.visit(e.b)
         if dt.is_int(a.dtype):
-            diff = self.visit(Sub(a.dtype, a, b))
-            if isinstance(diff, IntImm):
-                d = diff.value
-                return const({LT: d < 0, LE: d <= 0, EQ: d == 0, NE: d != 0}[type(e)], "bool")
+            bounds = self._diff_bounds(a, b)
+            if bounds is not None:
+                lo, hi = bounds
+                t = type(e)
+                if (t is LT and hi < 0) or (t is LE and hi <= 0) or (t is EQ and lo == hi == 0) \
+                        or (t is NE and (lo > 0 or hi < 0)):
+                    return const(True, "bool")
+                if (t is LT and lo >= 0) or (t is LE and lo > 0) or (t is NE and lo == hi == 0) \
+                        or (t is EQ and (lo > 0 or hi < 0)):
+                    return const(False, "bool")
         return e if (a is e.a and b is e.b) else type(e)("bool", a, b)
 
     visit_LT = visit_LE = visit_EQ = visit_NE = _compare
