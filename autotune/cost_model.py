@@ -1,0 +1,90 @@
+"""The XGBoost cost model: ranks candidate schedules from their loop-IR features.
+
+It knows only arrays: features X, targets y (throughput normalised per task, higher is
+better) and a group id per row (the task), so ranking pairs are formed inside a task.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import xgboost as xgb
+from scipy.stats import kendalltau
+
+from ..te.errors import TuningDatabaseError
+
+log = logging.getLogger(__name__)
+
+
+def normalize_throughput(costs: np.ndarray) -> np.ndarray:
+    """Turn seconds per run into throughput scaled to [0, 1] (1 = the fastest, failed = 0)."""
+    costs = np.asarray(costs, dtype=np.float64)
+    ok = np.isfinite(costs) & (costs > 0)
+    out = np.zeros_like(costs)
+    if ok.any():
+        out[ok] = costs[ok].min() / costs[ok]
+    return out
+
+
+class XGBCostModel:
+    """Pairwise-rank gradient-boosted trees, refitted online as measurements arrive."""
+
+    def __init__(self, n_rounds: int = 60, max_depth: int = 6, learning_rate: float = 0.2,
+                 seed: int = 0, nthread: int = 1):
+        self.n_rounds = n_rounds
+        self.params = {"objective": "rank:pairwise", "max_depth": max_depth,
+                       "eta": learning_rate, "min_child_weight": 1, "subsample": 0.9,
+                       "colsample_bytree": 0.9, "seed": seed, "nthread": nthread,
+                       "verbosity": 0}
+        self.booster: xgb.Booster | None = None
+        self.n_trained = 0
+
+    @property
+    def is_trained(self) -> bool:
+        return self.booster is not None
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> None:
+        """Train from scratch on all rows; `groups` holds a task id per row (default: one)."""
+        X = np.asarray(X, dtype=np.float32)
+        y = np.asarray(y, dtype=np.float32)
+        if X.ndim != 2 or len(X) != len(y):
+            raise ValueError(f"fit() needs X of shape (n, f) and y of shape (n,), got "
+                             f"{X.shape} and {y.shape}")
+        groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
+        if len(y) < 2 or np.ptp(y) == 0:
+            log.debug("cost model: %d rows without spread in y; keeping the old model", len(y))
+            return
+        order = np.argsort(groups, kind="stable")
+        X, y, groups = X[order], y[order], groups[order]
+        _, sizes = np.unique(groups, return_counts=True)
+        dmatrix = xgb.DMatrix(X, label=y)
+        dmatrix.set_group(sizes)
+        self.booster = xgb.train(self.params, dmatrix, num_boost_round=self.n_rounds)
+        self.n_trained = len(y)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Scores (higher = predicted faster); zeros before the first fit."""
+        X = np.asarray(X, dtype=np.float32)
+        if self.booster is None:
+            return np.zeros(len(X), dtype=np.float32)
+        return self.booster.predict(xgb.DMatrix(X))
+
+    def save(self, path: str) -> None:
+        if self.booster is None:
+            raise TuningDatabaseError(f"cannot save an untrained cost model to '{path}'; "
+                                      "fit() it on measured records first")
+        self.booster.save_model(path)
+
+
+def kendall_tau(predicted: np.ndarray, actual: np.ndarray) -> float:
+    """Rank agreement of predictions and true throughputs (1 = same order)."""
+    tau = kendalltau(predicted, actual).statistic
+    return 0.0 if np.isnan(tau) else float(tau)
+
+
+def top_k_recall(predicted: np.ndarray, actual: np.ndarray, k: int) -> float:
+    """Fraction of the truly best k found among the predicted best k."""
+    k = min(k, len(actual))
+    top_true = set(np.argsort(-np.asarray(actual))[:k].tolist())
+    top_pred = set(np.argsort(-np.asarray(predicted))[:k].tolist())
+    return len(top_true & top_pred) / k if k else 0.0

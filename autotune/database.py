@@ -1,0 +1,259 @@
+"""The SQLite tuning database: every measurement, as readable JSON, appended as it happens.
+
+Tables: `targets`, `tasks` (workload key, description, shapes JSON) and `records` (one row per
+measured candidate). WAL mode and a commit after every record, so a killed tuning run loses at
+most the trial in flight and a reader can follow a writer.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from ..te.errors import TuningDatabaseError
+
+SCHEMA_VERSION = 1
+OK_STATUS = "OK"
+
+
+def kiln_version() -> str:
+    """The installed Kiln version (stored with every record so logs can be traced)."""
+    try:
+        from importlib.metadata import version
+        return version("tensorkiln")
+    except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
+        return "0+unknown"
+
+
+def config_key(config: dict) -> str:
+    """A canonical text form of a config: equal configs give equal keys (the `seen` set)."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured candidate: a config of a task on a target and what happened."""
+
+    task_key: str
+    target: str
+    config: dict
+    costs: tuple[float, ...]
+    status: str
+    error_text: str = ""
+    kiln_version: str = field(default_factory=kiln_version)
+    schema_version: int = SCHEMA_VERSION
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean seconds per run; inf when the candidate did not run correctly."""
+        if self.status != OK_STATUS or not self.costs:
+            return math.inf
+        return sum(self.costs) / len(self.costs)
+
+    def to_json(self) -> dict:
+        return {"task_key": self.task_key, "target": self.target, "config": self.config,
+                "costs": list(self.costs), "status": self.status,
+                "error_text": self.error_text, "kiln_version": self.kiln_version,
+                "schema_version": self.schema_version, "timestamp": self.timestamp}
+
+
+_RECORD_FIELDS = ("task_key", "target", "config", "costs", "status")
+
+
+class Database:
+    """A tuning log at `path` (created if missing). Pass it explicitly; there is no global."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite_utils.Database(str(self.path))
+            self._db.conn.execute("PRAGMA busy_timeout = 10000")
+            self._db.enable_wal()
+            self._create_tables()
+        except Exception as exc:  # sqlite3.DatabaseError and friends: not a database file
+            raise TuningDatabaseError(
+                f"cannot open tuning database '{self.path}': {exc}. Delete or move the file "
+                "to start a fresh log.") from exc
+
+    def _create_tables(self) -> None:
+        db = self._db
+        if "targets" not in db.table_names():
+            db["targets"].create({"target": str, "first_seen": float}, pk="target")
+        if "tasks" not in db.table_names():
+            db["tasks"].create({"workload_key": str, "description": str, "shapes": str,
+                                "flops": float}, pk="workload_key")
+        if "records" not in db.table_names():
+            db["records"].create({"id": int, "task_key": str, "target": str, "config": str,
+                                  "config_key": str, "costs": str, "mean_cost": float,
+                                  "status": str, "error_text": str, "kiln_version": str,
+                                  "schema_version": int, "timestamp": float}, pk="id")
+            db["records"].create_index(["task_key", "target"])
+        db.conn.commit()
+
+    def close(self) -> None:
+        self._db.conn.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def commit_task(self, workload_key: str, description: str, shapes: Any,
+                    flops: float = 0.0) -> None:
+        """Register a task (idempotent); `shapes` is any JSON-able description of its tensors."""
+        self._db["tasks"].upsert({"workload_key": workload_key, "description": description,
+                                  "shapes": json.dumps(shapes), "flops": float(flops)},
+                                 pk="workload_key")
+        self._db.conn.commit()
+
+    def _commit_target(self, target: str) -> None:
+        self._db.conn.execute("INSERT OR IGNORE INTO targets (target, first_seen) VALUES (?, ?)",
+                              (target, time.time()))
+
+    def commit_record(self, record: Record) -> None:
+        """Append one record and commit at once (a crash later cannot lose it)."""
+        if record.schema_version != SCHEMA_VERSION:
+            raise TuningDatabaseError(
+                f"record schema version {record.schema_version} does not match this Kiln's "
+                f"schema version {SCHEMA_VERSION}; re-tune or convert the log")
+        self._commit_target(record.target)
+        mean = record.mean_cost
+        self._db["records"].insert({
+            "task_key": record.task_key, "target": record.target,
+            "config": json.dumps(record.config, sort_keys=True),
+            "config_key": config_key(record.config), "costs": json.dumps(list(record.costs)),
+            "mean_cost": mean if math.isfinite(mean) else None, "status": record.status,
+            "error_text": record.error_text, "kiln_version": record.kiln_version,
+            "schema_version": record.schema_version, "timestamp": record.timestamp})
+        self._db.conn.commit()
+
+    # ------------------------------------------------------------------ reading
+
+    @staticmethod
+    def _to_record(row: dict) -> Record:
+        return Record(task_key=row["task_key"], target=row["target"],
+                      config=json.loads(row["config"]), costs=tuple(json.loads(row["costs"])),
+                      status=row["status"], error_text=row["error_text"] or "",
+                      kiln_version=row["kiln_version"], schema_version=row["schema_version"],
+                      timestamp=row["timestamp"])
+
+    def records(self, task_key: str, target: str) -> list[Record]:
+        """Every record of `task_key` on exactly `target`, oldest first (all statuses)."""
+        rows = self._db.query(
+            "SELECT * FROM records WHERE task_key = ? AND target = ? AND schema_version = ? "
+            "ORDER BY id", [task_key, target, SCHEMA_VERSION])
+        return [self._to_record(r) for r in rows]
+
+    def best(self, task_key: str, target: str, k: int = 1) -> list[Record]:
+        """The k fastest OK records of `task_key` on `target` (never another target's)."""
+        rows = self._db.query(
+            "SELECT * FROM records WHERE task_key = ? AND target = ? AND status = ? "
+            "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY mean_cost, id LIMIT ?",
+            [task_key, target, OK_STATUS, SCHEMA_VERSION, int(k)])
+        return [self._to_record(r) for r in rows]
+
+    def task_info(self, task_key: str) -> dict | None:
+        rows = list(self._db.query("SELECT * FROM tasks WHERE workload_key = ?", [task_key]))
+        if not rows:
+            return None
+        row = dict(rows[0])
+        row["shapes"] = json.loads(row["shapes"])
+        return row
+
+    def summary(self) -> list[dict]:
+        """One row per (task, target) for `kiln logs`: trials by status, best time, GFLOPS."""
+        out = []
+        groups = self._db.query(
+            "SELECT r.task_key, r.target, t.description, t.flops, MAX(r.timestamp) AS last, "
+            "MIN(CASE WHEN r.status = 'OK' THEN r.mean_cost END) AS best FROM records r "
+            "LEFT JOIN tasks t ON t.workload_key = r.task_key GROUP BY r.task_key, r.target "
+            "ORDER BY last")
+        for g in groups:
+            counts = {row["status"]: row["n"] for row in self._db.query(
+                "SELECT status, COUNT(*) AS n FROM records WHERE task_key = ? AND target = ? "
+                "GROUP BY status", [g["task_key"], g["target"]])}
+            best, flops = g["best"], g["flops"] or 0.0
+            out.append({"task_key": g["task_key"], "description": g["description"] or "?",
+                        "target": g["target"], "trials": sum(counts.values()),
+                        "by_status": counts, "best_seconds": best,
+                        "best_gflops": flops / best / 1e9 if best and flops else None,
+                        "last_time": g["last"]})
+        return out
+
+    # ------------------------------------------------------------------ exchange
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every record as one JSON object per line (plus task rows); returns the count."""
+        n = 0
+        with open(path, "w") as fh:
+            for row in self._db.query("SELECT * FROM tasks ORDER BY workload_key"):
+                task = dict(row)
+                task["shapes"] = json.loads(task["shapes"])
+                fh.write(json.dumps({"kind": "task", **task}, sort_keys=True) + "\n")
+            for row in self._db.query("SELECT * FROM records ORDER BY id"):
+                fh.write(json.dumps({"kind": "record", **self._to_record(row).to_json()},
+                                    sort_keys=True) + "\n")
+                n += 1
+        return n
+
+    def import_jsonl(self, path: str | Path, target: str | None = None) -> int:
+        """Append the records of a jsonl log; reject the whole file on any bad line.
+
+        With `target`, every record must be for that target. Raises TuningDatabaseError naming
+        the file, the line and the reason (malformed JSON, missing field, foreign schema).
+        """
+        tasks, records = [], []
+        for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            tasks_or_records = _parse_line(path, lineno, line, target)
+            (tasks if tasks_or_records[0] == "task" else records).append(tasks_or_records[1])
+        for task in tasks:
+            self.commit_task(task["workload_key"], task.get("description", ""),
+                             task.get("shapes"), task.get("flops") or 0.0)
+        for record in records:
+            self.commit_record(record)
+        return len(records)
+
+
+def _parse_line(path, lineno: int, line: str, target: str | None) -> tuple[str, Any]:
+    where = f"{path}, line {lineno}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TuningDatabaseError(f"{where}: malformed JSON ({exc.msg}); fix or remove the "
+                                  "line and import again") from None
+    if not isinstance(obj, dict):
+        raise TuningDatabaseError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if obj.get("kind") == "task":
+        if "workload_key" not in obj:
+            raise TuningDatabaseError(f"{where}: task line without 'workload_key'")
+        return "task", obj
+    missing = [f for f in _RECORD_FIELDS + ("schema_version",) if f not in obj]
+    if missing:
+        raise TuningDatabaseError(f"{where}: record is missing field(s) {', '.join(missing)}")
+    if obj["schema_version"] != SCHEMA_VERSION:
+        raise TuningDatabaseError(
+            f"{where}: record has schema version {obj['schema_version']}, this Kiln reads "
+            f"schema version {SCHEMA_VERSION}; re-tune on this version instead of importing")
+    if target is not None and obj["target"] != target:
+        raise TuningDatabaseError(
+            f"{where}: record is for target '{obj['target']}', expected '{target}'; records of "
+            "another target are never applied here (import without target= to keep them apart)")
+    if not isinstance(obj["config"], dict) or not isinstance(obj["costs"], list):
+        raise TuningDatabaseError(f"{where}: 'config' must be an object and 'costs' a list")
+    return "record", Record(task_key=obj["task_key"], target=obj["target"],
+                            config=obj["config"], costs=tuple(float(c) for c in obj["costs"]),
+                            status=obj["status"], error_text=obj.get("error_text", ""),
+                            kiln_version=obj.get("kiln_version", "0+unknown"),
+                            schema_version=obj["schema_version"],
+                            timestamp=obj.get("timestamp", time.time()))
+
+
+def iter_ok(records: Iterable[Record]) -> list[Record]:
+    """The records that ran correctly."""
+    return [r for r in records if r.status == OK_STATUS]

@@ -1,0 +1,330 @@
+"""Measurement: build and time candidates in a worker process, classify every failure.
+
+The parent computes the task's inputs and reference outputs once; each candidate goes to a
+long-lived worker (spawned, recreated after a crash or a timeout) as an explicit payload: the
+pickled task, the config JSON, the target, the timeout and the timing settings. The worker
+rebuilds everything itself, checks the answer, and times the kernel one candidate at a time.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import math
+import subprocess
+import sys
+import os
+import pickle
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from .. import codegen
+from ..schedule.lower import lower
+from ..te import dtype as dt
+from ..te import expr as E
+from ..te import tensor as T
+from ..te.errors import KilnError, ScheduleError
+from ..te.reference import evaluate
+from ..te.tensor import ComputeOp
+from ..te.visit import walk
+from ..te.workload import topo_ops
+from .space import SearchSpace
+from .task import Task
+
+log = logging.getLogger(__name__)
+
+
+class MeasureStatus(enum.Enum):
+    OK = "OK"
+    INVALID_CONFIG = "INVALID_CONFIG"      # the schedule primitives refused the config
+    COMPILE_ERROR = "COMPILE_ERROR"        # lowering or codegen failed
+    RUNTIME_ERROR = "RUNTIME_ERROR"        # the kernel raised, or the worker died (segfault)
+    TIMEOUT = "TIMEOUT"                    # build + check + timing exceeded the timeout
+    WRONG_ANSWER = "WRONG_ANSWER"          # ran, but the output differs from the reference
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How candidates are checked and timed (explicit: nothing comes from the environment)."""
+
+    timeout: float = 30.0          # seconds per candidate: build, check and timing together
+    repeat: int = 5                # timed repeats; the cost of a repeat is its mean call time
+    min_repeat_seconds: float = 0.01   # each repeat runs the kernel enough times to last this
+    flush_cache: bool = False      # overwrite a large buffer before each repeat
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    status: MeasureStatus
+    costs: tuple[float, ...] = ()
+    error_text: str = ""
+    build_seconds: float = 0.0
+
+    @property
+    def mean_cost(self) -> float:
+        if self.status is not MeasureStatus.OK or not self.costs:
+            return math.inf
+        return sum(self.costs) / len(self.costs)
+
+
+@dataclass
+class TaskData:
+    """Inputs and reference outputs of a task, computed once in the parent."""
+
+    inputs: list            # one array per task.args entry; None for outputs
+    expected: list          # one array per task output
+
+    @staticmethod
+    def make(task: Task, seed: int = 0) -> "TaskData":
+        rng = np.random.default_rng(seed)
+        inputs: dict = {}
+        for tensor in task.args:
+            if tensor in task.outputs:
+                continue
+            inputs[tensor] = _random_array(rng, tensor.shape, tensor.dtype)
+        expected = evaluate(list(task.outputs), inputs)
+        return TaskData([inputs.get(t) for t in task.args], list(expected))
+
+
+def _random_array(rng, shape, dtype: str) -> np.ndarray:
+    if dt.is_float(dtype):
+        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, 8, shape).astype(dtype)
+
+
+# ----------------------------------------------------------------------------- worker side
+
+def _reserve_uids(task: Task) -> None:
+    """Move this process's Var/op uid counters past every uid in the unpickled DAG.
+
+    Var and Operation identity includes a uid drawn from a per-process counter; a DAG built in
+    the parent carries the parent's uids, so new axes created here must not reuse them.
+    """
+    ops = topo_ops(task.outputs)
+    var_uids = [0]
+    for op in ops:
+        if isinstance(op, ComputeOp):
+            var_uids += [a.var.uid for a in op.axis]
+            var_uids += [n.uid for n in walk(op.body) if isinstance(n, E.Var)]
+            var_uids += [a.var.uid for a in op.reduce_axis]
+    for module, attr, needed in ((E, "_uids", max(var_uids)),
+                                 (T, "_op_ids", max(op.uid for op in ops))):
+        current = next(getattr(module, attr))
+        setattr(module, attr, itertools.count(max(current, needed + 1)))
+
+
+def _fault(kind: str | None) -> None:
+    """Test-only hook: make this candidate crash, hang or raise like a broken kernel would."""
+    if kind == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif kind == "hang":
+        time.sleep(3600)
+    elif kind == "raise":
+        raise RuntimeError("injected runtime failure")
+    elif kind == "wrong":
+        raise FloatingPointError("injected failure")
+
+
+def _time_kernel(kernel, arrays, options: MeasureOptions) -> tuple[float, ...]:
+    kernel(*arrays)                                   # warm-up (page faults, thread pool)
+    start = time.perf_counter()
+    kernel(*arrays)
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, int(math.ceil(options.min_repeat_seconds / once)))
+    flush = np.empty(32 << 20, dtype=np.uint8) if options.flush_cache else None
+    costs = []
+    for _ in range(options.repeat):
+        if flush is not None:
+            flush[:] = 1
+        start = time.perf_counter()
+        for _ in range(number):
+            kernel(*arrays)
+        costs.append((time.perf_counter() - start) / number)
+    return tuple(costs)
+
+
+def run_payload(payload: dict) -> MeasureResult:
+    """Build, check and time one candidate from an explicit payload (runs in the worker)."""
+    task: Task = pickle.loads(payload["task"])
+    _reserve_uids(task)
+    options: MeasureOptions = payload["options"]
+    _fault(payload.get("test_fault"))
+    start = time.perf_counter()
+    try:
+        sch, args = SearchSpace(task).apply(payload["config"])
+    except ScheduleError as exc:
+        return MeasureResult(MeasureStatus.INVALID_CONFIG, error_text=str(exc))
+    try:
+        func = lower(sch, args, name=task.name)
+        kernel = codegen.build(func, target=payload["target"])
+    except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
+        return MeasureResult(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
+    build_seconds = time.perf_counter() - start
+    arrays = [a.copy() if a is not None else _poisoned(t) for a, t in
+              zip(payload["inputs"], task.args)]
+    try:
+        kernel(*arrays)
+    except Exception:  # noqa: BLE001 - the kernel raised: record the traceback
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
+    wrong = _compare(task, arrays, payload["expected"], options)
+    if wrong:
+        return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text=wrong,
+                             build_seconds=build_seconds)
+    try:
+        costs = _time_kernel(kernel, arrays, options)
+    except KilnError:
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
+    return MeasureResult(MeasureStatus.OK, costs, build_seconds=build_seconds)
+
+
+def _poisoned(tensor) -> np.ndarray:
+    if dt.is_float(tensor.dtype):
+        return np.full(tensor.shape, np.nan, dtype=tensor.dtype)
+    return np.full(tensor.shape, 123, dtype=tensor.dtype)
+
+
+def _compare(task: Task, arrays, expected, options: MeasureOptions) -> str:
+    for position, want in zip(task.output_positions, expected):
+        got = arrays[position]
+        if not np.allclose(got, want, rtol=options.rtol, atol=options.atol, equal_nan=False):
+            bad = np.argwhere(~np.isclose(got, want, rtol=options.rtol, atol=options.atol))
+            first = tuple(int(i) for i in bad[0])
+            return (f"output '{task.args[position].name}' differs from the reference at "
+                    f"{len(bad)} of {want.size} points; first at {first}: got {got[first]}, "
+                    f"expected {want[first]}")
+    return ""
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """The worker loop: receive a payload, answer with a MeasureResult, until told to stop.
+
+    Runs in a fresh interpreter started by Runner (not multiprocessing's spawn, which would
+    re-import the user's __main__ module).
+    """
+    inbox = Connection(read_fd, writable=False)
+    outbox = Connection(write_fd, readable=False)
+    outbox.send("ready")
+    while True:
+        try:
+            payload = inbox.recv()
+        except EOFError:
+            return
+        if payload is None:
+            return
+        try:
+            result = run_payload(payload)
+        except Exception:  # noqa: BLE001 - never let one candidate kill the worker loop
+            result = MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
+        outbox.send(result)
+
+
+# ----------------------------------------------------------------------------- parent side
+
+@dataclass
+class Runner:
+    """Runs candidates one at a time in a spawned worker; kills and respawns it on a hang or
+    a crash, so a broken candidate costs one trial and never the run."""
+
+    options: MeasureOptions = field(default_factory=MeasureOptions)
+    start_timeout: float = 120.0
+    _process: subprocess.Popen | None = None
+    _conn: Connection | None = None     # results from the worker
+    _send: Connection | None = None     # payloads to the worker
+
+    def _start(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        to_parent_r, to_parent_w = os.pipe()
+        code = ("import sys; from kiln.autotune.measure import serve; "
+                "serve(int(sys.argv[1]), int(sys.argv[2]))")
+        process = subprocess.Popen([sys.executable, "-c", code, str(to_child_r),
+                                    str(to_parent_w)], pass_fds=(to_child_r, to_parent_w))
+        os.close(to_child_r)
+        os.close(to_parent_w)
+        self._process = process
+        self._send = Connection(to_child_w, readable=False)
+        self._conn = Connection(to_parent_r, writable=False)
+        if not self._conn.poll(self.start_timeout):
+            self._stop(kill=True)
+            raise KilnError("the measurement worker did not start within "
+                            f"{self.start_timeout:.0f} s; is the machine overloaded?")
+        try:
+            self._conn.recv()
+        except EOFError:
+            code = process.wait()
+            self._stop(kill=True)
+            raise KilnError(f"the measurement worker exited at start-up (exit code {code}); "
+                            "run `python -c 'import kiln.autotune.measure'` to see why") from None
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _stop(self, kill: bool) -> None:
+        if self._process is None:
+            return
+        if kill:
+            self._process.kill()
+        else:
+            try:
+                self._send.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._send.close()
+        self._conn.close()
+        self._process = self._conn = self._send = None
+
+    def close(self) -> None:
+        self._stop(kill=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run(self, task: Task, data: TaskData, config: dict, target: str,
+            test_fault: str | None = None) -> MeasureResult:
+        """Measure one config of `task`; every outcome is a MeasureResult (never raises for
+        a bad candidate)."""
+        if not self._alive():
+            if self._process is not None:
+                self._stop(kill=True)
+            self._start()
+        payload = {"workload_key": task.workload_key, "task": pickle.dumps(task),
+                   "config": config, "target": target, "options": self.options,
+                   "inputs": data.inputs, "expected": data.expected, "test_fault": test_fault}
+        try:
+            self._send.send(payload)
+            if self._conn.poll(self.options.timeout):
+                return self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            return self._died()
+        if not self._alive():
+            return self._died()
+        self._stop(kill=True)
+        return MeasureResult(MeasureStatus.TIMEOUT, error_text=(
+            f"candidate did not finish within {self.options.timeout:.1f} s; worker killed"))
+
+    def _died(self) -> MeasureResult:
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stop(kill=True)
+        how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exit code {code}")
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR,
+                             error_text=f"the worker process died ({how}) running the candidate")

@@ -1,0 +1,78 @@
+"""The task scheduler: shares a trial budget across the tasks of a model.
+
+After a round-robin warm-up (one batch per task) each next batch goes to the task with the
+largest expected gain: its weight (share of model latency: occurrences x best latency) times
+its recent relative improvement, with a floor so no task starves. This is the gradient-style
+allocation of Ansor's task scheduler in a simple form.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .database import Database
+from .measure import MeasureOptions, Runner
+from .search import SearchConfig
+from .task import Task
+from .tuner import Progress, TaskTuner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    task_key: str
+    name: str
+    weight: float
+    trials: int
+    best_seconds: float
+
+
+def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) -> float:
+    """Expected latency saved per trial if `tuner` gets the next batch."""
+    best = tuner.best_seconds
+    if not math.isfinite(best):
+        return math.inf          # no working schedule yet: most urgent
+    older = history[-window] if len(history) >= window else history[0]
+    improvement = max(0.0, (older - best) / older) if math.isfinite(older) else 1.0
+    return weight * best * max(improvement, 0.05)
+
+
+def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int,
+               db: Database, search: str = "xgb", batch_size: int = 8, seed: int = 0,
+               options: MeasureOptions | None = None,
+               callback: Callable[[Progress], None] | None = None) -> list[TaskReport]:
+    """Spend `trials` new measurements over the tasks; returns one report per task."""
+    runner = Runner(options or MeasureOptions())
+    tuners = [TaskTuner(task, target, db, search, runner,
+                        SearchConfig(batch_size=batch_size, seed=seed))
+              for task, _ in tasks_with_weights]
+    weights = [float(w) for _, w in tasks_with_weights]
+    histories: list[list[float]] = [[t.best_seconds] for t in tuners]
+    spent, pending = 0, list(range(len(tuners)))   # round-robin warm-up first
+    start = time.perf_counter()
+    try:
+        while spent < trials:
+            if pending:
+                index = pending.pop(0)
+            else:
+                gains = [_gain(t, w, h, window=3) for t, w, h in zip(tuners, weights, histories)]
+                index = max(range(len(tuners)), key=lambda i: gains[i])
+            n = min(batch_size, trials - spent)
+            got = tuners[index].step(n, callback, (spent, trials, start) if callback else None)
+            spent += got
+            histories[index].append(tuners[index].best_seconds)
+            if got == 0:
+                log.info("%s: space exhausted", tuners[index].task.name)
+                weights[index] = 0.0
+                if not any(weights):
+                    break
+    except KeyboardInterrupt:
+        log.warning("task scheduler interrupted after %d trials; records are kept", spent)
+    finally:
+        runner.close()
+    return [TaskReport(t.task.workload_key, t.task.name, w, t.n_records, t.best_seconds)
+            for t, w in zip(tuners, weights)]

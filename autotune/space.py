@@ -1,0 +1,344 @@
+"""Search spaces generated from a task's compute DAG by rules, not per-operator templates.
+
+Rules, per stage of the DAG:
+  * placeholder: nothing to schedule;
+  * injective stage that is not an output: inlined into its consumers;
+  * reduction stage ("anchor"): multi-level tiling SSRSRS (spatial axes in 3 levels, reduce
+    axes in 2), a local accumulator (cache_write, or the reduction computed into a tile of its
+    elementwise epilogue via compute_at), fused+parallel outer loops, vectorised innermost
+    spatial loop, optionally unrolled register tile;
+  * other (elementwise) outputs: vectorised innermost axis, fused+parallel outer axes.
+A config is a JSON-able dict knob name -> choice; `apply(config)` rebuilds the schedule.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+
+from ..schedule import create_schedule
+from ..schedule.schedule import Schedule, Stage
+from ..te.errors import ScheduleError
+from ..te.expr import IterVar
+from ..te.tensor import ComputeOp, Tensor
+from ..te.workload import topo_ops
+from .task import Task
+
+MAX_INNER = 16            # inner (register) tile of a non-vector axis
+MAX_VECTOR_TILE = 64      # inner tile of the vectorised axis
+MAX_MID = 64              # middle (cache) tile
+MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
+MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One decision of the space: `choices` are JSON values, ordered so that neighbours in
+    the tuple are similar schedules (mutations step along it)."""
+
+    name: str
+    choices: tuple
+
+    def index(self, value) -> int:
+        value = _freeze(value)
+        for i, choice in enumerate(self.choices):
+            if _freeze(choice) == value:
+                return i
+        raise ScheduleError(f"config value {value!r} is not a choice of knob '{self.name}' "
+                            f"(choices: {list(self.choices)[:8]}...)")
+
+
+def _freeze(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _factor_candidates(extent: int, cap: int) -> list[int]:
+    """Divisors of `extent` and powers of two (non-divisors are legal: tails are guarded)."""
+    out = {d for d in range(1, min(extent, cap) + 1) if extent % d == 0}
+    out |= {1 << p for p in range(0, 12) if (1 << p) <= min(extent, cap)}
+    return sorted(out)
+
+
+def _tile_choices(extent: int, inner_cap: int) -> tuple:
+    pairs = []
+    for inner in _factor_candidates(extent, inner_cap):
+        for mid in _factor_candidates(max(1, extent // inner), MAX_MID):
+            pairs.append((mid, inner))
+    return tuple(sorted(pairs, key=lambda p: (p[1], p[0])))
+
+
+def _vector_lanes(target: str, dtype: str) -> int:
+    from ..codegen.target import Target
+    return Target.from_string(target).vector_lanes(dtype)
+
+
+@dataclass
+class _Anchor:
+    """A reduction stage and, when it has one, the elementwise output that consumes it."""
+
+    op: ComputeOp
+    epilogue: ComputeOp | None
+    is_output: bool
+
+
+class SearchSpace:
+    """The rule-generated space of schedules of `task` for its target."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.ops = [op for op in topo_ops(task.outputs) if isinstance(op, ComputeOp)]
+        outputs = {t.op for t in task.outputs}
+        consumers = {op: [c for c in self.ops if op in {t.op for t in c.input_tensors}]
+                     for op in self.ops}
+        self.inlined = [op for op in self.ops if not op.reduce_axis and op not in outputs]
+        self.anchors: list[_Anchor] = []
+        epilogues = set()
+        for op in self.ops:
+            if op.reduce_axis:
+                epi = self._epilogue_of(op, consumers, outputs)
+                if epi is not None:
+                    epilogues.add(epi)
+                self.anchors.append(_Anchor(op, epi, op in outputs))
+        self.elementwise = [op for op in self.ops if op in outputs and not op.reduce_axis
+                            and op not in epilogues]
+        self.knobs = self._make_knobs()
+        self._by_name = {k.name: k for k in self.knobs}
+
+    def _epilogue_of(self, op, consumers, outputs) -> ComputeOp | None:
+        """The output elementwise consumer of the same shape a reduction can be fused into,
+        possibly through inlined injective stages (a chain like bias-add then relu)."""
+        if op in outputs:
+            return None
+        frontier = consumers[op]
+        while len(frontier) == 1 and frontier[0] in self.inlined:
+            frontier = consumers[frontier[0]]
+        if len(frontier) != 1:
+            return None
+        epi = frontier[0]
+        if epi in outputs and not epi.reduce_axis and epi.shape == op.shape:
+            return epi
+        return None
+
+    # ------------------------------------------------------------------ knobs
+
+    def _stage_label(self, op: ComputeOp) -> str:
+        same = [o for o in self.ops if o.name == op.name]
+        return op.name if len(same) == 1 else f"{op.name}#{self.ops.index(op)}"
+
+    def _make_knobs(self) -> list[Knob]:
+        knobs: list[Knob] = []
+        for anchor in self.anchors:
+            op, label = anchor.op, self._stage_label(anchor.op)
+            lanes = _vector_lanes(self.task.target, op.dtype)
+            last = len(op.axis) - 1
+            for pos, axis in enumerate(op.axis):
+                cap = MAX_VECTOR_TILE if pos == last else MAX_INNER
+                knobs.append(Knob(f"{label}/tile/{pos}:{axis.name}",
+                                  _tile_choices(axis.extent, cap)))
+            for pos, axis in enumerate(op.reduce_axis):
+                knobs.append(Knob(f"{label}/reduce/{pos}:{axis.name}",
+                                  tuple(_factor_candidates(axis.extent, 64))))
+            points = math.prod(op.shape) if op.shape else 1
+            fusible = anchor.epilogue is not None or anchor.is_output
+            knobs.append(Knob(f"{label}/local", (0, 1) if fusible and points >= MIN_CACHE_WORK
+                              else (0,)))
+            knobs.append(Knob(f"{label}/parallel", tuple(range(0, min(2, len(op.axis)) + 1))))
+            knobs.append(Knob(f"{label}/vectorize", (0, 1)))
+            knobs.append(Knob(f"{label}/unroll", (0, 1)))
+            knobs.append(Knob(f"{label}/lanes", (lanes,)))
+        for op in self.elementwise:
+            label = self._stage_label(op)
+            inner = op.axis[-1].extent if op.axis else 1
+            knobs.append(Knob(f"{label}/vector", tuple(
+                f for f in _factor_candidates(inner, MAX_VECTOR_TILE) if f == 1 or f >= 4)))
+            knobs.append(Knob(f"{label}/parallel", (0, 1) if op.axis else (0,)))
+        return knobs
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(k.choices) for k in self.knobs)
+
+    # ------------------------------------------------------------------ configs
+
+    def default_config(self) -> dict:
+        """A sensible schedule without tuning: register tile 4 x lanes, 32-wide cache tile,
+        local accumulator, one parallel level, vectorised and unrolled."""
+        config = {}
+        for knob in self.knobs:
+            kind = knob.name.split("/")[1]
+            if kind == "tile":
+                pos = int(knob.name.split("/")[2].split(":")[0])
+                label = knob.name.split("/")[0]
+                lanes = next(k.choices[0] for k in self.knobs if k.name == f"{label}/lanes")
+                n_axes = sum(1 for k in self.knobs if k.name.startswith(f"{label}/tile/"))
+                extent = self._axis_extent(label, pos)
+                inner = min(lanes if pos == n_axes - 1 else 4, extent)
+                # keep at least two outer tiles so the parallel loop has work to share
+                mid = max(1, min(4 if pos == n_axes - 1 else 8, extent // (2 * inner)))
+                config[knob.name] = _nearest(knob.choices, (mid, inner))
+            elif kind == "reduce":
+                config[knob.name] = _nearest_scalar(knob.choices, 8)
+            elif kind == "vector":
+                config[knob.name] = _nearest_scalar(knob.choices, 8)
+            elif kind in ("local", "parallel", "vectorize", "unroll"):
+                config[knob.name] = knob.choices[-1]
+            else:
+                config[knob.name] = knob.choices[0]
+        return config
+
+    def _axis_extent(self, label: str, pos: int) -> int:
+        op = next(a.op for a in self.anchors if self._stage_label(a.op) == label)
+        return op.axis[pos].extent
+
+    def sample(self, rng: random.Random) -> dict:
+        return {k.name: _json(rng.choice(k.choices)) for k in self.knobs}
+
+    def neighbors(self, config: dict, rng: random.Random, n_mutations: int = 0) -> dict:
+        """A mutation of `config`: 1-2 knobs moved one or two steps (or re-drawn)."""
+        out = dict(config)
+        tunable = [k for k in self.knobs if len(k.choices) > 1] or self.knobs
+        for knob in rng.sample(tunable, min(len(tunable), n_mutations or rng.choice((1, 1, 2)))):
+            index = knob.index(out.get(knob.name, knob.choices[0]))
+            if rng.random() < 0.8:
+                index = min(len(knob.choices) - 1, max(0, index + rng.choice((-2, -1, 1, 2))))
+            else:
+                index = rng.randrange(len(knob.choices))
+            out[knob.name] = _json(knob.choices[index])
+        return out
+
+    def grid(self):
+        """Every config in a fixed order (the grid-search baseline walks it)."""
+        for values in itertools.product(*(k.choices for k in self.knobs)):
+            yield {k.name: _json(v) for k, v in zip(self.knobs, values)}
+
+    def validate(self, config: dict) -> dict:
+        unknown = sorted(set(config) - set(self._by_name))
+        if unknown:
+            raise ScheduleError(f"config for task '{self.task.name}' has unknown knob(s) "
+                                f"{unknown}; it was made for another version of the space")
+        full = self.default_config()
+        for name, value in config.items():
+            self._by_name[name].index(value)
+            full[name] = value
+        return full
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, config: dict) -> tuple[Schedule, list[Tensor]]:
+        """Build the schedule `config` describes; raises ScheduleError when it is illegal."""
+        config = self.validate(config)
+        sch = create_schedule(list(self.task.outputs))
+        for op in self.inlined:
+            sch[op].compute_inline()
+        for anchor in self.anchors:
+            self._apply_anchor(sch, anchor, config)
+        for op in self.elementwise:
+            label = self._stage_label(op)
+            _schedule_elementwise(sch[op], config[f"{label}/vector"], config[f"{label}/parallel"])
+        return sch, list(self.task.args)
+
+    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict) -> None:
+        label = self._stage_label(anchor.op)
+        tiles = [tuple(config[k.name]) for k in self.knobs if k.name.startswith(label + "/tile/")]
+        reduce = [config[k.name] for k in self.knobs if k.name.startswith(label + "/reduce/")]
+        flags = {f: config[f"{label}/{f}"]
+                 for f in ("local", "parallel", "vectorize", "unroll", "lanes")}
+        if flags["local"] and anchor.is_output:
+            local = sch.cache_write(anchor.op.output(), "local")
+            _tile_fused(sch[anchor.op], sch[local.op], tiles, reduce, flags)
+        elif flags["local"] and anchor.epilogue is not None:
+            _tile_fused(sch[anchor.epilogue], sch[anchor.op], tiles, reduce, flags)
+        else:
+            _tile_root(sch[anchor.op], tiles, reduce, flags)
+            if anchor.epilogue is not None:
+                _schedule_elementwise(sch[anchor.epilogue], tiles[-1][1] if tiles else 1,
+                                      flags["parallel"] > 0)
+
+
+def _json(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _nearest(choices: tuple, want: tuple) -> list:
+    best = min(choices, key=lambda c: sum(abs(math.log2(a) - math.log2(b))
+                                          for a, b in zip(c, want)))
+    return list(best)
+
+
+def _nearest_scalar(choices: tuple, want: int):
+    return min(choices, key=lambda c: (abs(math.log2(max(c, 1)) - math.log2(want)), c))
+
+
+def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):
+    outer, rest = stage.split(axis, factor=mid * inner)
+    middle, innermost = stage.split(rest, factor=inner)
+    return outer, middle, innermost
+
+
+def _finish_inner(stage: Stage, inner: list[IterVar], flags: dict) -> None:
+    """Vectorise the innermost spatial loop; unroll the rest of a small register tile."""
+    if not inner:
+        return
+    if flags["vectorize"] and inner[-1].extent > 1:
+        stage.vectorize(inner[-1])
+    rest = inner[:-1] if flags["vectorize"] else inner
+    points = math.prod(a.extent for a in inner)
+    if flags["unroll"] and points <= MAX_UNROLLED_POINTS * flags["lanes"]:
+        for axis in rest:
+            if axis.extent > 1:
+                stage.unroll(axis)
+
+
+def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int) -> list[IterVar]:
+    """Fuse the first `depth` outer loops into one parallel loop; returns the new outer list."""
+    if depth <= 0 or not outer:
+        return outer
+    depth = min(depth, len(outer))
+    fused = stage.fuse(*outer[:depth])
+    stage.parallel(fused)
+    return [fused] + outer[depth:]
+
+
+def _tile_root(stage: Stage, tiles, reduce, flags) -> None:
+    """SSRSRS at root: S0 | R0 | S1 | R1 | S2, innermost spatial vectorised."""
+    levels = [_split3(stage, a, mid, inner) for a, (mid, inner) in zip(stage.op.axis, tiles)]
+    rsplits = [stage.split(a, factor=f) for a, f in zip(stage.op.reduce_axis, reduce)]
+    outer = [lv[0] for lv in levels]
+    order = (outer + [r[0] for r in rsplits] + [lv[1] for lv in levels]
+             + [r[1] for r in rsplits] + [lv[2] for lv in levels])
+    stage.reorder(*order)
+    _parallel_outer(stage, outer, flags["parallel"])
+    _finish_inner(stage, [lv[2] for lv in levels], flags)
+
+
+def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> None:
+    """The output stage is tiled S0 | S1 | S2; the reduction computes its S1*S2 tile into a
+    local buffer at the last S0 loop, itself ordered R0 | S1 | R1 | S2."""
+    levels = [_split3(out, a, mid, inner) for a, (mid, inner) in zip(out.op.axis, tiles)]
+    outer = [lv[0] for lv in levels]
+    out.reorder(*(outer + [lv[1] for lv in levels] + [lv[2] for lv in levels]))
+    outer = _parallel_outer(out, outer, flags["parallel"])
+    local.compute_at(out, outer[-1])
+    if flags["vectorize"] and levels[-1][2].extent > 1:
+        out.vectorize(levels[-1][2])
+    inner = [local.split(a, factor=inner)
+             for a, (_, inner) in zip(local.op.axis, tiles)]
+    rsplits = [local.split(a, factor=f) for a, f in zip(local.op.reduce_axis, reduce)]
+    local.reorder(*([r[0] for r in rsplits] + [s[0] for s in inner] + [r[1] for r in rsplits]
+                    + [s[1] for s in inner]))
+    _finish_inner(local, [s[1] for s in inner], flags)
+
+
+def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    inner = []
+    if vector > 1:
+        jo, ji = stage.split(axes[-1], factor=vector)
+        axes[-1:] = [jo]
+        inner = [ji]
+        stage.vectorize(ji)
+    if parallel:
+        stage.parallel(stage.fuse(*axes))

@@ -1,0 +1,191 @@
+"""The tuning loop: propose a batch, measure it, commit each record at once, refit, repeat.
+
+It resumes from the database (measured configs are `seen` and train the model first), so a
+killed run continues where it stopped. `apply_best`/`build_best` turn the log into a schedule
+and always say where the schedule came from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import codegen
+from ..codegen.target import Target
+from ..schedule import lower
+from ..schedule.schedule import Schedule
+from ..te.errors import KilnError
+from .database import Database, Record, config_key
+from .measure import MeasureOptions, MeasureStatus, Runner, TaskData
+from .search import SearchConfig, make_search
+from .space import SearchSpace
+from .task import Task
+
+log = logging.getLogger(__name__)
+
+SEARCHES = ("xgb", "random", "grid")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a progress bar needs after each trial."""
+
+    task_name: str
+    trials_done: int
+    trials_total: int
+    best_gflops: float
+    last_status: str
+    elapsed: float
+
+    @property
+    def eta_seconds(self) -> float:
+        done = max(1, self.trials_done)
+        return self.elapsed / done * max(0, self.trials_total - self.trials_done)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    task_key: str
+    target: str
+    best_config: dict | None
+    best_seconds: float
+    best_gflops: float
+    measured: int               # trials measured by this call
+    total_trials: int           # records of this task+target in the database afterwards
+    interrupted: bool = False
+
+
+def canonical_target(target: str | Target) -> str:
+    """The database spelling of a target ("native" becomes the host CPU's full string)."""
+    return str(Target.from_string(target))
+
+
+class TaskTuner:
+    """Tuning state of one task on one target: search, seen set, best; resumable."""
+
+    def __init__(self, task: Task, target: str, db: Database, search: str = "xgb",
+                 runner: Runner | None = None, search_config: SearchConfig | None = None,
+                 data_seed: int = 0):
+        if search not in SEARCHES:
+            raise KilnError(f"unknown search {search!r}; choose one of: {', '.join(SEARCHES)}")
+        self.target = canonical_target(target)
+        self.task = dataclasses.replace(task, target=self.target, _key=[])
+        self.db = db
+        self.space = SearchSpace(self.task)
+        self.search = make_search(search, self.space, search_config)
+        self.runner = runner
+        self.data_seed = data_seed
+        self._data: TaskData | None = None
+        self.db.commit_task(self.task.workload_key, self.task.description, self.task.shapes,
+                            self.task.flops)
+        past = db.records(self.task.workload_key, self.target)
+        self.seen = {config_key(r.config) for r in past}
+        self.n_records = len(past)
+        self.best: Record | None = min((r for r in past if r.status == "OK"),
+                                       key=lambda r: r.mean_cost, default=None)
+        if past:
+            self.search.update([r.config for r in past], [r.mean_cost for r in past])
+
+    @property
+    def best_seconds(self) -> float:
+        return self.best.mean_cost if self.best else math.inf
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.flops / self.best_seconds / 1e9 if self.best else 0.0
+
+    def _propose(self, n: int) -> list[dict]:
+        batch = []
+        default = self.space.default_config()
+        if config_key(default) not in self.seen:
+            batch.append(default)   # the fallback schedule is always measured first
+        taken = self.seen | {config_key(c) for c in batch}
+        batch += self.search.propose(taken, n - len(batch))
+        return batch[:n]
+
+    def step(self, n: int, callback: Callable[[Progress], None] | None = None,
+             progress_base: tuple[int, int, float] | None = None) -> int:
+        """Measure up to `n` new configs (one batch), committing each; returns how many."""
+        if self.runner is None:
+            self.runner = Runner(MeasureOptions())
+        if self._data is None:
+            self._data = TaskData.make(self.task, self.data_seed)
+        batch = self._propose(n)
+        costs = []
+        for config in batch:
+            result = self.runner.run(self.task, self._data, config, self.target)
+            record = Record(self.task.workload_key, self.target, config, result.costs,
+                            result.status.value, result.error_text)
+            self.db.commit_record(record)
+            self.seen.add(config_key(config))
+            self.n_records += 1
+            costs.append(record.mean_cost)
+            if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
+                self.best = record
+            if result.status is not MeasureStatus.OK:
+                log.info("%s: candidate %s: %s", self.task.name, result.status.value,
+                         result.error_text.strip().splitlines()[-1:] or "")
+            if callback is not None and progress_base is not None:
+                done, total, start = progress_base
+                done += len(costs)
+                callback(Progress(self.task.name, done, total, self.best_gflops,
+                                  result.status.value, time.perf_counter() - start))
+        self.search.update(batch[:len(costs)], costs)
+        return len(costs)
+
+
+def tune_task(task: Task, target: str, trials: int, db: Database, search: str = "xgb",
+              batch_size: int = 8, callback: Callable[[Progress], None] | None = None,
+              seed: int = 0, options: MeasureOptions | None = None,
+              search_config: SearchConfig | None = None) -> TuneResult:
+    """Tune `task` until the database holds `trials` records of it on `target`.
+
+    Records already in `db` count toward `trials` (a rerun after a crash measures only the
+    rest). Ctrl-C stops cleanly: everything measured so far is committed and returned.
+    """
+    search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
+    runner = Runner(options or MeasureOptions())
+    tuner = TaskTuner(task, target, db, search, runner, search_config)
+    measured, interrupted, start = 0, False, time.perf_counter()
+    try:
+        while tuner.n_records < trials:
+            n = min(batch_size, trials - tuner.n_records)
+            base = (measured, trials - tuner.n_records + measured, start)
+            got = tuner.step(n, callback, base)
+            measured += got
+            if got == 0:
+                log.info("%s: the search space is exhausted", task.name)
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("%s: tuning interrupted; %d new records are kept", task.name, measured)
+    finally:
+        runner.close()
+    return TuneResult(tuner.task.workload_key, tuner.target,
+                      tuner.best.config if tuner.best else None, tuner.best_seconds,
+                      tuner.best_gflops, measured, tuner.n_records, interrupted)
+
+
+def apply_best(task: Task, target: str, db: Database | None) -> tuple[Schedule, list, str]:
+    """The best known schedule of `task` on `target`, and where it came from: "database" or
+    "default (no tuning records)". Records of other targets are never used."""
+    target = canonical_target(target)
+    task = dataclasses.replace(task, target=target, _key=[])
+    space = SearchSpace(task)
+    best = db.best(task.workload_key, target) if db is not None else []
+    if best:
+        sch, args = space.apply(best[0].config)
+        return sch, args, "database"
+    sch, args = space.apply(space.default_config())
+    return sch, args, "default (no tuning records)"
+
+
+def build_best(task: Task, target: str, db: Database | None):
+    """Compile the best known schedule of `task` (see apply_best) into a Kernel."""
+    sch, args, source = apply_best(task, target, db)
+    log.info("%s: building the schedule from the %s", task.name, source)
+    func = lower(sch, args, name=task.name)
+    return codegen.build(func, target=canonical_target(target))

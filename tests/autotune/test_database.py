@@ -1,0 +1,165 @@
+"""The SQLite tuning database: roundtrip, WAL, concurrent readers, jsonl exchange, rejection."""
+import json
+import sqlite3
+import threading
+
+import pytest
+
+from kiln.autotune.database import SCHEMA_VERSION, Database, Record, config_key
+from kiln.te.errors import TuningDatabaseError
+
+KEY = "a" * 64
+
+
+def _record(cost, status="OK", target="cpu-a", config=None, key=KEY):
+    config = config if config is not None else {"tile": [4, int(cost * 1e6)]}
+    costs = (cost, cost) if status == "OK" else ()
+    return Record(key, target, config, costs, status, "" if status == "OK" else "boom")
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(tmp_path / "log.db")
+    database.commit_task(KEY, "C = A @ B", [["A", [4, 4], "float32"]], flops=128.0)
+    yield database
+    database.close()
+
+
+def test_roundtrip_keeps_configs_costs_and_order(db):
+    records = [_record(3e-3), _record(1e-3), _record(0, "WRONG_ANSWER", config={"x": 1})]
+    for r in records:
+        db.commit_record(r)
+    back = db.records(KEY, "cpu-a")
+    assert [r.config for r in back] == [r.config for r in records]
+    assert [r.status for r in back] == ["OK", "OK", "WRONG_ANSWER"]
+    assert back[0].costs == (3e-3, 3e-3)
+    assert back[2].error_text == "boom"
+    assert back[0].schema_version == SCHEMA_VERSION
+
+
+def test_best_returns_only_ok_records_fastest_first(db):
+    db.commit_record(_record(0, "TIMEOUT", config={"fast": "but broken"}))
+    for cost in (5e-3, 2e-3, 9e-3):
+        db.commit_record(_record(cost))
+    best = db.best(KEY, "cpu-a", k=2)
+    assert [r.mean_cost for r in best] == [2e-3, 5e-3]
+
+
+def test_records_of_another_target_are_never_returned(db):
+    db.commit_record(_record(1e-3, target="cpu-b"))
+    db.commit_record(_record(4e-3, target="cpu-a"))
+    assert [r.mean_cost for r in db.best(KEY, "cpu-a")] == [4e-3]
+    assert all(r.target == "cpu-a" for r in db.records(KEY, "cpu-a"))
+    assert db.best(KEY, "cpu-c") == []
+
+
+def test_wal_mode_and_commit_per_record(db, tmp_path):
+    mode = sqlite3.connect(tmp_path / "log.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    db.commit_record(_record(1e-3))
+    # a separate connection sees the record at once: it was committed, not buffered
+    other = sqlite3.connect(tmp_path / "log.db")
+    assert other.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 1
+
+
+def test_concurrent_reader_while_writing(db, tmp_path):
+    counts, errors = [], []
+
+    def read():
+        try:
+            reader = Database(tmp_path / "log.db")   # its own connection, as a reader process
+            for _ in range(50):
+                counts.append(len(reader.records(KEY, "cpu-a")))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    for i in range(50):
+        db.commit_record(_record(1e-3 + i * 1e-6))
+    thread.join()
+    assert errors == []
+    assert counts == sorted(counts)          # a reader only ever sees more records
+    assert len(db.records(KEY, "cpu-a")) == 50
+    assert counts[-1] <= 50
+
+
+def test_export_import_jsonl_roundtrip(db, tmp_path):
+    for cost in (2e-3, 1e-3):
+        db.commit_record(_record(cost))
+    db.commit_record(_record(0, "COMPILE_ERROR", config={"bad": True}))
+    path = tmp_path / "log.jsonl"
+    assert db.export_jsonl(path) == 3
+    other = Database(tmp_path / "other.db")
+    assert other.import_jsonl(path) == 3
+    assert [r.config for r in other.records(KEY, "cpu-a")] == \
+        [r.config for r in db.records(KEY, "cpu-a")]
+    assert other.best(KEY, "cpu-a")[0].mean_cost == 1e-3
+    assert other.task_info(KEY)["description"] == "C = A @ B"
+
+
+def _write_lines(path, lines):
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines))
+
+
+def test_import_rejects_foreign_schema_version_naming_line(db, tmp_path):
+    good = {"kind": "record", **_record(1e-3).to_json()}
+    foreign = dict(good, schema_version=SCHEMA_VERSION + 1)
+    path = tmp_path / "foreign.jsonl"
+    _write_lines(path, [good, foreign])
+    with pytest.raises(TuningDatabaseError,
+                       match=rf"line 2: record has schema version {SCHEMA_VERSION + 1}.*"
+                             rf"schema version {SCHEMA_VERSION}"):
+        db.import_jsonl(path)
+    assert db.records(KEY, "cpu-a") == []   # nothing of a rejected file is imported
+
+
+def test_import_rejects_malformed_line(db, tmp_path):
+    path = tmp_path / "broken.jsonl"
+    _write_lines(path, [{"kind": "record", **_record(1e-3).to_json()}, "{not json"])
+    with pytest.raises(TuningDatabaseError, match=r"broken.jsonl, line 2: malformed JSON"):
+        db.import_jsonl(path)
+
+
+def test_import_rejects_missing_fields(db, tmp_path):
+    path = tmp_path / "partial.jsonl"
+    _write_lines(path, [{"task_key": KEY, "target": "cpu-a", "schema_version": 1}])
+    with pytest.raises(TuningDatabaseError, match=r"line 1: record is missing field\(s\) config"):
+        db.import_jsonl(path)
+
+
+def test_import_with_target_rejects_other_targets(db, tmp_path):
+    path = tmp_path / "other_target.jsonl"
+    _write_lines(path, [{"kind": "record", **_record(1e-3, target="cpu-b").to_json()}])
+    with pytest.raises(TuningDatabaseError, match=r"target 'cpu-b', expected 'cpu-a'"):
+        db.import_jsonl(path, target="cpu-a")
+
+
+def test_commit_rejects_foreign_schema_record(db):
+    record = Record(KEY, "cpu-a", {}, (1.0,), "OK", schema_version=SCHEMA_VERSION + 5)
+    with pytest.raises(TuningDatabaseError, match="schema version"):
+        db.commit_record(record)
+
+
+def test_not_a_database_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(TuningDatabaseError, match=r"cannot open tuning database .*garbage.db"):
+        Database(path)
+
+
+def test_summary_counts_statuses_and_gflops(db):
+    db.commit_record(_record(1e-6))
+    db.commit_record(_record(2e-6))
+    db.commit_record(_record(0, "TIMEOUT", config={"t": 1}))
+    (row,) = db.summary()
+    assert row["trials"] == 3
+    assert row["by_status"] == {"OK": 2, "TIMEOUT": 1}
+    assert row["best_seconds"] == pytest.approx(1e-6)
+    assert row["best_gflops"] == pytest.approx(128.0 / 1e-6 / 1e9)
+    assert row["description"] == "C = A @ B"
+
+
+def test_config_key_is_order_independent():
+    assert config_key({"a": 1, "b": [2, 3]}) == config_key({"b": [2, 3], "a": 1})
+    assert config_key({"a": 1}) != config_key({"a": 2})
