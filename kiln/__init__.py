@@ -1,1 +1,18 @@
-"""Kiln."""
+"""Kiln: a tensor-expression compiler with a learned-cost-model autotuner for the CPU.
+
+    from kiln import te
+    s = kiln.create_schedule(C); f = kiln.build(s, [A, B, C]); f(a, b, c)
+"""
+from . import te
+from .build import build
+from .codegen import Target
+from .schedule import create_schedule, lower
+from .te.errors import (CodegenError, KernelArgumentError, KilnError, LoweringError,
+                        ModelFormatError, ScheduleError, TargetError, TuningDatabaseError,
+                        UnsupportedOperatorError)
+
+__version__ = "0.1.0"
+
+__all__ = ["te", "build", "Target", "create_schedule", "lower", "KilnError", "ScheduleError",
+           "LoweringError", "CodegenError", "KernelArgumentError", "TargetError",
+           "UnsupportedOperatorError", "ModelFormatError", "TuningDatabaseError", "__version__"]
