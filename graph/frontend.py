@@ -1,0 +1,275 @@
+"""Load an ONNX model into Kiln's graph IR with static shapes.
+
+`load_onnx(path_or_proto, input_shapes=None)`: parse (ModelFormatError naming the file if that
+fails), run onnx.checker, check every operator is supported (one UnsupportedOperatorError that
+lists them all), fix symbolic input dims (to the given shapes, or 1), run onnx shape inference
+as a cross-check, then convert node by node with the converters in `onnx_ops.py`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..te import dtype as _dt
+from ..te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
+from . import ops
+from .ir import Graph, Node, Value
+from .onnx_ops import CONVERTERS
+from .reference import run_node
+
+log = logging.getLogger(__name__)
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def _read_model(model, source: str) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ModelFormatError(f"model file '{path}' does not exist")
+    try:
+        return onnx.load(path)
+    except Exception as exc:  # protobuf raises DecodeError, RuntimeError, ... on bad bytes
+        raise ModelFormatError(f"cannot read ONNX model '{path}': {type(exc).__name__}: {exc}. "
+                               "The file is truncated or not an ONNX protobuf; re-export it."
+                               ) from exc
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in _ONNX_DOMAINS:
+            return int(imp.version)
+    return 1
+
+
+def check_supported(model: onnx.ModelProto, opset: int) -> None:
+    """Raise one UnsupportedOperatorError listing every unsupported op type and its nodes."""
+    missing: dict[str, list[str]] = {}
+    for k, node in enumerate(model.graph.node):
+        if node.domain not in _ONNX_DOMAINS or node.op_type not in CONVERTERS:
+            label = node.op_type if node.domain in _ONNX_DOMAINS else \
+                f"{node.domain}.{node.op_type}"
+            missing.setdefault(label, []).append(node.name or f"#{k}")
+    if not missing:
+        return
+    parts = []
+    for op, names in missing.items():
+        word = "node" if len(names) == 1 else "nodes"
+        parts.append(f"{op} ({word} " + ", ".join(f"'{n}'" for n in names) + ")")
+    n = len(missing)
+    raise UnsupportedOperatorError(
+        f"this model uses {n} operator type{'s' if n > 1 else ''} Kiln does not support "
+        f"(opset {opset}): " + ", ".join(parts) + ".")
+
+
+def _resolve_inputs(model, given: Mapping[str, Sequence[int]]) -> list[Value]:
+    init = {t.name for t in model.graph.initializer}
+    real = [i for i in model.graph.input if i.name not in init]
+    unknown = set(given) - {i.name for i in real}
+    if unknown:
+        raise ModelFormatError(f"input_shapes names {sorted(unknown)} are not model inputs; "
+                               f"the inputs are {[i.name for i in real]}")
+    values = []
+    for inp in real:
+        tt = inp.type.tensor_type
+        dtype = _onnx_dtype(tt.elem_type, f"input '{inp.name}'")
+        dims = list(tt.shape.dim) if tt.HasField("shape") else None
+        want = given.get(inp.name)
+        if want is not None:
+            want = tuple(int(d) for d in want)
+            if dims is not None:
+                fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+                if len(want) != len(fixed) or any(f is not None and f != w
+                                                  for f, w in zip(fixed, want)):
+                    raise ModelFormatError(
+                        f"input '{inp.name}': given shape {list(want)} does not match the "
+                        f"model's {[f if f is not None else '?' for f in fixed]}")
+            shape = want
+        elif dims is None:
+            raise ModelFormatError(f"input '{inp.name}' has no shape in the model; pass "
+                                   f"input_shapes={{'{inp.name}': (...)}}")
+        else:
+            shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in dims)
+            if any(not d.HasField("dim_value") for d in dims):
+                log.info("input '%s': symbolic dims resolved to 1 -> %s", inp.name, shape)
+        values.append(Value(inp.name, shape, dtype))
+    return values
+
+
+def _onnx_dtype(elem_type: int, what: str) -> str:
+    try:
+        return _dt.canonical(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KilnError, KeyError, TypeError) as exc:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "UNDEFINED"
+        raise ModelFormatError(f"{what} has element type {name}, which Kiln does not support; "
+                               f"supported: {', '.join(_dt.DTYPES)}") from exc
+
+
+def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    _onnx_dtype(t.data_type, what)
+    arr = numpy_helper.to_array(t)
+    return np.array(arr, order="C")
+
+
+class ConvertContext:
+    """State of one conversion: values by ONNX name, emitted nodes, constants."""
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.constants: dict[str, np.ndarray] = {}
+        self._producer: dict[str, Node] = {}
+        self._static: dict[str, np.ndarray] = {}
+        self._taken: set[str] = set()
+        self.node_name = self.op_type = ""
+        self.output_names: list[str] = []
+
+    def _fresh(self, hint: str) -> str:
+        name, k = hint, 0
+        while name in self._taken:
+            k += 1
+            name = f"{hint}.{k}"
+        self._taken.add(name)
+        return name
+
+    def onnx_dtype(self, elem_type: int) -> str:
+        return _onnx_dtype(elem_type, f"node '{self.node_name}' ({self.op_type})")
+
+    def emit(self, op: str, inputs, attrs=None, n_out: int = 1, final: bool = False):
+        """Append a node; `final` names its outputs after the ONNX node's outputs."""
+        if final:  # ONNX names were reserved up front, so they are used as they are
+            names = [n or self._fresh(f"{self.node_name}/{op}")
+                     for n in self.output_names[:n_out]]
+            names += [self._fresh(f"{self.node_name}/{op}") for _ in range(n_out - len(names))]
+        else:
+            names = [self._fresh(f"{self.node_name}/{op}") for _ in range(n_out)]
+        attrs = dict(attrs or {})
+        outs = ops.make_outputs(op, inputs, attrs, names, self.node_name)
+        node = Node(op, tuple(inputs), outs, attrs, self._fresh(f"{self.node_name}:{op}"))
+        self.nodes.append(node)
+        for o in outs:
+            self._producer[o.name] = node
+        return outs if n_out > 1 else outs[0]
+
+    def const(self, array, final: bool = False, name: str | None = None) -> Value:
+        arr = np.array(array, order="C")
+        if arr.dtype == np.float64 and not final and name is None:
+            arr = arr.astype(np.float32)  # scalars made by converters follow the model's fp32
+        exact = name or (self.output_names[0] if final else None)
+        v = Value(exact or self._fresh(f"{self.node_name}/const"), arr.shape,
+                  _dt.canonical(arr.dtype))
+        self.constants[v.name] = arr
+        return v
+
+    def static(self, v: Value, what: str) -> np.ndarray:
+        """The compile-time value of `v` (a constant, or computed from constants only)."""
+        if v.name in self.constants:
+            return self.constants[v.name]
+        if v.name in self._static:
+            return self._static[v.name]
+        node = self._producer.get(v.name)
+        if node is None:
+            raise ModelFormatError(
+                f"node '{self.node_name}' ({self.op_type}) needs its '{what}' input "
+                f"('{v.name}') at compile time, but it comes from a graph input; Kiln needs "
+                "static shapes (fix the input shapes or make it an initializer).")
+        args = [None if i is None else self.static(i, what) for i in node.inputs]
+        for out, arr in zip(node.outputs, run_node(node, args)):
+            self._static[out.name] = arr
+        return self._static[v.name]
+
+    def convert(self, node: onnx.NodeProto, index: int) -> None:
+        self.node_name = node.name or f"{node.op_type}_{index}"
+        self.op_type = node.op_type
+        self.output_names = list(node.output)
+        try:
+            inputs = [self.values[n] if n else None for n in node.input]
+        except KeyError as exc:
+            raise ModelFormatError(f"node '{self.node_name}' ({node.op_type}) reads "
+                                   f"{exc.args[0]!r}, which nothing defines") from None
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        attrs = {}
+        for a in node.attribute:
+            val = helper.get_attribute_value(a)
+            if isinstance(val, bytes):
+                val = val.decode()
+            elif isinstance(val, onnx.TensorProto):
+                val = _array(val, f"attribute '{a.name}' of node '{self.node_name}'")
+            elif isinstance(val, list):
+                val = tuple(v.decode() if isinstance(v, bytes) else v for v in val)
+            attrs[a.name] = val
+        try:
+            result = CONVERTERS[node.op_type](self, *inputs, **attrs)
+        except TypeError as exc:
+            raise ModelFormatError(f"node '{self.node_name}' ({node.op_type}, opset "
+                                   f"{self.opset}) has inputs/attributes Kiln does not expect: "
+                                   f"{exc}") from exc
+        results = result if isinstance(result, tuple) else (result,)
+        for name, val in zip(node.output, results):
+            if name:
+                self.values[name] = val
+
+
+def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
+              name: str | None = None) -> Graph:
+    """Convert an ONNX file path or ModelProto to a Graph with static shapes."""
+    source = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    proto = _read_model(model, source)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise ModelFormatError(f"ONNX model {source} is invalid: {exc}") from exc
+    opset = model_opset(proto)
+    check_supported(proto, opset)
+    ctx = ConvertContext(opset)
+    ctx._taken.update(_all_names(proto.graph))
+    for t in proto.graph.initializer:
+        ctx.values[t.name] = ctx.const(_array(t, f"initializer '{t.name}'"), name=t.name)
+    inputs = _resolve_inputs(proto, input_shapes or {})
+    for v in inputs:
+        ctx.values[v.name] = v
+    _cross_check_shape_inference(proto, inputs, source)
+    for k, node in enumerate(proto.graph.node):
+        ctx.convert(node, k)
+    outputs = []
+    for o in proto.graph.output:
+        if o.name not in ctx.values:
+            raise ModelFormatError(f"graph output '{o.name}' of {source} is never computed")
+        outputs.append(ctx.values[o.name])
+    graph_name = name or proto.graph.name or "model"
+    return Graph(tuple(inputs), tuple(ctx.nodes), tuple(outputs), ctx.constants, graph_name)
+
+
+def _all_names(g: onnx.GraphProto) -> set[str]:
+    names = {t.name for t in g.initializer} | {i.name for i in g.input}
+    for n in g.node:
+        names.update(n.input)
+        names.update(n.output)
+        names.add(n.name)
+    return names
+
+
+def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], source: str):
+    """Run onnx shape inference with the resolved input shapes; it must not find a conflict."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    shapes = {v.name: v.shape for v in inputs}
+    for inp in fixed.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = d
+    try:
+        onnx.shape_inference.infer_shapes(fixed, check_type=True, strict_mode=True)
+    except onnx.shape_inference.InferenceError as exc:
+        raise ModelFormatError(f"ONNX shape inference failed on {source} with input shapes "
+                               f"{shapes}: {exc}") from exc

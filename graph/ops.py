@@ -1,0 +1,276 @@
+"""Kiln's graph op set: fusion class and shape/dtype inference for every op.
+
+The op set is a normalised subset of ONNX, chosen so each op maps onto one TE operator:
+
+- Gemm becomes `transpose` (if transA/transB) + `matmul` + `mul` (alpha) + `add` (beta * C).
+- Conv becomes `conv2d` (NCHW, explicit pads (top, left, bottom, right)) + `add` of the bias
+  reshaped to (C, 1, 1). auto_pad is resolved to explicit pads.
+- Flatten, Squeeze, Unsqueeze become `reshape`; Expand becomes `broadcast_to`.
+- GlobalAveragePool/GlobalMaxPool become `reduce_mean`/`reduce_max` over (2, 3), keepdims.
+- Relu stays `relu` (an elementwise max with 0); Clip carries its bounds as attrs.
+- BatchNormalization stays `batch_norm` until the simplify pass folds it into the preceding
+  conv2d/matmul or decomposes it into `mul` + `add` with per-channel constants.
+- Dropout (inference) and Identity become `identity`, removed by the simplify pass.
+- Shape, Constant, ConstantOfShape and Range are folded to constants by the frontend.
+All axes in attrs are normalised to non-negative ints; all shape-like attrs are tuples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..te.errors import InternalError, ModelFormatError
+from .ir import FrozenDict, OpClass, Value
+
+Shape = tuple[int, ...]
+InferFn = Callable[[tuple, FrozenDict], list[tuple[Shape, str]]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    opclass: OpClass
+    infer: InferFn
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _register(names: str, opclass: OpClass):
+    def deco(fn: InferFn) -> InferFn:
+        for name in names.split():
+            OPS[name] = OpDef(name, opclass, fn)
+        return fn
+    return deco
+
+
+def op_class(op: str) -> OpClass:
+    if op not in OPS:
+        raise InternalError(f"graph op '{op}' is not in Kiln's op table; this is a bug in Kiln")
+    return OPS[op].opclass
+
+
+def infer(op: str, inputs, attrs, node_name: str = "?") -> list[tuple[Shape, str]]:
+    """Output (shape, dtype) pairs of `op` on `inputs`; ModelFormatError if they don't fit."""
+    try:
+        return OPS[op].infer(tuple(inputs), FrozenDict(attrs))
+    except ModelFormatError:
+        raise
+    except (ValueError, IndexError) as exc:
+        shapes = ", ".join("_" if v is None else f"{v.dtype}{list(v.shape)}" for v in inputs)
+        raise ModelFormatError(f"node '{node_name}' ({op}): inputs {shapes} do not fit: {exc}. "
+                               "Check the model's shapes (or the input shapes given).") from exc
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+
+
+# -- elementwise / broadcast -------------------------------------------------------------------
+
+@_register("relu neg exp log abs sqrt reciprocal erf tanh sigmoid leaky_relu clip hard_sigmoid "
+           "hard_swish gelu identity", OpClass.ELEMWISE)
+def _unary(ins, attrs):
+    return [(ins[0].shape, ins[0].dtype)]
+
+
+@_register("logical_not", OpClass.ELEMWISE)
+def _not(ins, attrs):
+    return [(ins[0].shape, "bool")]
+
+
+@_register("cast", OpClass.ELEMWISE)
+def _cast(ins, attrs):
+    return [(ins[0].shape, attrs["to"])]
+
+
+@_register("add sub mul div pow max min", OpClass.BROADCAST)
+def _binary(ins, attrs):
+    a, b = ins  # ONNX requires equal dtypes (Pow: the result has the base's dtype)
+    return [(broadcast_shapes(a.shape, b.shape), a.dtype)]
+
+
+@_register("equal less greater logical_and logical_or", OpClass.BROADCAST)
+def _compare(ins, attrs):
+    return [(broadcast_shapes(ins[0].shape, ins[1].shape), "bool")]
+
+
+@_register("where", OpClass.BROADCAST)
+def _where(ins, attrs):
+    c, a, b = ins
+    return [(broadcast_shapes(c.shape, a.shape, b.shape), a.dtype)]
+
+
+@_register("batch_norm", OpClass.BROADCAST)
+def _batch_norm(ins, attrs):
+    x = ins[0]
+    if len(x.shape) < 2 or any(v.shape != (x.shape[1],) for v in ins[1:]):
+        raise ValueError(f"batch_norm parameters must have shape ({x.shape[1]},)")
+    return [(x.shape, x.dtype)]
+
+
+# -- injective ---------------------------------------------------------------------------------
+
+@_register("reshape", OpClass.INJECTIVE)
+def _reshape(ins, attrs):
+    shape = tuple(attrs["shape"])
+    if int(np.prod(shape)) != ins[0].size:
+        raise ValueError(f"cannot reshape {list(ins[0].shape)} to {list(shape)}")
+    return [(shape, ins[0].dtype)]
+
+
+@_register("transpose", OpClass.INJECTIVE)
+def _transpose(ins, attrs):
+    perm = attrs["perm"]
+    if sorted(perm) != list(range(len(ins[0].shape))):
+        raise ValueError(f"perm {perm} is not a permutation of the input axes")
+    return [(tuple(ins[0].shape[p] for p in perm), ins[0].dtype)]
+
+
+@_register("broadcast_to", OpClass.INJECTIVE)
+def _broadcast_to(ins, attrs):
+    return [(broadcast_shapes(ins[0].shape, tuple(attrs["shape"])), ins[0].dtype)]
+
+
+@_register("concat", OpClass.INJECTIVE)
+def _concat(ins, attrs):
+    axis = attrs["axis"]
+    first = ins[0].shape
+    for v in ins[1:]:
+        if len(v.shape) != len(first) or any(
+                d != e for k, (d, e) in enumerate(zip(v.shape, first)) if k != axis):
+            raise ValueError(f"concat along axis {axis} needs equal other dims")
+    shape = list(first)
+    shape[axis] = sum(v.shape[axis] for v in ins)
+    return [(tuple(shape), ins[0].dtype)]
+
+
+@_register("split", OpClass.INJECTIVE)
+def _split(ins, attrs):
+    axis, sizes = attrs["axis"], attrs["sizes"]
+    if sum(sizes) != ins[0].shape[axis]:
+        raise ValueError(f"split sizes {sizes} do not add up to dim {ins[0].shape[axis]}")
+    out = []
+    for s in sizes:
+        shape = list(ins[0].shape)
+        shape[axis] = s
+        out.append((tuple(shape), ins[0].dtype))
+    return out
+
+
+@_register("slice", OpClass.INJECTIVE)
+def _slice(ins, attrs):
+    shape = tuple(len(range(b, e, s)) for b, e, s in
+                  zip(attrs["starts"], attrs["ends"], attrs["steps"]))
+    return [(shape, ins[0].dtype)]
+
+
+@_register("gather", OpClass.INJECTIVE)
+def _gather(ins, attrs):
+    data, idx = ins
+    axis = attrs["axis"]
+    return [(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.dtype)]
+
+
+@_register("gather_nd", OpClass.OPAQUE)
+def _gather_nd(ins, attrs):
+    data, idx = ins
+    b = attrs["batch_dims"]
+    last = idx.shape[-1]
+    return [(idx.shape[:-1] + data.shape[b + last:], data.dtype)]
+
+
+@_register("pad", OpClass.INJECTIVE)
+def _pad(ins, attrs):
+    pads = attrs["pads"]
+    rank = len(ins[0].shape)
+    shape = tuple(d + pads[k] + pads[k + rank] for k, d in enumerate(ins[0].shape))
+    if min(shape, default=1) < 0:
+        raise ValueError(f"pads {pads} make a negative dimension")
+    return [(shape, ins[0].dtype)]
+
+
+# -- reductions --------------------------------------------------------------------------------
+
+@_register("reduce_sum reduce_mean reduce_max reduce_min reduce_l2", OpClass.REDUCTION)
+def _reduce(ins, attrs):
+    axes, keep = attrs["axes"], attrs["keepdims"]
+    shape = ins[0].shape
+    if keep:
+        out = tuple(1 if k in axes else d for k, d in enumerate(shape))
+    else:
+        out = tuple(d for k, d in enumerate(shape) if k not in axes)
+    return [(out, ins[0].dtype)]
+
+
+@_register("softmax log_softmax layer_norm", OpClass.REDUCTION)
+def _same_shape(ins, attrs):
+    return [(ins[0].shape, ins[0].dtype)]
+
+
+def pool_output_dim(size: int, k: int, stride: int, dilation: int, pad_begin: int,
+                    pad_end: int, ceil_mode: bool) -> int:
+    """ONNX pooling/conv output length; with ceil_mode the last window must start in bounds."""
+    span = (k - 1) * dilation + 1
+    num = size + pad_begin + pad_end - span
+    if num < 0:
+        raise ValueError(f"window {span} is larger than the padded input {size}")
+    out = (-(-num // stride) if ceil_mode else num // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
+@_register("max_pool2d avg_pool2d", OpClass.REDUCTION)
+def _pool(ins, attrs):
+    n, c, h, w = ins[0].shape
+    k, s, d, p = attrs["kernel"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    cm = attrs["ceil_mode"]
+    oh = pool_output_dim(h, k[0], s[0], d[0], p[0], p[2], cm)
+    ow = pool_output_dim(w, k[1], s[1], d[1], p[1], p[3], cm)
+    return [((n, c, oh, ow), ins[0].dtype)]
+
+
+# -- anchors -----------------------------------------------------------------------------------
+
+@_register("conv2d", OpClass.OUT_ELEMWISE_FUSABLE)
+def _conv2d(ins, attrs):
+    x, w = ins
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    g = attrs["groups"]
+    if c != cg * g or o % g:
+        raise ValueError(f"{c} input channels, weight {list(w.shape)} and groups={g} disagree")
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
+    ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
+    return [((n, o, oh, ow), x.dtype)]
+
+
+@_register("matmul", OpClass.OUT_ELEMWISE_FUSABLE)
+def _matmul(ins, attrs):
+    a, b = ins
+    if len(a.shape) == 0 or len(b.shape) == 0:
+        raise ValueError("matmul operands must have rank >= 1")
+    sa = a.shape if len(a.shape) > 1 else (1,) + a.shape
+    sb = b.shape if len(b.shape) > 1 else b.shape + (1,)
+    if sa[-1] != sb[-2]:
+        raise ValueError(f"contraction dims {sa[-1]} and {sb[-2]} differ")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    out = batch + (sa[-2], sb[-1])
+    if len(a.shape) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b.shape) == 1:
+        out = out[:-1]
+    return [(out, a.dtype)]
+
+
+def make_outputs(op: str, inputs, attrs, names: list[str], node_name: str) -> tuple[Value, ...]:
+    """Values for the outputs of `op`, named `names`, with inferred shapes and dtypes."""
+    results = infer(op, inputs, attrs, node_name)
+    if len(results) != len(names):
+        raise InternalError(f"node '{node_name}' ({op}) has {len(results)} outputs, "
+                            f"{len(names)} names given; this is a bug in Kiln")
+    return tuple(Value(nm, shape, dtype) for nm, (shape, dtype) in zip(names, results))
