@@ -1,0 +1,83 @@
+"""2-D convolution in NCHW layout: a separate pad stage (inline or compute_at it) + the conv."""
+from __future__ import annotations
+
+from .. import expr as E
+from ..errors import TEError
+from ..tensor import Tensor, compute, reduce_axis
+from ..tensor import sum as te_sum
+from ._common import check_tensor, int_tuple, padding4
+from .tags import CONV2D_NCHW
+from .transform import pad
+
+
+def conv_output_extent(op_name: str, extent: int, kernel: int, stride: int, dilation: int,
+                       pad_lo: int, pad_hi: int) -> int:
+    """Output extent of a sliding window (floor mode); raises when the window does not fit."""
+    span = extent + pad_lo + pad_hi - dilation * (kernel - 1) - 1
+    if span < 0 or stride <= 0 or dilation <= 0:
+        raise TEError(f"{op_name}(): a window of {kernel} (dilation {dilation}) does not fit "
+                      f"an input extent of {extent} padded by ({pad_lo}, {pad_hi}), or stride/"
+                      f"dilation is not positive (stride {stride})")
+    return span // stride + 1
+
+
+def conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1, groups: int = 1,
+                out_dtype: str | None = None, name: str | None = None) -> Tensor:
+    """out[n, f, y, x] = sum over (c, ry, rx) of padded[n, c, y*sh + ry*dh, x*sw + rx*dw] *
+    weight[f, c, ry, rx], with c inside f's group.
+
+    weight is [F, C / groups, KH, KW] (ONNX layout; depthwise is groups == C).
+    padding: an int, (vertical, horizontal) or (top, left, bottom, right).
+    """
+    op = name or ("depthwise_conv2d_nchw" if groups > 1 and groups == x.shape[1]
+                  and weight.shape[1] == 1 else "conv2d_nchw")
+    check_tensor("conv2d_nchw", x)
+    check_tensor("conv2d_nchw", weight, "weight")
+    if x.ndim != 4 or weight.ndim != 4:
+        raise TEError(f"{op}(): expects x[N, C, H, W] and weight[F, C/groups, KH, KW], got "
+                      f"'{x.name}'{list(x.shape)} and '{weight.name}'{list(weight.shape)}")
+    n, c, h, w = x.shape
+    f, c_group, kh, kw = weight.shape
+    if not isinstance(groups, int) or groups < 1 or c % groups or f % groups \
+            or c_group != c // groups:
+        raise TEError(f"{op}(): with groups={groups}, the {c} input channels of '{x.name}' and "
+                      f"the {f} filters of '{weight.name}' must divide by groups and weight "
+                      f"must be [F, {c // groups if isinstance(groups, int) and groups else '?'}"
+                      f", KH, KW], got {list(weight.shape)}")
+    if out_dtype is None and x.dtype != weight.dtype:
+        raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{weight.name}' is {weight.dtype}; "
+                      "cast one of them or pass out_dtype=")
+    sh, sw = int_tuple(op, "stride", stride, 2)
+    dh, dw = int_tuple(op, "dilation", dilation, 2)
+    top, left, bottom, right = padding4(op, padding)
+    oh = conv_output_extent(op, h, kh, sh, dh, top, bottom)
+    ow = conv_output_extent(op, w, kw, sw, dw, left, right)
+    padded = x
+    if top or left or bottom or right:
+        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+    rc, ry, rx = reduce_axis(c_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+    per_group = f // groups
+
+    def read(tensor, *indices):
+        value = tensor(*indices)
+        return value if out_dtype is None else E.cast(value, out_dtype)
+
+    def body(b, k, y, xx):
+        channel = rc.var if groups == 1 else (k // per_group) * c_group + rc.var
+        return te_sum(read(padded, b, channel, y * sh + ry.var * dh, xx * sw + rx.var * dw)
+                      * read(weight, k, rc, ry, rx), axis=[rc, ry, rx])
+
+    return compute((n, f, oh, ow), body, name=op, tag=CONV2D_NCHW)
+
+
+def depthwise_conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1,
+                          out_dtype: str | None = None, name: str | None = None) -> Tensor:
+    """One filter set per input channel: weight is [C * multiplier, 1, KH, KW]."""
+    check_tensor("depthwise_conv2d_nchw", x)
+    check_tensor("depthwise_conv2d_nchw", weight, "weight")
+    if x.ndim != 4 or weight.ndim != 4 or weight.shape[1] != 1:
+        raise TEError(f"depthwise_conv2d_nchw(): expects x[N, C, H, W] and weight[C * m, 1, "
+                      f"KH, KW], got '{x.name}'{list(x.shape)} and '{weight.name}'"
+                      f"{list(weight.shape)}")
+    return conv2d_nchw(x, weight, stride, padding, dilation, groups=x.shape[1],
+                       out_dtype=out_dtype, name=name or "depthwise_conv2d_nchw")
