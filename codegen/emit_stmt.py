@@ -75,6 +75,7 @@ class FunctionEmitter(ExprEmitter):
     def alloca(self, ty: ir.Type, align: int = 64) -> ir.Value:
         slot = self.entry_builder.alloca(ty)
         slot.align = align
+        slot.type = T.PTR  # llvmlite types alloca results; the kernel uses opaque pointers
         return slot
 
     # ------------------------------------------------------------------ dispatch

@@ -164,6 +164,11 @@ class Kernel:
                                "inspect it")
         return value
 
+    def export(self, path) -> "Path":
+        """Write this kernel to a shared library (see export.export_library)."""
+        from .export import export_library  # export builds on Kernel
+        return export_library([self], path)
+
     def __repr__(self) -> str:
         params = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
         return f"<Kernel {self.name}({params}) target='{self.target}'>"
