@@ -1,0 +1,87 @@
+"""Measurement in a worker process: every outcome is classified, a broken candidate costs one
+trial and never the run."""
+import numpy as np
+import pytest
+
+from kiln.autotune.measure import MeasureOptions, MeasureStatus, Runner, TaskData, run_payload
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_op("matmul", (16, 8, 24))
+
+
+@pytest.fixture(scope="module")
+def data(task):
+    return TaskData.make(task)
+
+
+@pytest.fixture(scope="module")
+def simple_config(task):
+    config = SearchSpace(task).default_config()
+    return dict(config, **{"C/local": 0, "C/parallel": 0})
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with Runner(MeasureOptions(timeout=20.0, repeat=2, min_repeat_seconds=0.0)) as r:
+        yield r
+
+
+def test_task_data_reference_is_numpy_matmul(task, data):
+    a, b = data.inputs[0], data.inputs[1]
+    assert data.inputs[2] is None                    # the output is not an input
+    np.testing.assert_allclose(data.expected[0], a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_good_candidate_is_ok_with_costs(runner, task, data, simple_config):
+    result = runner.run(task, data, simple_config, "native")
+    assert result.status is MeasureStatus.OK, result.error_text
+    assert len(result.costs) == 2 and all(c > 0 for c in result.costs)
+    assert 0 < result.mean_cost < 1.0
+
+
+def test_crashing_candidate_is_runtime_error_and_next_one_runs(runner, task, data,
+                                                               simple_config):
+    crashed = runner.run(task, data, simple_config, "native", test_fault="crash")
+    assert crashed.status is MeasureStatus.RUNTIME_ERROR
+    assert "died (signal SIGSEGV)" in crashed.error_text
+    assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+
+
+@pytest.mark.slow
+def test_hanging_candidate_is_timeout_and_worker_replaced(task, data, simple_config):
+    with Runner(MeasureOptions(timeout=3.0, repeat=1, min_repeat_seconds=0.0)) as runner:
+        hung = runner.run(task, data, simple_config, "native", test_fault="hang")
+        assert hung.status is MeasureStatus.TIMEOUT
+        assert "did not finish within 3.0 s" in hung.error_text
+        assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+
+
+def test_raising_candidate_keeps_traceback(runner, task, data, simple_config):
+    result = runner.run(task, data, simple_config, "native", test_fault="raise")
+    assert result.status is MeasureStatus.RUNTIME_ERROR
+    assert "injected runtime failure" in result.error_text
+
+
+def test_wrong_answer_is_detected(runner, task, data, simple_config):
+    wrong = TaskData(data.inputs, [data.expected[0] + 1.0])
+    result = runner.run(task, wrong, simple_config, "native")
+    assert result.status is MeasureStatus.WRONG_ANSWER
+    assert "output 'C' differs from the reference" in result.error_text
+
+
+def test_illegal_config_is_invalid_config(runner, task, data):
+    result = runner.run(task, data, {"C/no_such_knob": 1}, "native")
+    assert result.status is MeasureStatus.INVALID_CONFIG
+    assert "unknown knob" in result.error_text
+
+
+def test_run_payload_in_process_matches_worker(task, data, simple_config):
+    import pickle
+    payload = {"task": pickle.dumps(task), "config": simple_config, "target": "native",
+               "options": MeasureOptions(repeat=1, min_repeat_seconds=0.0),
+               "inputs": data.inputs, "expected": data.expected}
+    assert run_payload(payload).status is MeasureStatus.OK

@@ -1,0 +1,138 @@
+"""The tuning loop: records committed as they happen, resume without re-measuring, the best
+schedule is rebuilt from the database (and says where it came from)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from kiln.autotune.database import Database, Record, config_key
+from kiln.autotune.measure import MeasureOptions
+from kiln.autotune.scheduler import tune_tasks
+from kiln.autotune.task import Task
+from kiln.autotune.tuner import apply_best, build_best, canonical_target, tune_task
+from kiln.schedule.lower import lower
+
+FAST = MeasureOptions(timeout=30.0, repeat=2, min_repeat_seconds=0.0)
+
+
+def _task():
+    return Task.from_op("matmul", (16, 8, 24))
+
+
+def _keys(records):
+    return [config_key(r.config) for r in records]
+
+
+@pytest.mark.slow
+def test_tune_commits_every_trial_and_resumes_without_remeasuring(tmp_path):
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    progress = []
+    result = tune_task(task, "native", trials=6, db=db, search="xgb", batch_size=3,
+                       callback=progress.append, options=FAST)
+    records = db.records(task.workload_key, target)
+    assert result.measured == 6 and len(records) == 6
+    assert len(set(_keys(records))) == 6                     # nothing measured twice
+    assert [p.trials_done for p in progress] == [1, 2, 3, 4, 5, 6]
+    ok = [r for r in records if r.status == "OK"]
+    assert ok, [r.error_text[-200:] for r in records]
+    assert result.best_seconds == min(r.mean_cost for r in ok)
+    assert result.best_gflops == pytest.approx(task.flops / result.best_seconds / 1e9)
+
+    again = tune_task(task, "native", trials=6, db=db, options=FAST)
+    assert again.measured == 0                                # budget already spent
+    more = tune_task(task, "native", trials=8, db=db, batch_size=2, options=FAST)
+    assert more.measured == 2
+    records = db.records(task.workload_key, target)
+    assert len(records) == 8 and len(set(_keys(records))) == 8
+
+    kernel = build_best(task, "native", db)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
+    b = rng.uniform(-1, 1, (8, 24)).astype(np.float32)
+    c = np.zeros((16, 24), np.float32)
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_apply_best_says_where_the_schedule_came_from(tmp_path):
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    sch, args, source = apply_best(task, "native", db)
+    assert source == "default (no tuning records)"
+    lower(sch, args, name="mm")
+    # a record for another target is never applied here
+    db.commit_record(Record(task.workload_key, "llvm -mcpu=other", {"C/unroll": 0}, (1e-9,),
+                            "OK"))
+    assert apply_best(task, "native", db)[2] == "default (no tuning records)"
+    db.commit_record(Record(task.workload_key, target, {"C/unroll": 0, "C/parallel": 0},
+                            (1e-3,), "OK"))
+    sch, args, source = apply_best(task, "native", db)
+    assert source == "database"
+    # the schedule came from the stored config (unroll off), not from the default (unroll on)
+    assert not any(step.primitive == "unroll" for step in sch.steps)
+
+
+def test_unknown_search_is_rejected(tmp_path):
+    from kiln.te.errors import KilnError
+    with pytest.raises(KilnError, match=r"unknown search 'beam'; choose one of: xgb, random"):
+        tune_task(_task(), "native", trials=1, db=Database(tmp_path / "t.db"), search="beam")
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from kiln.autotune.database import Database
+    from kiln.autotune.measure import MeasureOptions
+    from kiln.autotune.task import Task
+    from kiln.autotune.tuner import tune_task
+    task = Task.from_op("matmul", (16, 8, 24))
+    tune_task(task, "native", trials=200, db=Database(sys.argv[1]), search="random",
+              batch_size=4, options=MeasureOptions(timeout=30, repeat=1,
+                                                   min_repeat_seconds=0.0))
+""")
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_of_tuning_subprocess(tmp_path):
+    path = tmp_path / "killed.db"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)],
+                             start_new_session=True)
+    task, target = _task(), canonical_target("native")
+    deadline = time.time() + 120
+    count = 0
+    while time.time() < deadline and count < 3:
+        time.sleep(0.3)
+        if path.exists():
+            count = len(Database(path).records(task.workload_key, target))
+        assert child.poll() is None, "the tuning subprocess ended before it was killed"
+    os.killpg(child.pid, signal.SIGKILL)        # the tuner and its measurement worker
+    assert child.wait() == -signal.SIGKILL
+    db = Database(path)
+    kept = db.records(task.workload_key, target)
+    assert len(kept) >= 3                        # committed records survive the kill
+    result = tune_task(task, "native", trials=len(kept) + 2, db=db, search="random",
+                       options=FAST)
+    assert result.measured == 2                  # only the missing trials are measured
+    after = db.records(task.workload_key, target)
+    assert _keys(after)[:len(kept)] == _keys(kept)
+    assert len(set(_keys(after))) == len(after)  # the rerun skipped every measured config
+
+
+@pytest.mark.slow
+def test_task_scheduler_warms_up_every_task_then_spends_the_budget(tmp_path):
+    db = Database(tmp_path / "s.db")
+    tasks = [(Task.from_op("matmul", (16, 8, 24)), 1.0),
+             (Task.from_op("softmax", (4, 24)), 2.0)]
+    reports = tune_tasks(tasks, "native", trials=6, db=db, search="random", batch_size=2,
+                         options=FAST)
+    assert [r.name for r in reports] == ["matmul_16x8x24", "softmax_4x24"]
+    assert all(r.trials >= 2 for r in reports)             # round-robin warm-up
+    assert sum(r.trials for r in reports) == 6
+    target = canonical_target("native")
+    for (task, _), report in zip(tasks, reports):
+        assert len(db.records(task.workload_key, target)) == report.trials
