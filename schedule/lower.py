@@ -199,7 +199,7 @@ class _Lowerer:
         body = update
         for idx in range(len(nest.leaves) - 1, -1, -1):
             body = self._wrap_guards(body, [g for g in guards if g[2] == idx])
-            for child, child_region in children.get(idx, []):
+            for child, child_region in reversed(children.get(idx, [])):  # first runs first
                 child_env = dict(env)
                 child_env.update({v.var: leaf_ranges[v.var] for v in nest.leaves[:idx + 1]})
                 inner_parallel = in_parallel or ForKind.PARALLEL in kinds[:idx + 1]
@@ -267,31 +267,64 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ bound inference
     def _plan_children(self, stage: Stage, nest: _Nest, root_values, env):
-        """Region and buffer of every stage computed at one of this stage's loops."""
-        plan: dict[int, list] = {}
+        """Region and buffer of every stage computed at one of this stage's loops.
+
+        A child's region covers the reads of this stage and of the other children computed
+        inside the same loop (e.g. a padded input read only by an accumulator tile); those
+        readers are resolved first (deeper loops first, consumers before producers)."""
+        attached = [(idx, child) for idx, leaf in enumerate(nest.leaves)
+                    for child in self.attached.get((stage, leaf), [])]
         reads = [n for n in walk(self.inline(stage.op.body)) if isinstance(n, TensorLoad)]
-        for idx, leaf in enumerate(nest.leaves):
-            for child in self.attached.get((stage, leaf), []):
-                varying = {v.var: (0, nest.extents[v] - 1) for v in nest.leaves[idx + 1:]}
-                region = self._region(child, stage, reads, root_values, varying)
-                scope = Scope.LOCAL
-                buf = Buffer(child.name, child.op.dtype, tuple(e for _, e in region), scope)
-                self.buffers[child.origin_op] = _BufferInfo(buf, tuple(lo for lo, _ in region))
-                plan.setdefault(idx, []).append((child, region))
+        regions: dict[Stage, list] = {}
+        plan: dict[int, list] = {}
+        for idx, child in reversed(attached):
+            varying = {v.var: (0, nest.extents[v] - 1) for v in nest.leaves[idx + 1:]}
+            accesses = [([substitute(i, root_values) for i in r.indices], varying)
+                        for r in reads if r.tensor.op == child.origin_op]
+            for q_idx, reader in attached:
+                if reader in regions:
+                    accesses += self._reader_accesses(child, reader, regions[reader], varying,
+                                                      q_idx < idx)
+            if not accesses:
+                raise LoweringError(f"stage '{child.name}' is computed at stage "
+                                    f"'{stage.name}', but neither '{stage.name}' nor a stage "
+                                    "computed inside it reads it; compute_at the stage that "
+                                    "consumes it")
+            region = self._region(child, accesses)
+            regions[child] = region
+            buf = Buffer(child.name, child.op.dtype, tuple(e for _, e in region), Scope.LOCAL)
+            self.buffers[child.origin_op] = _BufferInfo(buf, tuple(lo for lo, _ in region))
+            plan.setdefault(idx, []).insert(0, (child, region))
         return plan
 
-    def _region(self, child: Stage, consumer: Stage, reads, root_values, varying):
-        mine = [r for r in reads if r.tensor.op == child.origin_op]
-        if not mine:
-            raise LoweringError(f"stage '{child.name}' is computed at stage "
-                                f"'{consumer.name}', but '{consumer.name}' does not read it; "
-                                "compute_at the stage that consumes it")
-        shape = child.op.shape
+    def _reader_accesses(self, child: Stage, reader: Stage, region, varying, outside: bool):
+        """Index ranges of `child` read by `reader`, a stage computed over `region`."""
+        loads = [n for n in walk(self.inline(reader.op.body))
+                 if isinstance(n, TensorLoad) and n.tensor.op == child.origin_op]
+        if not loads:
+            return []
+        if outside:
+            raise LoweringError(f"stage '{child.name}' is computed inside a loop that stage "
+                                f"'{reader.name}', which reads it, is computed outside of; "
+                                f"compute '{child.name}' at the same loop or an outer one")
+        ranges = dict(varying)
+        mapping: dict[Var, Expr] = {}
+        for d, axis in enumerate(reader.op.axis):
+            offset = Var("int32", axis.name + ".region")
+            ranges[offset] = (0, region[d][1] - 1)
+            mapping[axis.var] = region[d][0] + offset
+        for axis in reader.op.reduce_axis:
+            ranges[axis.var] = (0, axis.extent - 1)
+        return [([substitute(i, mapping) for i in load.indices], ranges) for load in loads]
+
+    @staticmethod
+    def _region(child: Stage, accesses) -> list[tuple[Expr, int]]:
+        """Per dimension (lo, extent) covering every access; the whole dim when unknown."""
         region = []
-        for d, extent in enumerate(shape):
+        for d, extent in enumerate(child.op.shape):
             lo = hi = None
-            for r in mine:
-                bounds = interval(substitute(r.indices[d], root_values), varying)
+            for indices, ranges in accesses:
+                bounds = interval(indices[d], ranges)
                 if bounds is None:
                     lo = None
                     break

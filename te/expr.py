@@ -252,6 +252,20 @@ class IterVar:
     def __str__(self):
         return self.var.name
 
+    # arithmetic on an axis means arithmetic on its variable (as in TVM)
+    def __add__(self, o): return add(self.var, o)
+    def __radd__(self, o): return add(o, self.var)
+    def __sub__(self, o): return sub(self.var, o)
+    def __rsub__(self, o): return sub(o, self.var)
+    def __mul__(self, o): return mul(self.var, o)
+    def __rmul__(self, o): return mul(o, self.var)
+    def __floordiv__(self, o): return floordiv(self.var, o)
+    def __mod__(self, o): return floormod(self.var, o)
+    def __lt__(self, o): return self.var < o
+    def __le__(self, o): return self.var <= o
+    def __gt__(self, o): return self.var > o
+    def __ge__(self, o): return self.var >= o
+
 
 @ir_node
 class CommReducer:

@@ -169,3 +169,51 @@ def test_schedule_does_not_touch_te():
     s[C].split(C.op.axis[0], factor=2)
     assert C.op.body is body_before
     assert [str(step) for step in s.steps][0].startswith("s[C].cache_write")
+
+
+def test_several_stages_at_one_loop_run_in_order(rng):
+    """Regression: stages computed at the same loop must run producers first (a fused softmax)."""
+    X = te.placeholder((5, 12), name="X")
+    k1, k2 = te.reduce_axis((0, 12), "k1"), te.reduce_axis((0, 12), "k2")
+    M = te.compute((5,), lambda i: te.max(X[i, k1], axis=k1), name="M")
+    E = te.compute((5, 12), lambda i, j: te.exp(X[i, j] - M[i]), name="E")
+    S = te.compute((5,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+    Y = te.compute((5, 12), lambda i, j: E[i, j] / S[i], name="Y")
+    s = kiln.create_schedule(Y)
+    for stage in (M, E, S):
+        s[stage].compute_at(s[Y], Y.op.axis[0])
+    s[Y].parallel(Y.op.axis[0])
+    x = random_array((5, 12), rng=rng)
+    (y,) = run_schedule(s, [X, Y], [x])
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    assert_matches(y, e / e.sum(axis=1, keepdims=True))
+
+
+def test_producer_read_only_by_a_sibling_stage(rng):
+    """Regression: a padded input computed per output row, read by the accumulator tile
+    computed deeper in the same nest (the conv2d pattern)."""
+    X = te.placeholder((2, 9, 10), name="X")
+    W = te.placeholder((4, 2, 3, 3), name="W")
+    P = te.compute((2, 11, 12), lambda c, y, x: te.select(
+        te.all_of(y >= 1, y < 10, x >= 1, x < 11),
+        X[c, te.maximum(te.minimum(y - 1, 8), 0), te.maximum(te.minimum(x - 1, 9), 0)], 0.0),
+        name="P")
+    rc, ry, rx = (te.reduce_axis((0, n), nm) for n, nm in ((2, "rc"), (3, "ry"), (3, "rx")))
+    Cv = te.compute((4, 9, 10), lambda k, y, x: te.sum(
+        P[rc, y + ry, x + rx] * W[k, rc, ry, rx], axis=[rc, ry, rx]), name="Cv")
+    O = te.compute((4, 9, 10), lambda k, y, x: Cv[k, y, x] + 1.0, name="O")
+    s = kiln.create_schedule(O)
+    k, y, x = O.op.axis
+    xo, xi = s[O].split(x, factor=4)
+    s[O].reorder(y, k, xo, xi)
+    s[P].compute_at(s[O], y)
+    s[Cv].compute_at(s[O], xo)
+    xv = random_array((2, 9, 10), rng=rng)
+    wv = random_array((4, 2, 3, 3), rng=rng)
+    (o,) = run_schedule(s, [X, W, O], [xv, wv])
+    xp = np.pad(xv, ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((4, 9, 10), np.float32)
+    for dy in range(3):
+        for dx in range(3):
+            ref += np.einsum("cyx,kc->kyx", xp[:, dy:dy + 9, dx:dx + 10], wv[:, :, dy, dx])
+    assert_matches(o, ref + 1, rtol=1e-4)
