@@ -15,10 +15,19 @@ from .target import Target
 FastMath = tuple[str, ...]
 
 
+# Symbols the generated code links against; a kernel may not take one of these names.
+_RESERVED = {"exp", "log", "tanh", "erf", "log1p", "expm1", "sin", "cos", "pow", "log1pf",
+             "expm1f", "sinf", "cosf", "powf", "free", "aligned_alloc", "malloc",
+             "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "main"}
+
+
 def symbol_name(name: str) -> str:
-    """A C identifier for kernel `name` (invalid characters become '_')."""
+    """A C identifier for kernel `name` (invalid characters become '_', and names of
+    C library functions the kernel calls get a `kiln_` prefix)."""
     sym = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return sym if sym and not sym[0].isdigit() else "k_" + sym
+    if not sym or sym[0].isdigit() or sym in _RESERVED or sym.startswith("llvm"):
+        sym = "kiln_" + sym
+    return sym
 
 
 def fastmath_flags(fastmath) -> FastMath:

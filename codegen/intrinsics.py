@@ -186,9 +186,12 @@ def _tanh(m: _Math, x):
 
 
 def _sigmoid(m: _Math, x):
+    # e = exp(-|x|) never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0 (keeps the tiny
+    # values of the negative tail instead of flushing 1/(1+inf) to zero)
     b = m.b
-    e = _exp(m, b.fsub(m.c(0.0), x))
-    return b.fdiv(m.c(1.0), b.fadd(m.c(1.0), e))
+    e = _exp(m, b.fsub(m.c(0.0), m.call("fabs", x)))
+    s = b.fdiv(m.c(1.0), b.fadd(m.c(1.0), e))
+    return m.sel(m.lt(x, m.c(0.0)), b.fmul(e, s), s)
 
 
 def _erf(m: _Math, x):
