@@ -113,3 +113,22 @@ def test_value_outside_choices_is_invalid_config():
     space = SearchSpace(Task.from_op("matmul", (8, 8, 8)))
     with pytest.raises(ScheduleError, match=r"not a choice of knob 'C/unroll'"):
         space.apply({"C/unroll": 7})
+
+
+@pytest.mark.parametrize("op_name,shape", OPERATORS)
+def test_sampled_configs_compile_to_correct_kernels(op_name, shape):
+    from kiln.codegen import build
+    task = Task.from_op(op_name, shape)
+    space = SearchSpace(task)
+    inputs = _inputs(task, seed=1)
+    expected = evaluate(list(task.outputs), inputs)
+    rng = random.Random(7 + len(shape))
+    for config in [space.default_config()] + [space.sample(rng) for _ in range(4)]:
+        sch, args = space.apply(config)
+        kernel = build(lower(sch, args, name=task.name), target="native")
+        arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
+                  for t in args]
+        kernel(*arrays)
+        for position, want in zip(task.output_positions, expected):
+            np.testing.assert_allclose(arrays[position], want, rtol=1e-4, atol=1e-5,
+                                       err_msg=str(config))
