@@ -1,0 +1,219 @@
+"""The `kiln` command line: tune, compile, bench, logs. The CLI owns the terminal (rich)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .te.errors import KilnError
+
+console = Console()
+
+DEFAULT_DB = Path(__file__).resolve().parent.parent / "tuning_logs" / "kiln.db"
+DEFAULT_MODEL_TRIALS = 64
+
+
+def _default_db() -> Path:
+    """tuning_logs/kiln.db of the source tree (an editable install), else ./tuning_logs."""
+    if DEFAULT_DB.parent.is_dir():
+        return DEFAULT_DB
+    return Path.cwd() / "tuning_logs" / "kiln.db"
+
+
+def _open_db(path):
+    from .autotune.database import Database
+    path = Path(path) if path else _default_db()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Database(path)
+
+
+class _ProgressBar:
+    """A rich progress bar fed by the tuner's per-trial callback."""
+
+    def __init__(self, total: int):
+        self.progress = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total} trials"),
+                                 TextColumn("best {task.fields[best]:.1f} GFLOPS"),
+                                 TimeRemainingColumn(), console=console, transient=False)
+        self.task = self.progress.add_task("tune", total=total, name="", best=0.0)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def __call__(self, p) -> None:
+        self.progress.update(self.task, completed=p.trials_done, total=p.trials_total,
+                             name=p.task_name, best=p.best_gflops)
+
+
+# ----------------------------------------------------------------------------- commands
+
+def cmd_tune(args) -> int:
+    db = _open_db(args.db)
+    if args.op:
+        return _tune_op(args, db)
+    from .graph.models import default_model_path
+    model = args.model or str(default_model_path())
+    trials = args.trials if args.trials is not None else DEFAULT_MODEL_TRIALS
+    return _tune_model(model, args.target, trials, db, is_default=args.model is None)
+
+
+def _tune_op(args, db) -> int:
+    from .autotune.task import Task
+    from .autotune.tuner import tune_task
+    shape = [int(s) for s in args.shape.split(",")] if args.shape else []
+    task = Task.from_op(args.op, shape, target=args.target)
+    trials = args.trials if args.trials is not None else 200
+    console.print(f"tuning [bold]{task.description}[/] on {args.target}, {trials} trials "
+                  f"(database {db.path})")
+    with _ProgressBar(trials) as bar:
+        result = tune_task(task, args.target, trials, db, search=args.search, callback=bar)
+    state = "interrupted; " if result.interrupted else ""
+    console.print(f"{state}measured {result.measured} new candidates, {result.total_trials} "
+                  f"in the database; best {result.best_seconds * 1e3:.3f} ms = "
+                  f"{result.best_gflops:.1f} GFLOPS")
+    return 0
+
+
+def _tune_model(model: str, target: str, trials: int, db, is_default: bool) -> int:
+    from .graph.compile import compile_model, tune_model
+    label = "the bundled default model" if is_default else model
+    console.print(f"tuning {label} on {target}: up to {trials} trials in total "
+                  f"(reusing {db.path})")
+    start = time.perf_counter()
+    with _ProgressBar(trials) as bar:
+        tune_model(model, target=target, trials=trials, db=db, callback=bar)
+    console.print(f"tuning took {time.perf_counter() - start:.1f} s")
+    compiled = compile_model(model, target=target, db=db)
+    _print_comparison(model, compiled)
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from .graph.compile import compile_model
+    db = _open_db(args.db)
+    compiled = compile_model(args.model, target=args.target, db=db)
+    out = compiled.export(args.output)
+    console.print(f"wrote {out}")
+    console.print(compiled.summary())
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .graph.compile import compile_model
+    from .graph.models import default_model_path
+    db = _open_db(args.db)
+    model = args.model or str(default_model_path())
+    compiled = compile_model(model, target=args.target, db=db)
+    _print_comparison(model, compiled, repeat=args.repeat)
+    return 0
+
+
+def _print_comparison(model: str, compiled, repeat: int = 20) -> None:
+    """Kiln vs the numpy executor vs onnxruntime on one random input, latency and error."""
+    from .bench import compare_model
+    rows, figures = compare_model(model, compiled, repeat=repeat)
+    table = Table(title=f"{Path(model).name}: batch latency (median of {repeat})")
+    for col in ("runtime", "latency ms", "vs Kiln", "max abs error vs Kiln"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(compiled.summary())
+    print(json.dumps(figures, sort_keys=True))
+
+
+def cmd_logs(args) -> int:
+    db = _open_db(args.db)
+    rows = db.summary()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True, default=str))
+        return 0
+    table = Table(title=f"tuning database {db.path}")
+    for col in ("task", "cpu", "trials", "ok", "failed", "best ms", "GFLOPS", "last"):
+        table.add_column(col, no_wrap=col in ("task", "last"))
+    for r in rows:
+        ok = r["by_status"].get("OK", 0)
+        best = f"{r['best_seconds'] * 1e3:.3f}" if r["best_seconds"] else "-"
+        gflops = f"{r['best_gflops']:.1f}" if r["best_gflops"] else "-"
+        cpu = next((w.split("=", 1)[1] for w in r["target"].split() if w.startswith("-mcpu=")),
+                   r["target"])
+        when = datetime.fromtimestamp(r["last_time"]).strftime("%Y-%m-%d %H:%M") \
+            if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
+        table.add_row(r["description"].split(":")[0], cpu, str(r["trials"]), str(ok),
+                      str(r["trials"] - ok), best, gflops, when)
+    console.print(table)
+    if not rows:
+        console.print("the database holds no records yet: run `kiln tune`")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kiln", description="Kiln: tune, compile and "
+                                     "benchmark tensor programs and ONNX models on this CPU.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what Kiln does")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tune = sub.add_parser("tune", help="tune a model (default: the bundled CNN) or an operator")
+    tune.add_argument("model", nargs="?", help="an ONNX file (default: the bundled model)")
+    tune.add_argument("--op", help="tune one operator instead: matmul, conv2d, softmax, ...")
+    tune.add_argument("--shape", help="the operator's shape, e.g. 1024,1024,1024")
+    tune.add_argument("--trials", type=int, help="trial budget (records in the database "
+                      "count towards it, so a rerun resumes)")
+    tune.add_argument("--search", default="xgb", choices=("xgb", "random", "grid"))
+    tune.set_defaults(func=cmd_tune)
+
+    comp = sub.add_parser("compile", help="compile a model into a shared library")
+    comp.add_argument("model")
+    comp.add_argument("-o", "--output", required=True, help="output .so path")
+    comp.set_defaults(func=cmd_compile)
+
+    bench = sub.add_parser("bench", help="Kiln vs numpy executor vs onnxruntime latency")
+    bench.add_argument("model", nargs="?")
+    bench.add_argument("--repeat", type=int, default=20)
+    bench.set_defaults(func=cmd_bench)
+
+    logs = sub.add_parser("logs", help="what the tuning database holds")
+    logs.add_argument("--json", action="store_true", help="one JSON object per task")
+    logs.set_defaults(func=cmd_logs)
+
+    for p in (tune, comp, bench, logs):
+        p.add_argument("--db", help=f"tuning database (default: {_default_db()})")
+    for p in (tune, comp, bench):
+        p.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "op", None) and getattr(args, "model", None):
+        console.print("[red]error:[/] give a model or --op, not both")
+        return 2
+    try:
+        return args.func(args)
+    except KilnError as exc:
+        console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
