@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .te.errors import KilnError
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # pipes get a wide table
 
 DEFAULT_DB = Path(__file__).resolve().parent.parent / "tuning_logs" / "kiln.db"
 DEFAULT_MODEL_TRIALS = 64
