@@ -223,12 +223,12 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     """Convert an ONNX file path or ModelProto to a Graph with static shapes."""
     source = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     proto = _read_model(model, source)
+    opset = model_opset(proto)
+    check_supported(proto, opset)  # first: the most useful message for an exotic model
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
         raise ModelFormatError(f"ONNX model {source} is invalid: {exc}") from exc
-    opset = model_opset(proto)
-    check_supported(proto, opset)
     ctx = ConvertContext(opset)
     ctx._taken.update(_all_names(proto.graph))
     for t in proto.graph.initializer:
