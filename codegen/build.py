@@ -1,16 +1,14 @@
 """`build(func, target)`: loop IR -> a callable Kernel (emit, optimize, JIT)."""
 from __future__ import annotations
 
-import llvmlite.ir as ir
-
 from ..schedule.ir import PrimFunc, Store
 from ..schedule.visitor import StmtVisitor
 from ..te.errors import CodegenError
-from . import llvm_types as T
 from .emit_module import emit_module, fastmath_flags, symbol_name, threads_symbol
 from .jit import compile_module
-from .kernel import DATA_OFFSET, Kernel, ParamSpec
+from .kernel import Kernel, ParamSpec
 from .parallel import gomp_available
+from .pyentry import AVAILABLE as PYENTRY, add_python_entry, entry_symbol, table_symbol
 from .target import Target
 
 
@@ -31,23 +29,6 @@ def param_specs(func: PrimFunc) -> tuple[ParamSpec, ...]:
                  for b in func.params)
 
 
-def entry_symbol(symbol: str) -> str:
-    return f"{symbol}__pyentry"
-
-
-def add_python_entry(module: ir.Module, symbol: str, nparams: int, data_offset: int) -> None:
-    """`<symbol>__pyentry(PyObject*...)`: read each ndarray's data pointer, call the kernel."""
-    kernel = module.globals[symbol]
-    fn = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * nparams), entry_symbol(symbol))
-    bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    ptrs = []
-    for arg in fn.args:
-        slot = bld.gep(arg, [ir.Constant(T.I64, data_offset)], source_etype=T.I8)
-        ptrs.append(bld.load(slot, typ=T.PTR, align=8))
-    bld.call(kernel, ptrs)
-    bld.ret_void()
-
-
 def build(func: PrimFunc, target: str | Target = "native", fastmath=False) -> Kernel:
     """Compile `func` for `target` and return a Kernel callable on numpy arrays.
 
@@ -59,12 +40,13 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=False) -> Ke
                            f"{type(func).__name__}; use kiln.build(schedule, args) for schedules")
     target = Target.from_string(target)
     module = emit_module(func, target, fastmath_flags(fastmath), parallel=gomp_available())
-    sym = symbol_name(func.name)
-    if DATA_OFFSET is not None:
-        add_python_entry(module, sym, len(func.params), DATA_OFFSET)
+    sym, specs = symbol_name(func.name), param_specs(func)
+    add_python_entry(module, sym, specs)
     compiled = compile_module(module, target)
-    entry = compiled.address(entry_symbol(sym)) if DATA_OFFSET is not None else None
-    return Kernel(func.name, sym, param_specs(func), target, compiled.address(sym),
-                  compiled.global_address(threads_symbol(sym)), entry_address=entry, func=func,
+    entry = None
+    if PYENTRY:
+        entry = (compiled.address(entry_symbol(sym)), compiled.global_address(table_symbol(sym)))
+    return Kernel(func.name, sym, specs, target, compiled.address(sym),
+                  compiled.global_address(threads_symbol(sym)), entry=entry, func=func,
                   optimized_ir=compiled.optimized_ir, keepalive=compiled,
                   compile_seconds=compiled.seconds)

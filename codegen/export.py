@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 from ..te.errors import CodegenError
-from .build import entry_symbol
 from .emit_module import threads_symbol
 from .jit import object_code
-from .kernel import DATA_OFFSET, Kernel, ParamSpec
+from .kernel import Kernel, ParamSpec
+from .pyentry import AVAILABLE as PYENTRY, entry_symbol, table_symbol
 from .target import Target
 
 FORMAT = "kiln-library"
@@ -104,11 +104,13 @@ def load_library(path: str | os.PathLike) -> dict[str, Kernel]:
         try:
             address = ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value
             threads = ctypes.addressof(ctypes.c_int32.in_dll(lib, threads_symbol(sym)))
-            pyentry = ctypes.cast(getattr(lib, entry_symbol(sym)), ctypes.c_void_p).value \
-                if DATA_OFFSET is not None and hasattr(lib, entry_symbol(sym)) else None
+            pyentry = None
+            if PYENTRY:
+                pyentry = (ctypes.cast(getattr(lib, entry_symbol(sym)), ctypes.c_void_p).value,
+                           ctypes.addressof(ctypes.c_uint64.in_dll(lib, table_symbol(sym))))
         except (AttributeError, ValueError) as exc:
             raise LibraryError(f"{path} lacks symbol of kernel '{entry['name']}': {exc}") from exc
         params = tuple(ParamSpec.from_json(p) for p in entry["params"])
         out[entry["name"]] = Kernel(entry["name"], sym, params, target, address, threads,
-                                    entry_address=pyentry, keepalive=lib)
+                                    entry=pyentry, keepalive=lib)
     return out

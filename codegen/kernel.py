@@ -1,7 +1,7 @@
 """The compiled-kernel callable: argument checking, the ctypes call, inspection, timing.
 
-Calls go through a small generated entry `<kernel>__pyentry(PyObject*...)` that reads each
-ndarray's data pointer itself, because `ndarray.ctypes.data` costs microseconds per argument.
+Calls go through the generated checked entry of codegen/pyentry.py; only when it reports a
+problem does Python look at the arguments (to raise a precise KernelArgumentError).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from ..te.errors import CodegenError, KernelArgumentError
 from .jit import assembly
+from .pyentry import fill_table
 from .runtime_config import num_threads_from_env
 from .target import Target
 
@@ -38,18 +39,6 @@ class ParamSpec:
         return ParamSpec(d["name"], d["dtype"], tuple(d["shape"]), bool(d["written"]))
 
 
-def _probe_data_offset() -> int | None:
-    """Byte offset of `data` inside a numpy array object, if the usual layout holds."""
-    offset = 2 * ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
-    for probe in (np.arange(3.0), np.zeros((2, 5), np.uint8)[1:]):
-        if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
-            return None
-    return offset
-
-
-DATA_OFFSET = _probe_data_offset()
-
-
 class Kernel:
     """A compiled kernel: `kernel(*arrays)` writes its outputs in place.
 
@@ -58,7 +47,7 @@ class Kernel:
     """
 
     def __init__(self, name: str, symbol: str, params: tuple[ParamSpec, ...], target: Target,
-                 address: int, threads_address: int, *, entry_address: int | None = None,
+                 address: int, threads_address: int, *, entry: tuple[int, int] | None = None,
                  func=None, optimized_ir: str | None = None, keepalive=None,
                  compile_seconds: float = 0.0):
         self.name, self.symbol, self.params, self.target = name, symbol, params, target
@@ -71,12 +60,19 @@ class Kernel:
         n = len(params)
         self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))(address)
         self._entry = None
-        if entry_address is not None and DATA_OFFSET is not None:
-            self._entry = ctypes.CFUNCTYPE(None, *([ctypes.py_object] * n))(entry_address)
+        if entry is not None:
+            fill_table(entry[1], params)
+            self._entry = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n))(entry[0])
         self._checks = tuple((np.dtype(p.dtype), p.shape, p.written) for p in params)
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *arrays) -> None:
+        if self._entry is not None and len(arrays) == len(self._checks) and not self._entry(
+                *arrays):
+            return
+        self._checked_call(arrays)
+
+    def _checked_call(self, arrays) -> None:
         if len(arrays) != len(self._checks):
             raise KernelArgumentError(
                 f"kernel '{self.name}' takes {len(self._checks)} arrays "
@@ -85,14 +81,14 @@ class Kernel:
             if (type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape
                     or not a.flags.c_contiguous or (written and not a.flags.writeable)):
                 self._argument_error(k, a)
-        if len({id(a) for a in arrays}) != len(arrays):
-            raise KernelArgumentError(
-                f"kernel '{self.name}' got the same array for two parameters; parameters must "
-                "not alias (pass a copy, e.g. A.copy())")
-        if self._entry is not None:
-            self._entry(*arrays)
-        else:
-            self._raw(*(a.ctypes.data for a in arrays))
+        pointers = [a.ctypes.data for a in arrays]
+        for k, p in enumerate(self.params):
+            if p.written and any(pointers[k] == q for j, q in enumerate(pointers) if j != k):
+                raise KernelArgumentError(
+                    f"argument '{p.name}' of kernel '{self.name}' shares memory with another "
+                    "argument; kernels assume parameters do not alias (pass a copy, "
+                    f"{p.name}.copy())")
+        self._raw(*pointers)
 
     def _argument_error(self, k: int, a) -> None:
         p = self.params[k]
