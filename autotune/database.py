@@ -98,6 +98,8 @@ class Database:
         db.conn.commit()
 
     def close(self) -> None:
+        """Fold the write-ahead log into the main file (so it can be committed) and close."""
+        self._db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.conn.close()
 
     # ------------------------------------------------------------------ writing

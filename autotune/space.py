@@ -137,8 +137,9 @@ class SearchSpace:
                 knobs.append(Knob(f"{label}/tile/{pos}:{axis.name}",
                                   _tile_choices(axis.extent, cap)))
             for pos, axis in enumerate(op.reduce_axis):
-                knobs.append(Knob(f"{label}/reduce/{pos}:{axis.name}",
-                                  tuple(_factor_candidates(axis.extent, 64))))
+                # up to 256, and the whole axis (one register tile accumulates all of it)
+                choices = sorted(set(_factor_candidates(axis.extent, 256)) | {axis.extent})
+                knobs.append(Knob(f"{label}/reduce/{pos}:{axis.name}", tuple(choices)))
             points = math.prod(op.shape) if op.shape else 1
             fusible = anchor.epilogue is not None or anchor.is_output
             knobs.append(Knob(f"{label}/local", (0, 1) if fusible and points >= MIN_CACHE_WORK
