@@ -18,7 +18,7 @@ import numpy as np
 from . import expr as E
 from .errors import TEError
 from .tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad
-from .visit import walk
+from .visit import _children, walk
 from .workload import topo_ops
 
 logger = logging.getLogger(__name__)
@@ -100,11 +100,6 @@ def _dependencies(root: E.Expr, dim_of: dict) -> dict:
     return deps
 
 
-def _children(node):
-    from .visit import _children as children
-    return children(node)
-
-
 def _plan(extents: list[int], n_spatial: int, node_deps: list[frozenset], budget: int) -> _Plan:
     """Halve the largest dimension of the largest node until the block fits the budget."""
     block = list(extents)
@@ -149,6 +144,8 @@ def _evaluate_compute(op: ComputeOp, values: dict, budget: int) -> np.ndarray:
         deps.update(_dependencies(root, dim_of))
     _check_bound(op, deps, dim_of)
     plan = _plan([a.extent for a in axes], n_spatial, list(deps.values()), budget)
+    logger.debug("evaluate %s: extents %s in blocks of %s (%s)", op.name, plan.extents,
+                 plan.block, "einsum" if factors is not None else "elementwise")
     spatial_blocks = [_ranges(e, b) for e, b in zip(plan.extents[:n_spatial], plan.block)]
     reduce_blocks = [_ranges(e, b) for e, b in zip(plan.extents[n_spatial:],
                                                    plan.block[n_spatial:])]

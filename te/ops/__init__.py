@@ -18,4 +18,5 @@ from .transform import (concatenate, expand_dims, flatten, gather, gather_nd, pa
 slice = strided_slice  # noqa: A001 - the brief's (and ONNX's) name
 gather_elements = gather
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [name for name, value in globals().items()
+           if not name.startswith("_") and (not isinstance(value, type(tags)) or value is tags)]

@@ -37,15 +37,18 @@ def reduce(op_name: str, reducer, x: Tensor, axis=None, keepdims: bool = False,
     return compute(shape, body, name=name or op_name, tag=REDUCTION)
 
 
-def sum(x: Tensor, axis=None, keepdims: bool = False, name: str | None = None) -> Tensor:  # noqa: A001
+def sum(x: Tensor, axis=None, keepdims: bool = False,  # noqa: A001 - numpy's name
+        name: str | None = None) -> Tensor:
     return reduce("sum", T.sum, x, axis, keepdims, name)
 
 
-def max(x: Tensor, axis=None, keepdims: bool = False, name: str | None = None) -> Tensor:  # noqa: A001
+def max(x: Tensor, axis=None, keepdims: bool = False,  # noqa: A001 - numpy's name
+        name: str | None = None) -> Tensor:
     return reduce("max", T.max, x, axis, keepdims, name)
 
 
-def min(x: Tensor, axis=None, keepdims: bool = False, name: str | None = None) -> Tensor:  # noqa: A001
+def min(x: Tensor, axis=None, keepdims: bool = False,  # noqa: A001 - numpy's name
+        name: str | None = None) -> Tensor:
     return reduce("min", T.min, x, axis, keepdims, name)
 
 

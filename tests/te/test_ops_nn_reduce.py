@@ -126,3 +126,11 @@ def test_batch_norm_inference(run, rng):
     np.testing.assert_allclose(run(Y, feeds)[0], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(TEError, match="parameter 'mean'\\[3\\] must have shape \\[4\\]"):
         ops.batch_norm_inference(X, params[0], params[1], axis=2)
+
+
+def test_tag_classification():
+    assert tags.kind_of("injective,pad") == tags.INJECTIVE
+    assert tags.is_injective(tags.PAD) and tags.is_injective(tags.BROADCAST)
+    assert not tags.is_injective(tags.REDUCTION) and not tags.is_injective("pool,max")
+    assert tags.is_complex(tags.CONV2D_NCHW) and tags.is_complex(tags.MATMUL)
+    assert not tags.is_complex(tags.ELEMWISE) and tags.kind_of("") == ""
