@@ -39,7 +39,8 @@ def blocked_matmul(M=1024, N=1024, K=1024, ti=4, tj=16, name="matmul"):
     upd = _loop(k, K, tile(lambda ii, ji: Store(CL, ii * tj + ji, _load(CL, ii * tj + ji)
                                                 + _load(A, (io * ti + ii) * K + k)
                                                 * _load(B, k * N + jo * tj + ji))))
-    out = tile(lambda ii, ji: Store(C, (io * ti + ii) * N + jo * tj + ji, _load(CL, ii * tj + ji)))
+    out = tile(lambda ii, ji: Store(C, (io * ti + ii) * N + jo * tj + ji,
+                                    _load(CL, ii * tj + ji)))
     body = _loop(io, M // ti, _loop(jo, N // tj, Allocate(CL, seq(init, upd, out))),
                  ForKind.PARALLEL)
     return PrimFunc(name, (A, B, C), body)
@@ -97,7 +98,8 @@ def main() -> None:
     rows = [("target", str(target).split(" -mattr")[0]),
             ("compile 1024^3 blocked matmul (median of 5)", f"{compile_s * 1e3:.1f} ms"),
             ("matmul run (threads=%d)" % gemm.num_threads,
-             f"{gemm_s * 1e3:.1f} ms = {2 * n ** 3 / gemm_s / 1e9:.1f} GFLOP/s (max err {err:.1e})"),
+             f"{gemm_s * 1e3:.1f} ms = {2 * n ** 3 / gemm_s / 1e9:.1f} GFLOP/s "
+             f"(max err {err:.1e})"),
             ("numpy a @ b", f"{np_s * 1e3:.1f} ms"),
             ("per-call overhead, tiny kernel (checked call)", f"{call_s * 1e6:.2f} us"),
             ("per-call, raw ctypes with .ctypes.data", f"{raw_s * 1e6:.2f} us"),

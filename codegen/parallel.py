@@ -77,7 +77,8 @@ def emit_parallel(fe, loop: For) -> None:
         inner = uses.nested_parallel.loop_var.name if uses.nested_parallel else loop.loop_var.name
         raise CodegenError(f"nested PARALLEL loop '{inner}' in kernel '{fe.mod.name}': a "
                            "parallel loop may not run inside another parallel loop; make the "
-                           "inner loop serial (or fuse the two loops and parallelize the fused one)")
+                           "inner loop serial (or fuse the two loops and parallelize the "
+                           "fused one)")
     if not fe.mod.parallel:
         fe.serial(loop)
         return

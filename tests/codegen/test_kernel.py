@@ -14,7 +14,7 @@ from kiln.te.errors import CodegenError, KernelArgumentError
 @pytest.fixture(scope="module")
 def axpy():
     n = 12
-    A, B, C = buf("A", "float32", [3, 4]), buf("B", "float32", [3, 4]), buf("C", "float32", [3, 4])
+    A, B, C = (buf(name, "float32", [3, 4]) for name in "ABC")
     del n
     f = elementwise("axpy", 12, [A, B], C, lambda a, b: a * 2.0 + b, lanes=4)
     return build(f)
@@ -40,14 +40,16 @@ def test_call_and_inspection(axpy):
 
 
 def test_wrong_count(axpy):
-    with pytest.raises(KernelArgumentError, match=r"kernel 'axpy' takes 3 arrays \(A, B, C\), got 2"):
+    with pytest.raises(KernelArgumentError,
+                       match=r"kernel 'axpy' takes 3 arrays \(A, B, C\), got 2"):
         axpy(*_args()[:2])
 
 
 def test_wrong_dtype(axpy):
     a, b, c = _args()
     with pytest.raises(KernelArgumentError, match=r"argument 'B' of kernel 'axpy': expected "
-                       r"float32\[3, 4\], got float64\[3, 4\]\. Cast with B\.astype\(np\.float32\)"):
+                       r"float32\[3, 4\], got float64\[3, 4\]\. "
+                       r"Cast with B\.astype\(np\.float32\)"):
         axpy(a, b.astype(np.float64), c)
 
 
@@ -66,7 +68,8 @@ def test_not_an_array(axpy):
 def test_non_contiguous(axpy):
     a, b, c = _args()
     wide = np.zeros((3, 8), np.float32)
-    with pytest.raises(KernelArgumentError, match=r"argument 'B'.*not C-contiguous.*ascontiguousarray"):
+    with pytest.raises(KernelArgumentError,
+                       match=r"argument 'B'.*not C-contiguous.*ascontiguousarray"):
         axpy(a, wide[:, ::2], c)
 
 
@@ -84,7 +87,8 @@ def test_read_only_output(axpy):
 
 def test_aliasing_arguments_rejected(axpy):
     a, b, c = _args()
-    with pytest.raises(KernelArgumentError, match=r"argument .C. of kernel .axpy. shares memory with another"):
+    with pytest.raises(KernelArgumentError,
+                       match=r"argument .C. of kernel .axpy. shares memory with another"):
         axpy(a, b, a)
 
 

@@ -14,7 +14,8 @@ RNG = np.random.default_rng(2)
 
 def blocked_matmul(M, N, K, ti=4, tj=8, outer=ForKind.SERIAL, name="matmul"):
     """C = A @ B with a ti x tj LOCAL accumulator tile held across the k loop."""
-    A, B, C = buf("A", "float32", [M, K]), buf("B", "float32", [K, N]), buf("C", "float32", [M, N])
+    A, B = buf("A", "float32", [M, K]), buf("B", "float32", [K, N])
+    C = buf("C", "float32", [M, N])
     CL = buf("C.local", "float32", [ti, tj], Scope.LOCAL)
     io, jo, k = E.var("i.outer"), E.var("j.outer"), E.var("k")
 
@@ -26,7 +27,8 @@ def blocked_matmul(M, N, K, ti=4, tj=8, outer=ForKind.SERIAL, name="matmul"):
     col = lambda ji: jo * tj + ji  # noqa: E731
     init = tile(lambda ii, ji: Store(CL, ii * tj + ji, E.const(0.0)))
     update = loop(k, K, tile(lambda ii, ji: Store(
-        CL, ii * tj + ji, load(CL, ii * tj + ji) + load(A, row(ii) * K + k) * load(B, k * N + col(ji)))))
+        CL, ii * tj + ji,
+        load(CL, ii * tj + ji) + load(A, row(ii) * K + k) * load(B, k * N + col(ji)))))
     out = tile(lambda ii, ji: Store(C, row(ii) * N + col(ji), load(CL, ii * tj + ji)))
     body = loop(io, M // ti, loop(jo, N // tj, Allocate(CL, seq(init, update, out))), outer)
     return PrimFunc(name, (A, B, C), body)

@@ -99,10 +99,9 @@ def test_vectorized_loop_with_inner_loop_and_nonconstant_min():
     rows, cols, red = 3, 6, 4
     A, C = buf("A", "float32", [rows, cols + red]), buf("C", "float32", [rows, cols + 2])
     i, j, r = E.var("i"), E.var("j"), E.var("r")
-    acc = Store(C, i * (cols + 2) + j, load(C, i * (cols + 2) + j) + load(A, i * (cols + red) + j - 2 + r))
-    inner = E.const(2)
+    out = i * (cols + 2) + j
+    acc = Store(C, out, load(C, out) + load(A, i * (cols + red) + j - 2 + r))
     body = loop(i, rows, loop(j, cols, loop(r, red, acc), ForKind.VECTORIZED, start=2))
-    del inner
     f = PrimFunc("win", (A, C), body)
     a = rand((rows, cols + red), "float32", RNG)
     c = np.zeros((rows, cols + 2), np.float32)
