@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from .codegen import build as _build_func
+from .codegen.build import DEFAULT_FASTMATH
 from .schedule import Schedule, lower
 from .te.errors import LoweringError
 
 
 def build(sch: Schedule, args, target="native", name: str = "default_function",
-          fastmath: bool = False):
+          fastmath=DEFAULT_FASTMATH):
     """Compile `sch` into a Kernel whose arguments are `args` (inputs and outputs, in order).
 
-    The kernel takes numpy arrays and writes outputs in place: `f(a, b, c)`.
+    The kernel takes numpy arrays and writes outputs in place: `f(a, b, c)`. `fastmath` as
+    in kiln.codegen.build: by default only a*b+c contraction into FMA is allowed.
     """
     if not isinstance(sch, Schedule):
         raise LoweringError(f"kiln.build needs a Schedule from kiln.create_schedule(), got "
