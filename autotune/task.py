@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import te
+from ..te import ops
 from ..te import expr as E
 from ..te.errors import TEError
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -104,87 +105,42 @@ def _op_flops(op: ComputeOp) -> float:
 def _matmul(M, K, N, dtype="float32"):
     A = te.placeholder((M, K), dtype, "A")
     B = te.placeholder((K, N), dtype, "B")
-    k = te.reduce_axis(K, "k")
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C", tag="matmul")
-    return A, B, C
+    return A, B, ops.matmul(A, B, name="C")
 
 
 def _dense(M, K, N, dtype="float32"):
     X = te.placeholder((M, K), dtype, "X")
     W = te.placeholder((N, K), dtype, "W")
     bias = te.placeholder((N,), dtype, "bias")
-    k = te.reduce_axis(K, "k")
-    D = te.compute((M, N), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), "D", tag="dense")
-    Y = te.compute((M, N), lambda i, j: te.maximum(D[i, j] + bias[j], te.const(0.0, dtype)),
-                   "Y", tag="elemwise")
-    return X, W, bias, Y
+    return X, W, bias, ops.relu(ops.dense(X, W, bias, name="D"))
 
 
 def _batch_matmul(batch, M, K, N, dtype="float32"):
     A = te.placeholder((batch, M, K), dtype, "A")
     B = te.placeholder((batch, K, N), dtype, "B")
-    k = te.reduce_axis(K, "k")
-    C = te.compute((batch, M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k),
-                   "C", tag="batch_matmul")
-    return A, B, C
-
-
-def _padded(X, pad, dtype):
-    n, c, h, w = X.shape
-    if pad == 0:
-        return X
-    zero = te.const(0.0, dtype)
-
-    def body(b, ch, y, x):
-        inside = te.all_of(y >= pad, y < h + pad, x >= pad, x < w + pad)
-        yy = te.minimum(te.maximum(y - pad, 0), h - 1)
-        xx = te.minimum(te.maximum(x - pad, 0), w - 1)
-        return te.select(inside, X[b, ch, yy, xx], zero)
-    return te.compute((n, c, h + 2 * pad, w + 2 * pad), body, "pad", tag="injective")
+    return A, B, ops.batch_matmul(A, B, name="C")
 
 
 def _conv2d(N, C, H, W, K, R, S, stride=1, pad=0, dtype="float32"):
     X = te.placeholder((N, C, H, W), dtype, "X")
     Wt = te.placeholder((K, C, R, S), dtype, "W")
-    P = _padded(X, pad, dtype)
-    OH, OW = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
-    rc, rr, rs = te.reduce_axis(C, "rc"), te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
-    Y = te.compute((N, K, OH, OW), lambda n, k, y, x: te.sum(
-        P[n, rc, y * stride + rr, x * stride + rs] * Wt[k, rc, rr, rs], axis=(rc, rr, rs)),
-        "conv", tag="conv2d_nchw")
-    return X, Wt, Y
+    return X, Wt, ops.conv2d_nchw(X, Wt, stride=stride, padding=pad, name="conv")
 
 
 def _depthwise_conv2d(N, C, H, W, R, S, stride=1, pad=0, dtype="float32"):
     X = te.placeholder((N, C, H, W), dtype, "X")
     Wt = te.placeholder((C, 1, R, S), dtype, "W")
-    P = _padded(X, pad, dtype)
-    OH, OW = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
-    rr, rs = te.reduce_axis(R, "ry"), te.reduce_axis(S, "rx")
-    Y = te.compute((N, C, OH, OW), lambda n, c, y, x: te.sum(
-        P[n, c, y * stride + rr, x * stride + rs] * Wt[c, 0, rr, rs], axis=(rr, rs)),
-        "dwconv", tag="depthwise_conv2d_nchw")
-    return X, Wt, Y
+    return X, Wt, ops.depthwise_conv2d_nchw(X, Wt, stride=stride, padding=pad, name="dwconv")
 
 
 def _softmax(rows, cols, dtype="float32"):
     X = te.placeholder((rows, cols), dtype, "X")
-    k1, k2 = te.reduce_axis(cols, "k"), te.reduce_axis(cols, "k")
-    M = te.compute((rows,), lambda i: te.max(X[i, k1], axis=k1), "rowmax", tag="reduction")
-    E_ = te.compute((rows, cols), lambda i, j: te.exp(X[i, j] - M[i]), "exp", tag="elemwise")
-    S = te.compute((rows,), lambda i: te.sum(E_[i, k2], axis=k2), "rowsum", tag="reduction")
-    Y = te.compute((rows, cols), lambda i, j: E_[i, j] / S[i], "softmax", tag="elemwise")
-    return X, Y
+    return X, ops.softmax(X, axis=-1, name="softmax")
 
 
 def _pooling(N, C, H, W, size, stride=None, dtype="float32"):
-    stride = size if stride is None else stride
     X = te.placeholder((N, C, H, W), dtype, "X")
-    OH, OW = (H - size) // stride + 1, (W - size) // stride + 1
-    ry, rx = te.reduce_axis(size, "ry"), te.reduce_axis(size, "rx")
-    Y = te.compute((N, C, OH, OW), lambda n, c, y, x: te.max(
-        X[n, c, y * stride + ry, x * stride + rx], axis=(ry, rx)), "maxpool", tag="pool")
-    return X, Y
+    return X, ops.max_pool2d(X, size, stride=stride or size, name="maxpool")
 
 
 OPERATORS = {"matmul": _matmul, "dense": _dense, "batch_matmul": _batch_matmul,

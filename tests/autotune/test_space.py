@@ -55,15 +55,16 @@ def test_sampled_configs_match_reference(op_name, shape):
 
 def test_rules_classify_stages():
     conv = SearchSpace(Task.from_op("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)))
-    assert [op.name for op in conv.inlined] == ["pad"]            # injective, not an output
+    assert [op.name for op in conv.inlined] == ["conv_pad"]       # injective, not an output
     assert [a.op.name for a in conv.anchors] == ["conv"]
     dense = SearchSpace(Task.from_op("dense", (4, 8, 6)))
+    assert [op.name for op in dense.inlined] == ["D_bias"]
     (anchor,) = dense.anchors
-    assert anchor.op.name == "D" and anchor.epilogue.name == "Y"  # bias+relu epilogue fused
+    assert anchor.op.name == "D" and anchor.epilogue.name == "relu"  # bias+relu epilogue
     softmax = SearchSpace(Task.from_op("softmax", (3, 13)))
-    assert [a.op.name for a in softmax.anchors] == ["rowmax", "rowsum"]
+    assert [a.op.name for a in softmax.anchors] == ["softmax_max", "softmax_sum"]
     assert [op.name for op in softmax.elementwise] == ["softmax"]
-    assert [op.name for op in softmax.inlined] == ["exp"]
+    assert [op.name for op in softmax.inlined] == ["softmax_exp"]
 
 
 def test_local_accumulator_and_epilogue_fusion_are_applied():
