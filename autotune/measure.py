@@ -58,6 +58,7 @@ class MeasureOptions:
     flush_cache: bool = False      # overwrite a large buffer before each repeat
     rtol: float = 1e-3
     atol: float = 1e-3
+    early_stop: float = 3.0        # one timed run only when it is this many times the best
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,14 @@ def _fault(kind: str | None) -> None:
         raise FloatingPointError("injected failure")
 
 
-def _time_kernel(kernel, arrays, options: MeasureOptions) -> tuple[float, ...]:
+def _time_kernel(kernel, arrays, options: MeasureOptions,
+                 best_seconds: float = math.inf) -> tuple[float, ...]:
     kernel(*arrays)                                   # warm-up (page faults, thread pool)
     start = time.perf_counter()
     kernel(*arrays)
     once = max(time.perf_counter() - start, 1e-7)
+    if once > options.early_stop * best_seconds:
+        return (once,)     # clearly slower than the best so far: don't spend repeats on it
     number = max(1, int(math.ceil(options.min_repeat_seconds / once)))
     flush = np.empty(32 << 20, dtype=np.uint8) if options.flush_cache else None
     costs = []
@@ -180,7 +184,7 @@ def run_payload(payload: dict) -> MeasureResult:
         return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text=wrong,
                              build_seconds=build_seconds)
     try:
-        costs = _time_kernel(kernel, arrays, options)
+        costs = _time_kernel(kernel, arrays, options, payload.get("best_seconds", math.inf))
     except KilnError:
         return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
     return MeasureResult(MeasureStatus.OK, costs, build_seconds=build_seconds)
@@ -296,7 +300,7 @@ class Runner:
         self.close()
 
     def run(self, task: Task, data: TaskData, config: dict, target: str,
-            test_fault: str | None = None) -> MeasureResult:
+            test_fault: str | None = None, best_seconds: float = math.inf) -> MeasureResult:
         """Measure one config of `task`; every outcome is a MeasureResult (never raises for
         a bad candidate)."""
         if not self._alive():
@@ -305,7 +309,8 @@ class Runner:
             self._start()
         payload = {"workload_key": task.workload_key, "task": pickle.dumps(task),
                    "config": config, "target": target, "options": self.options,
-                   "inputs": data.inputs, "expected": data.expected, "test_fault": test_fault}
+                   "inputs": data.inputs, "expected": data.expected, "test_fault": test_fault,
+                   "best_seconds": best_seconds}
         try:
             self._send.send(payload)
             if self._conn.poll(self.options.timeout):

@@ -116,7 +116,8 @@ class TaskTuner:
         batch = self._propose(n)
         costs = []
         for config in batch:
-            result = self.runner.run(self.task, self._data, config, self.target)
+            result = self.runner.run(self.task, self._data, config, self.target,
+                                     best_seconds=self.best_seconds)
             record = Record(self.task.workload_key, self.target, config, result.costs,
                             result.status.value, result.error_text)
             self.db.commit_record(record)

@@ -85,3 +85,9 @@ def test_run_payload_in_process_matches_worker(task, data, simple_config):
                "options": MeasureOptions(repeat=1, min_repeat_seconds=0.0),
                "inputs": data.inputs, "expected": data.expected}
     assert run_payload(payload).status is MeasureStatus.OK
+
+
+def test_clearly_slower_candidate_is_timed_once(runner, task, data, simple_config):
+    result = runner.run(task, data, simple_config, "native", best_seconds=1e-12)
+    assert result.status is MeasureStatus.OK
+    assert len(result.costs) == 1          # early stop: no repeats for a hopeless candidate
