@@ -87,8 +87,12 @@ def run(size: int, repeat: int) -> dict:
         figures[f"kiln_gflops_{threads}t"] = round(g_kiln, 2)
         figures[f"numpy_gflops_{threads}t"] = round(g_numpy, 2)
         figures[f"ratio_{threads}t"] = round(g_kiln / g_numpy, 3)
+    compile_s = median_seconds(lambda: kiln.build(*gemm_schedule(m, k, n, target),
+                                                  target=target, name="gemm"), repeat=5)
+    figures["compile_ms"] = round(compile_s * 1e3, 1)
     print(f"fp32 GEMM {m}x{k}x{n} on {target.cpu} (median of {repeat})")
     print_table(["threads", "kiln GFLOPS", "numpy GFLOPS", "kiln/numpy"], rows)
+    print(f"compile time (schedule + lower + LLVM), median of 5: {compile_s * 1e3:.1f} ms")
     return figures
 
 
