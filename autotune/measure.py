@@ -214,6 +214,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     Runs in a fresh interpreter started by Runner (not multiprocessing's spawn, which would
     re-import the user's __main__ module).
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     inbox = Connection(read_fd, writable=False)
     outbox = Connection(write_fd, readable=False)
     outbox.send("ready")

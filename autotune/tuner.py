@@ -150,24 +150,25 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
     runner = Runner(options or MeasureOptions())
     tuner = TaskTuner(task, target, db, search, runner, search_config)
-    measured, interrupted, start = 0, False, time.perf_counter()
+    initial, interrupted, start = tuner.n_records, False, time.perf_counter()
     try:
         while tuner.n_records < trials:
             n = min(batch_size, trials - tuner.n_records)
-            base = (measured, trials - tuner.n_records + measured, start)
-            got = tuner.step(n, callback, base)
-            measured += got
+            measured = tuner.n_records - initial
+            got = tuner.step(n, callback, (measured, trials - initial, start))
             if got == 0:
                 log.info("%s: the search space is exhausted", task.name)
                 break
     except KeyboardInterrupt:
         interrupted = True
-        log.warning("%s: tuning interrupted; %d new records are kept", task.name, measured)
+        log.warning("%s: tuning interrupted; %d new records are kept", task.name,
+                    tuner.n_records - initial)
     finally:
         runner.close()
     return TuneResult(tuner.task.workload_key, tuner.target,
                       tuner.best.config if tuner.best else None, tuner.best_seconds,
-                      tuner.best_gflops, measured, tuner.n_records, interrupted)
+                      tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
+                      interrupted)
 
 
 def apply_best(task: Task, target: str, db: Database | None) -> tuple[Schedule, list, str]:

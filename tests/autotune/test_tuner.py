@@ -136,3 +136,17 @@ def test_task_scheduler_warms_up_every_task_then_spends_the_budget(tmp_path):
     target = canonical_target("native")
     for (task, _), report in zip(tasks, reports):
         assert len(db.records(task.workload_key, target)) == report.trials
+
+
+def test_keyboard_interrupt_stops_cleanly_keeping_measured_records(tmp_path):
+    db = Database(tmp_path / "t.db")
+    task = _task()
+
+    def interrupt_after_two(progress):
+        if progress.trials_done == 2:
+            raise KeyboardInterrupt
+
+    result = tune_task(task, "native", trials=10, db=db, search="random", batch_size=4,
+                       callback=interrupt_after_two, options=FAST)
+    assert result.interrupted and result.measured == 2 and result.total_trials == 2
+    assert len(db.records(task.workload_key, canonical_target("native"))) == 2
