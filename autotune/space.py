@@ -2,7 +2,8 @@
 
 Rules, per stage of the DAG:
   * placeholder: nothing to schedule;
-  * injective stage that is not an output: inlined into its consumers;
+  * injective stage that is not an output: inlined into its consumers (a knob may keep it
+    materialised at root instead when a reduction reads it, e.g. padding);
   * reduction stage ("anchor"): multi-level tiling SSRSRS (spatial axes in 3 levels, reduce
     axes in 2), a local accumulator (cache_write, or the reduction computed into a tile of its
     elementwise epilogue via compute_at), fused+parallel outer loops, vectorised innermost
@@ -92,6 +93,10 @@ class SearchSpace:
         consumers = {op: [c for c in self.ops if op in {t.op for t in c.input_tensors}]
                      for op in self.ops}
         self.inlined = [op for op in self.ops if not op.reduce_axis and op not in outputs]
+        # an injective producer of a reduction (padding, exp of softmax) may instead be
+        # materialised once: inlining re-evaluates it (selects, exp) in the hot loop
+        self.optional_inline = [op for op in self.inlined
+                                if any(c.reduce_axis for c in consumers[op])]
         self.anchors: list[_Anchor] = []
         epilogues = set()
         for op in self.ops:
@@ -148,6 +153,8 @@ class SearchSpace:
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
+        for op in self.optional_inline:
+            knobs.append(Knob(f"{self._stage_label(op)}/inline", (0, 1)))
         for op in self.elementwise:
             label = self._stage_label(op)
             inner = op.axis[-1].extent if op.axis else 1
@@ -184,6 +191,8 @@ class SearchSpace:
                 config[knob.name] = _nearest_scalar(knob.choices, 8)
             elif kind in ("local", "parallel", "vectorize", "unroll"):
                 config[knob.name] = knob.choices[-1]
+            elif kind == "inline":
+                config[knob.name] = 0
             else:
                 config[knob.name] = knob.choices[0]
         return config
@@ -231,7 +240,13 @@ class SearchSpace:
         config = self.validate(config)
         sch = create_schedule(list(self.task.outputs))
         for op in self.inlined:
-            sch[op].compute_inline()
+            label = self._stage_label(op)
+            if op in self.optional_inline and not config[f"{label}/inline"]:
+                lanes = _vector_lanes(self.task.target, op.dtype)
+                _schedule_elementwise(sch[op], min(lanes, op.axis[-1].extent) if op.axis
+                                      else 1, 1)
+            else:
+                sch[op].compute_inline()
         for anchor in self.anchors:
             self._apply_anchor(sch, anchor, config)
         for op in self.elementwise:
