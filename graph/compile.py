@@ -1,0 +1,155 @@
+"""Model -> CompiledModel: frontend, graph passes, fusion, one kernel per distinct group (best
+schedule from the tuning database, else the search space's default), memory plan, executor.
+`tune_model` tunes the model's tasks with the task scheduler so a later compile finds them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Mapping, Sequence
+
+from .. import codegen
+from ..autotune.database import Database
+from ..autotune.scheduler import TaskReport, tune_tasks
+from ..autotune.tuner import Progress, apply_best, canonical_target
+from ..schedule import lower
+from ..te.errors import KilnError
+from .executor import BufferSpec, CompiledModel, Step, build_plan
+from .frontend import load_onnx
+from .ir import Graph
+from .memory_plan import check_plan, plan_buffers
+from .passes import fuse_operators, optimize
+from .passes.fusion import FusedGroup
+from .tasks import ModelTask, extract_tasks, is_alias
+
+log = logging.getLogger(__name__)
+
+def _open_db(db) -> Database | None:
+    if db is None or isinstance(db, Database):
+        return db
+    return Database(db)
+
+
+def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
+                  ) -> tuple[Graph, list[FusedGroup]]:
+    """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse."""
+    graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes)
+    graph = optimize(graph)
+    return graph, fuse_operators(graph)
+
+
+def _build_task(mt: ModelTask, target: str, db: Database | None):
+    """The kernel of `mt` and where its schedule came from ("database" or "default")."""
+    sch, args, source = apply_best(mt.task, target, db)
+    kind = "database" if source == "database" else "default"
+    try:
+        kernel = codegen.build(lower(sch, args, name=mt.name), target=target)
+    except KilnError as exc:
+        if kind == "default":
+            raise
+        log.warning("%s: the database schedule failed to build (%s); using the default",
+                    mt.name, exc)
+        sch, args, _ = apply_best(mt.task, target, None)
+        kernel, kind = codegen.build(lower(sch, args, name=mt.name), target=target), "default"
+    log.info("%s (%d groups): schedule from the %s", mt.name, len(mt.groups), kind)
+    return kernel, kind
+
+
+def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
+    """Buffer specs and the arena size: inputs, constants, outputs, views, arena slices."""
+    specs: dict[str, BufferSpec] = {}
+    for v in graph.inputs:
+        specs[v.name] = BufferSpec(v.name, v.shape, v.dtype, "input")
+    values = {v.name: v for g in groups for n in g.nodes for v in n.inputs + n.outputs if v}
+    for name in sorted(step_args | {v.name for v in graph.outputs}):
+        if name in graph.constants and name not in specs:
+            arr = graph.constants[name]
+            specs[name] = BufferSpec(name, tuple(arr.shape), str(arr.dtype), "constant")
+    graph_outputs = {v.name for v in graph.outputs}
+    root: dict[str, str] = {}
+    for g in groups:
+        for v in g.outputs:
+            if v.name in graph_outputs and v.name not in specs:
+                specs[v.name] = BufferSpec(v.name, v.shape, v.dtype, "output")
+    lifetimes: dict[str, list[int]] = {}
+    for step, g in enumerate(groups):
+        for v in g.inputs:
+            r = root.get(v.name, v.name)
+            if r in lifetimes:
+                lifetimes[r][1] = step
+        if is_alias(g, graph):
+            src, out = g.nodes[0].inputs[0], g.outputs[0]
+            root[out.name] = root.get(src.name, src.name)
+            specs[out.name] = BufferSpec(out.name, out.shape, out.dtype, "alias",
+                                         of=root[out.name])
+            continue
+        for v in g.outputs:
+            if v.name not in specs:
+                lifetimes[v.name] = [step, step]
+    plan = plan_buffers([(n, values[n].nbytes, s, e) for n, (s, e) in lifetimes.items()])
+    check_plan(plan)
+    for slot in plan.slots:
+        v = values[slot.name]
+        specs[v.name] = BufferSpec(v.name, v.shape, v.dtype, "arena", offset=slot.offset)
+    # views last: their root (never itself a view) is allocated before them
+    ordered = sorted(specs.values(), key=lambda spec: spec.kind == "alias")
+    return ordered, plan.peak_bytes, plan.naive_bytes
+
+
+def compile_model(model, target: str = "native", db=None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
+    """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
+
+    db: a tuning Database or its path; each group uses its best record on `target` if there
+    is one, else the default schedule of its search space (`summary()` says which).
+    """
+    start = time.perf_counter()
+    target = canonical_target(target)
+    database = _open_db(db)
+    graph, groups = prepare_graph(model, input_shapes)
+    tasks, per_group = extract_tasks(graph, groups, target)
+    kernels, sources = {}, {}
+    for mt in tasks:
+        kernels[mt.name], sources[mt.name] = _build_task(mt, target, database)
+    steps, aliases, step_args = [], [], set()
+    for g in groups:
+        if g.name not in per_group:
+            aliases.append(g.name)
+            continue
+        mt, dag = per_group[g.name]
+        args = tuple(v.name for v in dag.arg_values)
+        step_args.update(args)
+        steps.append(Step(g.name, mt.name, args, g.ops, sources[mt.name]))
+    buffers, arena_bytes, naive = _buffers(graph, groups, step_args)
+    plan = build_plan(graph.name, [v.name for v in graph.inputs],
+                      [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
+                      naive, {"target": target})
+    compiled = CompiledModel(plan, kernels, graph.constants)
+    log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
+             len(kernels), time.perf_counter() - start)
+    return compiled
+
+
+def model_tasks(model, target: str = "native",
+                input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[ModelTask]:
+    """The distinct tuning tasks of a model, with their weights (occurrence counts)."""
+    graph, groups = prepare_graph(model, input_shapes)
+    return extract_tasks(graph, groups, canonical_target(target))[0]
+
+
+def tune_model(model, target: str = "native", trials: int = 200, db=None,
+               callback: Callable[[Progress], None] | None = None,
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               **options) -> list[TaskReport]:
+    """Spend `trials` new measurements over the model's tasks (autotune.scheduler.tune_tasks)
+    and record them in `db` (a Database or path; required). `options` go to tune_tasks
+    (search, batch_size, seed, options)."""
+    database = _open_db(db)
+    if database is None:
+        raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "
+                        "or a path such as 'tuning_logs/kiln.db'")
+    tasks = model_tasks(model, target, input_shapes)
+    log.info("tuning %d tasks: %s", len(tasks),
+             ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
+    return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
+                      database, callback=callback, **options)
