@@ -1,0 +1,37 @@
+"""kiln.compile / kiln.tune / kiln.load_compiled: the public model-level entry points."""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from .autotune.task import Task
+from .autotune.tuner import Progress, TuneResult, tune_task
+from .graph.compile import _open_db, compile_model, tune_model
+from .graph.executor import CompiledModel, load_compiled
+from .te.errors import KilnError
+
+
+def compile(model, target: str = "native", db=None,  # noqa: A001 - the public name
+            input_shapes=None) -> CompiledModel:
+    """Compile an ONNX model (path or ModelProto) with the best schedules known in `db`
+    (a Database or path), falling back to default schedules."""
+    return compile_model(model, target=target, db=db, input_shapes=input_shapes)
+
+
+def tune(model_or_task, target: str = "native", trials: int = 200, db=None,
+         callback: Callable[[Progress], None] | None = None, **options):
+    """Tune a model (ONNX path or ModelProto: its tasks share `trials`) or one autotune Task;
+    every measurement is recorded in `db` (a Database or path, required)."""
+    if db is None:
+        raise KilnError("kiln.tune needs a tuning database: pass db='tuning_logs/kiln.db' "
+                        "or a kiln.autotune.database.Database")
+    if isinstance(model_or_task, Task):
+        return tune_task(model_or_task, target, trials, _open_db(db), callback=callback,
+                         **options)
+    if isinstance(model_or_task, (str, os.PathLike)) or hasattr(model_or_task, "graph"):
+        return tune_model(model_or_task, target, trials, db, callback=callback, **options)
+    raise KilnError(f"kiln.tune takes an ONNX model (path or ModelProto) or an autotune Task, "
+                    f"got {type(model_or_task).__name__}")
+
+
+__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "TuneResult"]

@@ -1,0 +1,82 @@
+"""Whole models through compile_model vs onnxruntime, and tune -> compile from the database."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln import compile as kiln_compile
+from kiln.autotune.database import Database
+from kiln.autotune.measure import MeasureOptions
+from kiln.graph import models
+from kiln.graph.compile import compile_model, model_tasks, tune_model
+from kiln.te.errors import KilnError
+
+from .graph_helpers import ort_run
+
+SMALL = {
+    "default_cnn": lambda: models.default_cnn(image_size=16, width=8),
+    "resnet18_like": lambda: models.resnet18_like(image_size=32, base_width=8,
+                                                  num_classes=10),
+    "mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=32, width_mult=0.25,
+                                                        num_classes=10, stages=3),
+    "bert_like_encoder": lambda: models.bert_like_encoder(seq=8, hidden=32, heads=2, layers=2,
+                                                          vocab=50),
+    "mlp": lambda: models.mlp(sizes=(48, 32, 16, 10)),
+}
+
+
+def _feeds(model):
+    rng = np.random.default_rng(5)
+    feeds = {}
+    for inp in model.graph.input:
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        if inp.type.tensor_type.elem_type == 7:   # int64 token ids
+            feeds[inp.name] = rng.integers(0, 50, shape).astype(np.int64)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_model_matches_onnxruntime(name):
+    model = SMALL[name]()
+    feeds = _feeds(model)
+    compiled = compile_model(model)
+    got = compiled.run(feeds)
+    want = ort_run(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4)
+
+
+def test_identical_blocks_are_one_task():
+    tasks = model_tasks(SMALL["bert_like_encoder"]())
+    by_weight = sorted(t.weight for t in tasks)
+    assert by_weight[-1] >= 4          # q/k/v/out projections of both layers share a task
+    assert sum(by_weight) > len(tasks)
+
+
+def test_tune_needs_a_database():
+    with pytest.raises(KilnError, match=r"needs a tuning database"):
+        tune_model(SMALL["mlp"](), trials=1)
+    with pytest.raises(KilnError, match=r"ONNX model .* or an autotune Task, got int"):
+        kiln_compile.tune(3, db="unused.db")
+
+
+@pytest.mark.slow
+def test_tune_model_records_are_used_by_the_next_compile(tmp_path):
+    model = SMALL["mlp"]()
+    db = Database(tmp_path / "kiln.db")
+    reports = tune_model(model, trials=3, db=db, batch_size=3,
+                         options=MeasureOptions(timeout=60, repeat=2,
+                                                min_repeat_seconds=0.001))
+    assert sum(r.trials for r in reports) >= 3
+    assert any(np.isfinite(r.best_seconds) for r in reports)
+    compiled = kiln_compile.compile(model, db=db)
+    sources = {s.source for s in compiled.plan.steps}
+    assert "database" in sources
+    assert "from the database" in compiled.summary() and " database" in compiled.summary()
+    feeds = _feeds(model)
+    np.testing.assert_allclose(compiled.run(feeds)[0], ort_run(model, feeds)[0],
+                               rtol=2e-4, atol=2e-4)
