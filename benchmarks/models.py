@@ -1,0 +1,112 @@
+"""End-to-end model latency, batch 1: Kiln vs the numpy reference executor vs onnxruntime.
+
+    python benchmarks/models.py [--models default_cnn,mlp] [--threads 1,2] [--db tuning_logs/kiln.db]
+
+Kiln uses the best schedules in the database (or the defaults). Prints a table and, as the
+last line, one JSON object with every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit_json, median_seconds, numpy_threads, print_table  # noqa: E402
+
+from kiln.graph import models  # noqa: E402
+from kiln.graph.compile import compile_model, prepare_graph  # noqa: E402
+from kiln.graph.reference import run_reference  # noqa: E402
+
+MODELS = {
+    "default_cnn": lambda: models.default_cnn(),
+    "resnet18_like": lambda: models.resnet18_like(image_size=224),
+    "mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=224),
+    "bert_like_encoder": lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2),
+    "mlp": lambda: models.mlp(),
+}
+
+
+def _inputs(graph) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.startswith("float")
+            else rng.integers(0, 100, v.shape).astype(v.dtype) for v in graph.inputs]
+
+
+def _ort_session(model, threads: int):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def bench_model(name: str, threads: list[int], db, repeat: int) -> list[dict]:
+    model = MODELS[name]()
+    start = time.perf_counter()
+    compiled = compile_model(model, db=db)
+    compile_s = time.perf_counter() - start
+    graph, _ = prepare_graph(model)
+    inputs = _inputs(graph)
+    feeds = {v.name: a for v, a in zip(graph.inputs, inputs)}
+    ours = compiled.run(inputs)
+    rows = []
+    for n in threads:
+        compiled.set_num_threads(n)
+        t_kiln = median_seconds(lambda: compiled.run(inputs), repeat)
+        with numpy_threads(n):
+            t_numpy = median_seconds(lambda: run_reference(graph, inputs), max(3, repeat // 4))
+        session = _ort_session(model, n)
+        theirs = session.run(None, feeds)
+        t_ort = median_seconds(lambda: session.run(None, feeds), repeat)
+        err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))
+        overhead = compiled.profile(inputs, repeat=5)[-1]["ms"]
+        rows.append({"model": name, "threads": n, "kiln_ms": t_kiln * 1e3,
+                     "numpy_ms": t_numpy * 1e3, "ort_ms": t_ort * 1e3,
+                     "numpy_over_kiln": t_numpy / t_kiln, "ort_over_kiln": t_ort / t_kiln,
+                     "max_abs_err_vs_ort": err, "python_overhead_ms": overhead,
+                     "kernels": len(compiled.plan.steps),
+                     "from_db": sum(s.source == "database" for s in compiled.plan.steps),
+                     "compile_s": compile_s})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated subset of: {', '.join(MODELS)}")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--db", default=None, help="tuning database (default: none)")
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
+    threads = [int(t) for t in args.threads.split(",")]
+    db = None
+    if args.db:
+        from kiln.autotune.database import Database
+        db = Database(args.db)
+    results = []
+    for name in names:
+        results += bench_model(name, threads, db, args.repeat)
+    headers = ["model", "thr", "kiln ms", "numpy ms", "ort ms", "numpy/kiln", "ort/kiln",
+               "err vs ort", "py ovh ms", "kernels", "from db", "compile s"]
+    print_table(headers, [[r["model"], r["threads"], r["kiln_ms"], r["numpy_ms"], r["ort_ms"],
+                           r["numpy_over_kiln"], r["ort_over_kiln"],
+                           f"{r['max_abs_err_vs_ort']:.1e}", r["python_overhead_ms"],
+                           r["kernels"], r["from_db"], r["compile_s"]] for r in results])
+    emit_json({"bench": "models", "results": [{k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                                               for k, v in r.items()} for r in results]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
