@@ -10,6 +10,7 @@ import logging
 import numpy as np
 import xgboost as xgb
 from scipy.stats import kendalltau
+from sklearn.metrics import ndcg_score
 
 from ..te.errors import TuningDatabaseError
 
@@ -88,3 +89,8 @@ def top_k_recall(predicted: np.ndarray, actual: np.ndarray, k: int) -> float:
     top_true = set(np.argsort(-np.asarray(actual))[:k].tolist())
     top_pred = set(np.argsort(-np.asarray(predicted))[:k].tolist())
     return len(top_true & top_pred) / k if k else 0.0
+
+
+def ndcg(predicted: np.ndarray, actual: np.ndarray, k: int | None = None) -> float:
+    """Normalised discounted cumulative gain of the predicted order (1 = the ideal order)."""
+    return float(ndcg_score(np.asarray(actual)[None, :], np.asarray(predicted)[None, :], k=k))

@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from kiln.autotune.cost_model import (XGBCostModel, kendall_tau, normalize_throughput,
+from kiln.autotune.cost_model import (XGBCostModel, kendall_tau, ndcg, normalize_throughput,
                                       top_k_recall)
 from kiln.autotune.search import Featurizer
 from kiln.autotune.space import SearchSpace
@@ -61,6 +61,9 @@ def test_model_ranks_held_out_candidates(data):
     assert tau > 0.3, f"Kendall tau {tau:.2f} on held-out candidates"
     # the top-10 predicted contain far more of the true top-10 than a random pick (~1.25)
     assert top_k_recall(predicted, y_test, 10) >= 0.4
+    # the predicted order of the best 10 beats a random order's NDCG by a margin
+    noise = np.random.default_rng(0).normal(size=len(y_test))
+    assert ndcg(predicted, y_test, k=10) > ndcg(noise, y_test, k=10) + 0.2
 
 
 def test_untrained_model_predicts_zeros_and_random_has_no_signal(data):
