@@ -72,29 +72,37 @@ class Database:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite_utils.Database(str(self.path))
-            self._db.conn.execute("PRAGMA busy_timeout = 10000")
-            self._db.enable_wal()
-            self._create_tables()
-        except Exception as exc:  # sqlite3.DatabaseError and friends: not a database file
-            raise TuningDatabaseError(
-                f"cannot open tuning database '{self.path}': {exc}. Delete or move the file "
-                "to start a fresh log.") from exc
+        for attempt in range(50):
+            try:
+                self._db = sqlite_utils.Database(str(self.path))
+                self._db.conn.execute("PRAGMA busy_timeout = 10000")
+                self._db.enable_wal()
+                self._create_tables()
+                break
+            except Exception as exc:  # sqlite3.DatabaseError and friends: not a database file
+                # another process creating the file or switching it to WAL: wait, retry
+                if "locked" in str(exc) and attempt < 49:
+                    time.sleep(0.2)
+                    continue
+                raise TuningDatabaseError(
+                    f"cannot open tuning database '{self.path}': {exc}. Delete or move the "
+                    "file to start a fresh log.") from exc
 
     def _create_tables(self) -> None:
         db = self._db
         if "targets" not in db.table_names():
-            db["targets"].create({"target": str, "first_seen": float}, pk="target")
+            db["targets"].create({"target": str, "first_seen": float}, pk="target",
+                                 if_not_exists=True)
         if "tasks" not in db.table_names():
             db["tasks"].create({"workload_key": str, "description": str, "shapes": str,
-                                "flops": float}, pk="workload_key")
+                                "flops": float}, pk="workload_key", if_not_exists=True)
         if "records" not in db.table_names():
             db["records"].create({"id": int, "task_key": str, "target": str, "config": str,
                                   "config_key": str, "costs": str, "mean_cost": float,
                                   "status": str, "error_text": str, "kiln_version": str,
-                                  "schema_version": int, "timestamp": float}, pk="id")
-            db["records"].create_index(["task_key", "target"])
+                                  "schema_version": int, "timestamp": float}, pk="id",
+                                 if_not_exists=True)
+            db["records"].create_index(["task_key", "target"], if_not_exists=True)
         db.conn.commit()
 
     def close(self) -> None:
