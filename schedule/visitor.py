@@ -10,16 +10,8 @@ from dataclasses import fields, replace
 
 from ..te.expr import Expr
 from ..te.visit import ExprMutator
+from ..te.visit import _method_for  # one cached visit_<Node> dispatch for both IR layers
 from .ir import Stmt
-
-
-@functools.cache
-def _method_for(visitor_cls, node_cls):
-    for klass in node_cls.__mro__:
-        method = getattr(visitor_cls, "visit_" + klass.__name__, None)
-        if method is not None:
-            return method
-    return visitor_cls.generic_visit
 
 
 @functools.cache
