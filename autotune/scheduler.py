@@ -45,14 +45,16 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                db: Database, search: str = "xgb", batch_size: int = 8, seed: int = 0,
                options: MeasureOptions | None = None,
                callback: Callable[[Progress], None] | None = None) -> list[TaskReport]:
-    """Spend `trials` new measurements over the tasks; returns one report per task."""
+    """Tune the tasks until the database holds `trials` records of them in total (records
+    already there count, so a rerun resumes, as in tune_task); one report per task."""
     runner = Runner(options or MeasureOptions())
     tuners = [TaskTuner(task, target, db, search, runner,
                         SearchConfig(batch_size=batch_size, seed=seed))
               for task, _ in tasks_with_weights]
     weights = [float(w) for _, w in tasks_with_weights]
     histories: list[list[float]] = [[t.best_seconds] for t in tuners]
-    spent, pending = 0, list(range(len(tuners)))   # round-robin warm-up first
+    spent = sum(t.n_records for t in tuners)
+    pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
     start = time.perf_counter()
     try:
         while spent < trials:

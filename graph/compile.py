@@ -141,8 +141,8 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
                callback: Callable[[Progress], None] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                **options) -> list[TaskReport]:
-    """Spend `trials` new measurements over the model's tasks (autotune.scheduler.tune_tasks)
-    and record them in `db` (a Database or path; required). `options` go to tune_tasks
+    """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
+    resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database or path; required). `options` go to tune_tasks
     (search, batch_size, seed, options)."""
     database = _open_db(db)
     if database is None:

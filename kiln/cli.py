@@ -93,8 +93,10 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool) -> i
                   f"(reusing {db.path})")
     start = time.perf_counter()
     with _ProgressBar(trials) as bar:
-        tune_model(model, target=target, trials=trials, db=db, callback=bar)
-    console.print(f"tuning took {time.perf_counter() - start:.1f} s")
+        reports = tune_model(model, target=target, trials=trials, db=db, callback=bar)
+    held = sum(r.trials for r in reports)
+    console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
+                  f"trials of this model's {len(reports)} tasks on this target")
     compiled = compile_model(model, target=target, db=db)
     _print_comparison(model, compiled)
     return 0
