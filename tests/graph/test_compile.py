@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln import compile as kiln_compile
+import kiln
 from kiln.autotune.database import Database
 from kiln.autotune.measure import MeasureOptions
 from kiln.graph import models
@@ -61,7 +61,7 @@ def test_tune_needs_a_database():
     with pytest.raises(KilnError, match=r"needs a tuning database"):
         tune_model(SMALL["mlp"](), trials=1)
     with pytest.raises(KilnError, match=r"ONNX model .* or an autotune Task, got int"):
-        kiln_compile.tune(3, db="unused.db")
+        kiln.tune(3, db="unused.db")
 
 
 @pytest.mark.slow
@@ -73,7 +73,7 @@ def test_tune_model_records_are_used_by_the_next_compile(tmp_path):
                                                 min_repeat_seconds=0.001))
     assert sum(r.trials for r in reports) >= 3
     assert any(np.isfinite(r.best_seconds) for r in reports)
-    compiled = kiln_compile.compile(model, db=db)
+    compiled = kiln.compile(model, db=db)
     sources = {s.source for s in compiled.plan.steps}
     assert "database" in sources
     assert "from the database" in compiled.summary() and " database" in compiled.summary()
