@@ -264,6 +264,13 @@ def _conv2d(node, args):
                             tuple(a["dilations"]), int(a["groups"]))]
 
 
+@_lowering("conv2d_kpacked")
+def _conv2d_kpacked(node, args):
+    a = node.attrs
+    return [ops.conv2d_nchw_kpacked(args[0], args[1], tuple(a["strides"]), tuple(a["pads"]),
+                                    tuple(a["dilations"]))]
+
+
 @_lowering("matmul")
 def _matmul(node, args):
     """numpy matmul semantics (rank-1 operands, broadcast batch dims) as one reduction."""

@@ -235,11 +235,19 @@ def _pool(ins, attrs):
 
 # -- anchors -----------------------------------------------------------------------------------
 
-@_register("conv2d", OpClass.OUT_ELEMWISE_FUSABLE)
+@_register("conv2d conv2d_kpacked", OpClass.OUT_ELEMWISE_FUSABLE)
 def _conv2d(ins, attrs):
+    """conv2d_kpacked is conv2d with its weight laid out [F / block, C, KH, KW, block]."""
     x, w = ins
     n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
+    if len(w.shape) == 5:
+        fo, cg, kh, kw, block = w.shape
+        if block != attrs.get("block"):
+            raise ValueError(f"packed weight {list(w.shape)} does not match block="
+                             f"{attrs.get('block')}")
+        o = fo * block
+    else:
+        o, cg, kh, kw = w.shape
     g = attrs["groups"]
     if c != cg * g or o % g:
         raise ValueError(f"{c} input channels, weight {list(w.shape)} and groups={g} disagree")

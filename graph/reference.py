@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 from scipy import special
 
 from ..te.errors import KernelArgumentError
+from ..te.ops import unpack_conv_weight
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,11 @@ def _conv2d(node, x, w):
     wg = w.reshape(g, o // g, cg, kh, kw)
     out = np.einsum("ngchwkl,gockl->ngohw", win, wg, optimize=True)
     return np.ascontiguousarray(out.reshape(n, o, out_hw[0], out_hw[1]))
+
+
+@_impl("conv2d_kpacked")
+def _conv2d_kpacked(node, x, w):
+    return _conv2d(node, x, unpack_conv_weight(w, node.attrs["block"]))
 
 
 @_impl("matmul")

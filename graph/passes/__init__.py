@@ -13,6 +13,7 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
+from .layout import pack_conv_weights
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
 
@@ -26,6 +27,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
+    ("pack conv weights", pack_conv_weights),   # after folding: BN-scaled weights are final
 )
 
 
@@ -42,4 +44,4 @@ def optimize(graph: Graph, verify: bool = False) -> Graph:
 
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
-           "optimize", "remove_identities", "simplify", "verify_graph"]
+           "optimize", "pack_conv_weights", "remove_identities", "simplify", "verify_graph"]

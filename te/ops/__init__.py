@@ -4,7 +4,8 @@ from .broadcast import (add, broadcast_to, divide, equal, floor_divide, floor_mo
                         greater_equal, less, less_equal, logical_and, logical_not, logical_or,
                         logical_xor, maximum, minimum, multiply, not_equal, power, subtract,
                         where)
-from .conv import conv2d_nchw, depthwise_conv2d_nchw
+from .conv import (conv2d_nchw, conv2d_nchw_kpacked, depthwise_conv2d_nchw, pack_conv_weight,
+                   unpack_conv_weight)
 from .elementwise import (abs, cast, ceil, clip, erf, exp, floor, gelu, hard_sigmoid,
                           hard_swish, leaky_relu, log, neg, reciprocal, relu, round, rsqrt,
                           sigmoid, sign, sqrt, tanh)

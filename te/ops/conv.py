@@ -1,12 +1,14 @@
 """2-D convolution in NCHW layout: a separate pad stage (inline or compute_at it) + the conv."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import expr as E
 from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import check_tensor, int_tuple, padding4
-from .tags import CONV2D_NCHW
+from .tags import CONV2D_NCHW, INJECTIVE
 from .transform import pad
 
 
@@ -81,3 +83,75 @@ def depthwise_conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilati
                       f"{list(weight.shape)}")
     return conv2d_nchw(x, weight, stride, padding, dilation, groups=x.shape[1],
                        out_dtype=out_dtype, name=name or "depthwise_conv2d_nchw")
+
+
+def pack_conv_weight(weight, block: int):
+    """[F, C, KH, KW] -> [F / block, C, KH, KW, block]: `block` output channels innermost, so
+    the packed conv loads them as contiguous vectors (a layout rewrite done once, at compile
+    time, for constant weights)."""
+    weight = np.asarray(weight)
+    if weight.ndim != 4 or block < 1 or weight.shape[0] % block:
+        raise TEError(f"pack_conv_weight(): expects weight[F, C, KH, KW] with F divisible by "
+                      f"block={block}, got shape {list(weight.shape)}")
+    f, c, kh, kw = weight.shape
+    return np.ascontiguousarray(
+        weight.reshape(f // block, block, c, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def unpack_conv_weight(packed, block: int | None = None):
+    """The inverse of pack_conv_weight: [F / block, C, KH, KW, block] -> [F, C, KH, KW]."""
+    packed = np.asarray(packed)
+    if packed.ndim != 5 or (block is not None and packed.shape[4] != block):
+        raise TEError(f"unpack_conv_weight(): expects weight[F / block, C, KH, KW, block], got "
+                      f"shape {list(packed.shape)}")
+    fo, c, kh, kw, kb = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 2, 3).reshape(fo * kb, c, kh, kw))
+
+
+def conv2d_nchw_kpacked(x: Tensor, packed_weight: Tensor, stride=1, padding=0, dilation=1,
+                        out_dtype: str | None = None, name: str | None = None) -> Tensor:
+    """conv2d_nchw with the weight pre-packed as [F / kb, C, KH, KW, kb] (pack_conv_weight).
+
+    The reduction computes a channel-blocked result Oc[n, f / kb, y, x, kb], whose innermost
+    axis is a contiguous run of kb output channels: a vector of accumulators fed by one
+    broadcast input pixel and one contiguous weight load, which stays fast when the spatial
+    extent is small or strided (late ResNet layers, 1x1 stride-2 projections). The returned
+    tensor unpacks it to NCHW, an injective stage the tuner inlines into the epilogue.
+    """
+    op = name or "conv2d_nchw_kpacked"
+    check_tensor(op, x)
+    check_tensor(op, packed_weight, "weight")
+    if x.ndim != 4 or packed_weight.ndim != 5:
+        raise TEError(f"{op}(): expects x[N, C, H, W] and weight[F / kb, C, KH, KW, kb], got "
+                      f"'{x.name}'{list(x.shape)} and '{packed_weight.name}'"
+                      f"{list(packed_weight.shape)}")
+    n, c, h, w = x.shape
+    fo, c_w, kh, kw, kb = packed_weight.shape
+    if c_w != c:
+        raise TEError(f"{op}(): '{x.name}' has {c} channels but the packed weight "
+                      f"'{packed_weight.name}' expects {c_w} (weight[F / kb, C, KH, KW, kb] = "
+                      f"{list(packed_weight.shape)})")
+    if out_dtype is None and x.dtype != packed_weight.dtype:
+        raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{packed_weight.name}' is "
+                      f"{packed_weight.dtype}; cast one of them or pass out_dtype=")
+    sh, sw = int_tuple(op, "stride", stride, 2)
+    dh, dw = int_tuple(op, "dilation", dilation, 2)
+    top, left, bottom, right = padding4(op, padding)
+    oh = conv_output_extent(op, h, kh, sh, dh, top, bottom)
+    ow = conv_output_extent(op, w, kw, sw, dw, left, right)
+    padded = x
+    if top or left or bottom or right:
+        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+    rc, ry, rx = reduce_axis(c, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+
+    def read(tensor, *indices):
+        value = tensor(*indices)
+        return value if out_dtype is None else E.cast(value, out_dtype)
+
+    def body(b, ko, y, xx, ki):
+        return te_sum(read(padded, b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw)
+                      * read(packed_weight, ko, rc, ry, rx, ki), axis=[rc, ry, rx])
+
+    blocked = compute((n, fo, oh, ow, kb), body, name=f"{op}_blocked", tag=CONV2D_NCHW)
+    return compute((n, fo * kb, oh, ow), lambda b, f, y, xx: blocked(b, f // kb, y, xx, f % kb),
+                   name=op, tag=INJECTIVE)

@@ -206,3 +206,45 @@ def test_pool_errors():
         ops.max_pool2d(X, (2, 2, 2))
     with pytest.raises(TEError, match="avg_pool2d\\(\\): tensor 'I' has dtype int32"):
         ops.avg_pool2d(te.placeholder((1, 1, 4, 4), "int32", name="I"), 2)
+
+
+KPACKED = [  # x shape, filters, kernel, stride, padding, dilation, block
+    ((1, 3, 7, 7), 16, (3, 3), 1, 1, 1, 16),
+    ((2, 5, 11, 13), 16, (3, 2), 2, (1, 0, 2, 1), (1, 2), 8),   # asymmetric, dilated
+    ((1, 7, 9, 9), 24, (1, 1), 2, 0, 1, 8),                     # 1x1 stride-2 projection
+    ((1, 1, 1, 1), 3, (1, 1), 1, 0, 1, 3),                      # odd block, one pixel
+    ((1, 4, 5, 5), 2, (3, 3), 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("x_shape,filters,kernel,stride,padding,dilation,block", KPACKED)
+def test_conv2d_kpacked_matches_the_unpacked_conv(run, rng, x_shape, filters, kernel, stride,
+                                                  padding, dilation, block):
+    w_shape = (filters, x_shape[1]) + kernel
+    X = te.placeholder(x_shape, name="X")
+    Wp = te.placeholder((filters // block, x_shape[1]) + kernel + (block,), name="Wp")
+    Y = ops.conv2d_nchw_kpacked(X, Wp, stride, padding, dilation)
+    x = rng.standard_normal(x_shape).astype("float32")
+    w = rng.standard_normal(w_shape).astype("float32")
+    want = conv_ref(x, w, stride, padding, dilation, 1)
+    assert Y.shape == want.shape and tags.is_injective(Y.op.tag)
+    got = run(Y, {X: x, Wp: ops.pack_conv_weight(w, block)})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_pack_conv_weight_round_trips_and_puts_the_block_innermost(rng):
+    w = rng.standard_normal((32, 3, 3, 2)).astype("float32")
+    packed = ops.pack_conv_weight(w, 16)
+    assert packed.shape == (2, 3, 3, 2, 16) and packed.flags.c_contiguous
+    assert packed[1, 2, 0, 1, 5] == w[16 + 5, 2, 0, 1]
+    np.testing.assert_array_equal(ops.unpack_conv_weight(packed, 16), w)
+
+
+def test_conv2d_kpacked_errors_name_the_problem():
+    X = te.placeholder((1, 4, 8, 8), name="X")
+    with pytest.raises(TEError, match=r"'X' has 4 channels but the packed weight 'Wp'"):
+        ops.conv2d_nchw_kpacked(X, te.placeholder((1, 3, 3, 3, 8), name="Wp"))
+    with pytest.raises(TEError, match=r"weight\[F / kb, C, KH, KW, kb\]"):
+        ops.conv2d_nchw_kpacked(X, te.placeholder((8, 4, 3, 3), name="W"))
+    with pytest.raises(TEError, match=r"F divisible by block=16"):
+        ops.pack_conv_weight(np.zeros((24, 4, 3, 3), "float32"), 16)
