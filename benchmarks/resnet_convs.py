@@ -1,0 +1,199 @@
+"""Tuned ResNet-18 conv layers vs onnxruntime (single Conv op) and numpy im2col + BLAS.
+
+The layers are the distinct conv kernels of graph/models.py's resnet18_like at 224x224, taken
+from the model's own tuning tasks, so records tuned here also serve `kiln.compile` of the whole
+model. Each Kiln kernel is the fused group the compiler builds: the conv with its weight packed
+at compile time plus its epilogue (bias, the residual add where the model has one, relu).
+onnxruntime runs one Conv node with bias (its own prepacked weights, all graph optimisations);
+numpy runs im2col + one BLAS GEMM + bias. Kiln's kernel does at least the same work.
+
+Tunes each layer until the database holds --trials records of it (records already there count,
+so a rerun resumes); `--from-db` only rebuilds the best schedules and times them.
+
+    python benchmarks/resnet_convs.py [--trials 64] [--from-db] [--db PATH] [--layers 0,3]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import emit_json, kiln_threads, median_seconds, numpy_threads, print_table  # noqa
+
+from kiln.autotune.database import Database  # noqa: E402
+from kiln.autotune.measure import MeasureOptions  # noqa: E402
+from kiln.autotune.tuner import build_best, canonical_target, tune_task  # noqa: E402
+from kiln.graph.compile import prepare_graph  # noqa: E402
+from kiln.graph.models import resnet18_like  # noqa: E402
+from kiln.graph.tasks import extract_tasks  # noqa: E402
+from kiln.te.ops import unpack_conv_weight  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DB = os.path.join(ROOT, "tuning_logs", "kiln.db")
+
+
+def conv_layers(target: str):
+    """(model task, conv node, group) for every distinct conv kernel of resnet18_like."""
+    graph, groups = prepare_graph(resnet18_like())
+    tasks, _ = extract_tasks(graph, groups, target)
+    by_name = {g.name: g for g in groups}
+    layers = []
+    for mt in tasks:
+        group = by_name[mt.groups[0]]
+        if group.anchor is not None and group.anchor.op.startswith("conv2d"):
+            layers.append((mt, group.anchor, group))
+    return graph, layers
+
+
+def describe(conv) -> str:
+    x, w = conv.inputs[0].shape, conv.outputs[0].shape
+    kh = conv.inputs[1].shape[2]
+    stride = conv.attrs["strides"][0]
+    return f"{kh}x{kh}/{stride} {x[1]}->{w[1]} @{x[2]}"
+
+
+def conv_flops(conv) -> float:
+    out = conv.outputs[0].shape
+    c, kh, kw = conv.inputs[1].shape[1:4]
+    return 2.0 * np.prod(out) * c * kh * kw
+
+
+def dense_weight(graph, conv) -> np.ndarray:
+    w = graph.constants[conv.inputs[1].name]
+    return unpack_conv_weight(w, conv.attrs["block"]) if conv.op == "conv2d_kpacked" else w
+
+
+def ort_session(conv, weight: np.ndarray, bias: np.ndarray, threads: int):
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    a = conv.attrs
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=list(a["pads"]),
+                            strides=list(a["strides"]), dilations=list(a["dilations"]))
+    graph = helper.make_graph([node], "conv", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, list(conv.inputs[0].shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weight, "w"), onnx.numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def im2col_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, conv) -> np.ndarray:
+    """numpy's best plain conv: strided windows, one BLAS GEMM, bias."""
+    top, left, bottom, right = conv.attrs["pads"]
+    sh, sw = conv.attrs["strides"]
+    k, c, kh, kw = weight.shape
+    oh, ow = conv.outputs[0].shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::sh, ::sw][:, :, :oh, :ow]                   # n c oh ow kh kw
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(-1, c * kh * kw)
+    out = cols @ weight.reshape(k, -1).T + bias
+    return out.reshape(x.shape[0], oh, ow, k).transpose(0, 3, 1, 2)
+
+
+def kernel_inputs(mt, graph, rng) -> list[np.ndarray]:
+    """Arrays in the kernel's argument order: constants from the model, random activations."""
+    arrays = []
+    for value in mt.dag.arg_values:
+        if value.name in graph.constants:
+            arrays.append(np.ascontiguousarray(graph.constants[value.name]))
+        else:
+            arrays.append(rng.standard_normal(value.shape).astype(value.dtype))
+    return arrays
+
+
+def _progress(p) -> None:
+    print(f"\r  {p.task_name}: trial {p.trials_done}/{p.trials_total}  best "
+          f"{p.best_gflops:7.1f} GFLOPS  last {p.last_status:<14} ETA {p.eta_seconds:5.0f} s",
+          end="", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64, help="records per layer")
+    parser.add_argument("--db", default=DEFAULT_DB)
+    parser.add_argument("--from-db", action="store_true", help="rebuild the best, no tuning")
+    parser.add_argument("--layers", default="", help="comma-separated layer indices")
+    parser.add_argument("--repeat", type=int, default=9)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    target = canonical_target("native")
+    db = Database(args.db)
+    graph, layers = conv_layers(target)
+    if args.layers:
+        layers = [layers[int(i)] for i in args.layers.split(",")]
+    tuning = {}
+    if not args.from_db:
+        for mt, conv, _ in layers:
+            start = time.perf_counter()
+            with kiln_threads(2):
+                result = tune_task(mt.task, target, trials=args.trials, db=db,
+                                   callback=_progress,
+                                   options=MeasureOptions(timeout=60, repeat=3,
+                                                          min_repeat_seconds=0.05))
+            tuning[mt.name] = (time.perf_counter() - start, result.measured)
+            print(f"\n  {describe(conv)}: {result.measured} measured, best "
+                  f"{result.best_gflops:.1f} GFLOPS")
+
+    rng = np.random.default_rng(0)
+    rows, figures = [], {"bench": "resnet18_conv_layers", "cpu": target.split("-mcpu=")[-1]
+                         .split()[0], "layers": []}
+    for mt, conv, group in layers:
+        arrays = kernel_inputs(mt, graph, rng)
+        x = arrays[[v.name for v in mt.dag.arg_values].index(conv.inputs[0].name)]
+        weight = dense_weight(graph, conv)
+        bias = np.zeros(weight.shape[0], np.float32)
+        bias_nodes = [n for n in group.nodes if n.op == "add" and n.inputs[1].name
+                      in graph.constants]
+        if bias_nodes:
+            bias = graph.constants[bias_nodes[0].inputs[1].name].reshape(-1).astype(np.float32)
+        flops = conv_flops(conv)
+        records = len(db.records(mt.task.workload_key, target))
+        entry = {"layer": describe(conv), "ops": "+".join(group.ops), "records": records}
+        for threads in (1, 2):
+            with kiln_threads(threads):
+                kernel = build_best(mt.task, target, db)
+            t_kiln = median_seconds(lambda: kernel(*arrays), repeat=args.repeat)
+            with numpy_threads(threads):
+                t_np = median_seconds(lambda: im2col_conv(x, weight, bias, conv),
+                                      repeat=args.repeat)
+            sess = ort_session(conv, weight, bias, threads)
+            t_ort = (median_seconds(lambda: sess.run(None, {"x": x}), repeat=args.repeat)
+                     if sess is not None else float("nan"))
+            entry[f"kiln_gflops_{threads}t"] = round(flops / t_kiln / 1e9, 2)
+            entry[f"ratio_ort_{threads}t"] = round(t_ort / t_kiln, 3)
+            entry[f"ratio_numpy_{threads}t"] = round(t_np / t_kiln, 3)
+            rows.append([describe(conv), threads, records, flops / t_kiln / 1e9,
+                         flops / t_ort / 1e9, flops / t_np / 1e9, t_ort / t_kiln, t_np / t_kiln])
+        if mt.name in tuning:
+            entry["tune_seconds"], entry["measured"] = round(tuning[mt.name][0], 1), \
+                tuning[mt.name][1]
+        figures["layers"].append(entry)
+    print(f"ResNet-18 conv layers on {figures['cpu']} (median of {args.repeat}; ratio > 1: "
+          "Kiln faster; Kiln's kernel includes its fused epilogue)")
+    print_table(["layer", "threads", "records", "kiln GFLOPS", "ort GFLOPS", "im2col GFLOPS",
+                 "kiln vs ort", "kiln vs im2col"], rows)
+    for threads in (1, 2):
+        ort_r = [e[f"ratio_ort_{threads}t"] for e in figures["layers"]]
+        np_r = [e[f"ratio_numpy_{threads}t"] for e in figures["layers"]]
+        figures[f"geomean_ratio_ort_{threads}t"] = round(float(np.exp(np.mean(np.log(ort_r)))), 3)
+        figures[f"geomean_ratio_numpy_{threads}t"] = round(float(np.exp(np.mean(np.log(np_r)))),
+                                                           3)
+    emit_json(figures)
+
+
+if __name__ == "__main__":
+    main()
