@@ -18,6 +18,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from ..codegen.target import Target
 from ..schedule import create_schedule
 from ..schedule.schedule import Schedule, Stage
 from ..te.errors import ScheduleError
@@ -55,9 +56,10 @@ def _freeze(value):
 
 
 def _factor_candidates(extent: int, cap: int) -> list[int]:
-    """Divisors of `extent` and powers of two (non-divisors are legal: tails are guarded)."""
+    """Divisors of `extent`, powers of two and 3 x powers of two (register tiles such as 6
+    rows x 2 vectors fill a 16-register file; non-divisors are legal: tails are guarded)."""
     out = {d for d in range(1, min(extent, cap) + 1) if extent % d == 0}
-    out |= {1 << p for p in range(0, 12) if (1 << p) <= min(extent, cap)}
+    out |= {m << p for p in range(0, 12) for m in (1, 3) if (m << p) <= min(extent, cap)}
     return sorted(out)
 
 
@@ -146,9 +148,9 @@ class SearchSpace:
                 choices = sorted(set(_factor_candidates(axis.extent, 256)) | {axis.extent})
                 knobs.append(Knob(f"{label}/reduce/{pos}:{axis.name}", tuple(choices)))
             points = math.prod(op.shape) if op.shape else 1
-            fusible = anchor.epilogue is not None or anchor.is_output
-            knobs.append(Knob(f"{label}/local", (0, 1) if fusible and points >= MIN_CACHE_WORK
-                              else (0,)))
+            # output, fused epilogue, or (an intermediate read by a differently shaped
+            # consumer) a local tile cache-written at the anchor's own tile loop
+            knobs.append(Knob(f"{label}/local", (0, 1) if points >= MIN_CACHE_WORK else (0,)))
             knobs.append(Knob(f"{label}/parallel", tuple(range(0, min(2, len(op.axis)) + 1))))
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
@@ -170,32 +172,64 @@ class SearchSpace:
     # ------------------------------------------------------------------ configs
 
     def default_config(self) -> dict:
-        """A sensible schedule without tuning: register tile 4 x lanes, 32-wide cache tile,
-        local accumulator, one parallel level, vectorised and unrolled."""
+        """A sensible schedule without tuning: a register tile sized to the vector register
+        file (see `_anchor_defaults`), local accumulator, one parallel level, vectorised and
+        unrolled; packing off."""
         config = {}
+        anchor_values = {}
+        for anchor in self.anchors:
+            anchor_values.update(self._anchor_defaults(anchor))
         for knob in self.knobs:
             kind = knob.name.split("/")[1]
-            if kind == "tile":
-                pos = int(knob.name.split("/")[2].split(":")[0])
-                label = knob.name.split("/")[0]
-                lanes = next(k.choices[0] for k in self.knobs if k.name == f"{label}/lanes")
-                n_axes = sum(1 for k in self.knobs if k.name.startswith(f"{label}/tile/"))
-                extent = self._axis_extent(label, pos)
-                inner = min(lanes if pos == n_axes - 1 else 4, extent)
-                # keep at least two outer tiles so the parallel loop has work to share
-                mid = max(1, min(4 if pos == n_axes - 1 else 8, extent // (2 * inner)))
-                config[knob.name] = _nearest(knob.choices, (mid, inner))
-            elif kind == "reduce":
-                config[knob.name] = _nearest_scalar(knob.choices, 8)
+            if knob.name in anchor_values:
+                config[knob.name] = anchor_values[knob.name]
             elif kind == "vector":
                 config[knob.name] = _nearest_scalar(knob.choices, 8)
             elif kind in ("local", "parallel", "vectorize", "unroll"):
                 config[knob.name] = knob.choices[-1]
-            elif kind == "inline":
+            elif kind in ("inline", "pack"):
                 config[knob.name] = 0
             else:
                 config[knob.name] = knob.choices[0]
         return config
+
+    def _anchor_defaults(self, anchor: _Anchor) -> dict:
+        """Tile and reduce knobs of one anchor under a register budget.
+
+        The vectorised (last) axis gets one or two vectors; ONE other spatial axis (the
+        nearest before the last with extent > 1) gets as many rows as fill ~3/4 of the vector
+        registers with accumulators; every other axis has an inner tile of 1, so a DAG with
+        many spatial axes (a channel-blocked conv) does not multiply its register tile. The
+        middle tiles make a cache tile, shrunk until the fused parallel loop has at least
+        2 x cores iterations. Small reduce axes (kernel windows) are taken whole."""
+        op, label = anchor.op, self._stage_label(anchor.op)
+        target = Target.from_string(self.task.target)
+        lanes = target.vector_lanes(op.dtype)
+        budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
+        extents = [a.extent for a in op.axis]
+        n = len(extents)
+        inner, mid = [1] * n, [1] * n
+        if n:
+            inner[-1] = _vector_tile(extents[-1], lanes)
+            mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
+            rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
+            if rows is not None:
+                want = max(1, budget // -(-inner[-1] // lanes))
+                inner[rows] = _rows_tile(extents[rows], want)
+                mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
+            for p in range(n - 1):
+                if p != rows:
+                    mid[p] = max(1, min(8, extents[p] // 2))
+            _ensure_parallel_work(extents, mid, inner, min(2, n), 2 * max(2, target.num_cores))
+        values = {}
+        for pos, axis in enumerate(op.axis):
+            knob = self._by_name[f"{label}/tile/{pos}:{axis.name}"]
+            values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
+        for pos, axis in enumerate(op.reduce_axis):
+            knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
+            want = axis.extent if axis.extent <= 7 else 16
+            values[knob.name] = _nearest_scalar(knob.choices, want)
+        return values
 
     def _axis_extent(self, label: str, pos: int) -> int:
         op = next(a.op for a in self.anchors if self._stage_label(a.op) == label)
@@ -260,7 +294,7 @@ class SearchSpace:
         reduce = [config[k.name] for k in self.knobs if k.name.startswith(label + "/reduce/")]
         flags = {f: config[f"{label}/{f}"]
                  for f in ("local", "parallel", "vectorize", "unroll", "lanes")}
-        if flags["local"] and anchor.is_output:
+        if flags["local"] and (anchor.is_output or anchor.epilogue is None):
             local = sch.cache_write(anchor.op.output(), "local")
             _tile_fused(sch[anchor.op], sch[local.op], tiles, reduce, flags)
         elif flags["local"] and anchor.epilogue is not None:
@@ -284,6 +318,40 @@ def _nearest(choices: tuple, want: tuple) -> list:
 
 def _nearest_scalar(choices: tuple, want: int):
     return min(choices, key=lambda c: (abs(math.log2(max(c, 1)) - math.log2(want)), c))
+
+
+def _vector_tile(extent: int, lanes: int) -> int:
+    """Two vectors or one, whichever divides `extent` (a guarded tail in the register tile
+    costs more than a narrower tile); a short axis is taken whole."""
+    if extent <= 2 * lanes:
+        return extent
+    for width in (2 * lanes, lanes):
+        if extent % width == 0:
+            return width
+    return lanes
+
+
+def _rows_tile(extent: int, want: int) -> int:
+    """`want` rows, or a nearby divisor of `extent` (down to half of want, or one more) to
+    avoid a guarded tail."""
+    want = min(want, extent)
+    for rows in list(range(want, (want + 1) // 2 - 1, -1)) + [want + 1]:
+        if rows >= 1 and extent % rows == 0:
+            return rows
+    return want
+
+
+def _ensure_parallel_work(extents, mid, inner, depth: int, want: int) -> None:
+    """Shrink middle tiles of the first `depth` axes until their outer loops (fused into the
+    parallel loop) have at least `want` iterations, or every middle tile is 1."""
+    def outer_iterations():
+        return math.prod(-(-extents[p] // (mid[p] * inner[p])) for p in range(depth))
+    while outer_iterations() < want:
+        candidates = [p for p in range(depth) if mid[p] > 1]
+        if not candidates:
+            return
+        p = max(candidates, key=lambda q: mid[q])
+        mid[p] //= 2
 
 
 def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):

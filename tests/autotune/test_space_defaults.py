@@ -1,0 +1,129 @@
+"""The register-budget default config and the local accumulator of an intermediate anchor."""
+import dataclasses
+import math
+import random
+
+import numpy as np
+import pytest
+
+from kiln import te
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.schedule.interpret import interpret
+from kiln.schedule.lower import lower
+from kiln.schedule.schedule import AttachKind
+from kiln.te.reference import evaluate
+
+AVX2 = "llvm -mcpu=haswell"
+AVX512 = "llvm -mcpu=skylake-avx512"
+
+
+def blocked_conv(n, c, h, w, k, kb, r=3, target="native"):
+    """Oc[n, ko, y, x, ki] = sum P[n, c, y+ry, x+rx] * Wp[ko, c, ry, rx, ki] (pad 1), then
+    the NCHW unpack O and a relu output: the anchor is an intermediate with no epilogue."""
+    X = te.placeholder((n, c, h, w), name="X")
+    Wp = te.placeholder((k // kb, c, r, r, kb), name="Wp")
+    P = te.compute((n, c, h + 2, w + 2), lambda b, ci, y, x: te.select(
+        te.all_of(y >= 1, y < h + 1, x >= 1, x < w + 1),
+        X[b, ci, te.minimum(te.maximum(y - 1, 0), h - 1),
+          te.minimum(te.maximum(x - 1, 0), w - 1)], 0.0), name="P")
+    rc, ry, rx = te.reduce_axis(c, "rc"), te.reduce_axis(r, "ry"), te.reduce_axis(r, "rx")
+    Oc = te.compute((n, k // kb, h, w, kb), lambda b, ko, y, x, ki: te.sum(
+        P[b, rc, y + ry, x + rx] * Wp[ko, rc, ry, rx, ki], axis=[rc, ry, rx]), name="Oc")
+    O = te.compute((n, k, h, w), lambda b, f, y, x: Oc[b, f // kb, y, x, f % kb], name="O")
+    R = te.compute((n, k, h, w), lambda *i: te.maximum(O(*i), 0.0), name="relu")
+    return Task(f"bconv_{c}x{h}", (R,), (X, Wp, R), target)
+
+
+def _register_tile(space, label):
+    inner = {k: space.default_config()[k][1] for k in space.default_config()
+             if k.startswith(label + "/tile/")}
+    return [inner[k] for k in sorted(inner, key=lambda n: int(n.split("/")[2].split(":")[0]))]
+
+
+@pytest.mark.parametrize("target,lanes,regs", [(AVX2, 8, 16), (AVX512, 16, 32)])
+def test_gemm_register_tile_fills_three_quarters_of_the_registers(target, lanes, regs):
+    space = SearchSpace(Task.from_op("matmul", (96, 64, 96), target=target))
+    rows, cols = _register_tile(space, "C")
+    assert cols == 2 * lanes                         # two vectors wide
+    assert rows * cols // lanes <= regs * 3 // 4     # accumulators within the budget
+    assert rows * cols // lanes >= regs // 2
+
+
+def test_many_spatial_axes_get_one_row_axis_not_a_product():
+    space = SearchSpace(blocked_conv(1, 64, 56, 56, 64, 16, target=AVX2))
+    tile = _register_tile(space, "Oc")
+    assert tile[-1] == 16                            # ki: two AVX2 vectors
+    assert [t > 1 for t in tile[:-1]] == [False, False, False, True]   # only x has rows
+    assert tile[3] * 2 <= 12 and 56 % tile[3] == 0   # budget, and no guarded tail
+
+
+def test_tail_free_vector_and_row_tiles_are_preferred():
+    space = SearchSpace(Task.from_op("conv2d", (1, 4, 14, 14, 8, 3, 3, 1, 1), target=AVX2))
+    b, k, y, x = _register_tile(space, "conv")
+    assert x == 14                                   # a short axis is taken whole
+    assert 14 % y == 0 and y * 2 <= 14 and b == k == 1
+
+
+def test_reduce_defaults_take_kernel_windows_whole():
+    config = SearchSpace(Task.from_op("conv2d", (1, 64, 14, 14, 64, 3, 3, 1, 1))
+                         ).default_config()
+    assert config["conv/reduce/1:ry"] == 3 and config["conv/reduce/2:rx"] == 3
+    assert 8 <= config["conv/reduce/0:rc"] <= 16
+
+
+@pytest.mark.parametrize("task", [Task.from_op("matmul", (512, 512, 512)),
+                                  blocked_conv(1, 64, 56, 56, 64, 16),
+                                  Task.from_op("conv2d", (1, 256, 14, 14, 256, 3, 3, 1, 1))],
+                         ids=["matmul", "bconv", "conv"])
+def test_default_parallel_loop_has_work_for_every_core(task):
+    space = SearchSpace(task)
+    config = space.default_config()
+    anchor = space.anchors[0]
+    label = anchor.op.name
+    outers = [math.ceil(a.extent / (mid * inner)) for a, (mid, inner) in zip(
+        anchor.op.axis, (config[f"{label}/tile/{p}:{a.name}"] for p, a in
+                         enumerate(anchor.op.axis)))]
+    from kiln.codegen.target import Target
+    cores = Target.from_string(task.target).num_cores
+    assert outers[0] * outers[1] >= 2 * max(2, cores)
+
+
+def test_intermediate_anchor_offers_and_applies_a_local_accumulator():
+    task = blocked_conv(1, 3, 6, 6, 8, 4)
+    space = SearchSpace(task)
+    assert space.anchors[0].epilogue is None and not space.anchors[0].is_output
+    assert space._by_name["Oc/local"].choices == (0, 1)
+    config = space.default_config()
+    assert config["Oc/local"] == 1
+    sch, args = space.apply(config)
+    local = next(s for s in sch.stages if s.name == "Oc.local")
+    assert local.attach is AttachKind.AT
+    text = str(lower(sch, args, name="bconv"))
+    assert "allocate Oc.local" in text
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 6, 6, 8, 4), (1, 2, 5, 7, 6, 3)])
+def test_blocked_conv_sampled_configs_match_reference(shape):
+    task = blocked_conv(*shape)
+    space = SearchSpace(task)
+    rng = np.random.default_rng(0)
+    inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
+    (want,) = evaluate(list(task.outputs), inputs)
+    picker = random.Random(3)
+    configs = [space.default_config(), dict(space.default_config(), **{"Oc/local": 0})]
+    configs += [space.sample(picker) for _ in range(3)]
+    for config in configs:
+        sch, args = space.apply(config)
+        arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
+                  for t in args]
+        interpret(lower(sch, args, name=task.name), *arrays)
+        np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-5, err_msg=str(config))
+
+
+def test_default_config_is_in_the_space_for_odd_shapes():
+    for op_name, shape in [("matmul", (1, 1, 1)), ("matmul", (7, 13, 3)),
+                           ("batch_matmul", (3, 1, 5, 17)), ("softmax", (1, 5)),
+                           ("conv2d", (1, 1, 3, 3, 1, 3, 3, 1, 0))]:
+        space = SearchSpace(dataclasses.replace(Task.from_op(op_name, shape), _key=[]))
+        space.validate(space.default_config())
