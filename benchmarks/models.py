@@ -1,14 +1,18 @@
 """End-to-end model latency, batch 1: Kiln vs the numpy reference executor vs onnxruntime.
 
     python benchmarks/models.py [--models default_cnn,mlp] [--threads 1,2] [--db tuning_logs/kiln.db]
+                                [--tune TRIALS]
 
-Kiln uses the best schedules in the database (or the defaults). Prints a table and, as the
-last line, one JSON object with every figure.
+Kiln uses the best schedules in the database (or the defaults). With --tune, each model is
+first tuned (kiln.tune, 2 threads) until the database holds TRIALS records of its tasks;
+records already there count, and the wall time and trials measured are reported. Prints a
+table and, as the last line, one JSON object with every figure.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,8 +50,26 @@ def _ort_session(model, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
-def bench_model(name: str, threads: list[int], db, repeat: int) -> list[dict]:
+def tune_model_timed(model, db, trials: int) -> dict:
+    """Tune at 2 threads; the wall time and the records of the model's tasks afterwards."""
+    from kiln.graph.compile import tune_model
+    old = os.environ.get("KILN_NUM_THREADS")
+    os.environ["KILN_NUM_THREADS"] = "2"
+    start = time.perf_counter()
+    try:
+        reports = tune_model(model, trials=trials, db=db)
+    finally:
+        if old is None:
+            os.environ.pop("KILN_NUM_THREADS", None)
+        else:
+            os.environ["KILN_NUM_THREADS"] = old
+    return {"tune_minutes": (time.perf_counter() - start) / 60,
+            "trials_in_db": sum(r.trials for r in reports), "tasks": len(reports)}
+
+
+def bench_model(name: str, threads: list[int], db, repeat: int, tune: int = 0) -> list[dict]:
     model = MODELS[name]()
+    tuning = tune_model_timed(model, db, tune) if tune else {}
     start = time.perf_counter()
     compiled = compile_model(model, db=db)
     compile_s = time.perf_counter() - start
@@ -72,7 +94,7 @@ def bench_model(name: str, threads: list[int], db, repeat: int) -> list[dict]:
                      "max_abs_err_vs_ort": err, "python_overhead_ms": overhead,
                      "kernels": len(compiled.plan.steps),
                      "from_db": sum(s.source == "database" for s in compiled.plan.steps),
-                     "compile_s": compile_s})
+                     "compile_s": compile_s, **tuning})
     return rows
 
 
@@ -83,6 +105,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--db", default=None, help="tuning database (default: none)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                        help="tune each model first until --db holds TRIALS of its records")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     names = [m for m in args.models.split(",") if m]
@@ -94,9 +118,11 @@ def main(argv=None) -> int:
     if args.db:
         from kiln.autotune.database import Database
         db = Database(args.db)
+    if args.tune and db is None:
+        parser.error("--tune needs --db (the database the tuning records go to)")
     results = []
     for name in names:
-        results += bench_model(name, threads, db, args.repeat)
+        results += bench_model(name, threads, db, args.repeat, args.tune)
     headers = ["model", "thr", "kiln ms", "numpy ms", "ort ms", "numpy/kiln", "ort/kiln",
                "err vs ort", "py ovh ms", "kernels", "from db", "compile s"]
     print_table(headers, [[r["model"], r["threads"], r["kiln_ms"], r["numpy_ms"], r["ort_ms"],
