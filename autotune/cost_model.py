@@ -6,6 +6,7 @@ better) and a group id per row (the task), so ranking pairs are formed inside a 
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import xgboost as xgb
@@ -44,8 +45,10 @@ class XGBCostModel:
     def is_trained(self) -> bool:
         return self.booster is not None
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> None:
-        """Train from scratch on all rows; `groups` holds a task id per row (default: one)."""
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
+            group_weights: dict | None = None) -> None:
+        """Train from scratch on all rows; `groups` holds a task id per row (default: one),
+        `group_weights` an optional weight per group id (missing groups weigh 1)."""
         X = np.asarray(X, dtype=np.float32)
         y = np.asarray(y, dtype=np.float32)
         if X.ndim != 2 or len(X) != len(y):
@@ -57,9 +60,12 @@ class XGBCostModel:
             return
         order = np.argsort(groups, kind="stable")
         X, y, groups = X[order], y[order], groups[order]
-        _, sizes = np.unique(groups, return_counts=True)
+        ids, sizes = np.unique(groups, return_counts=True)
         dmatrix = xgb.DMatrix(X, label=y)
         dmatrix.set_group(sizes)
+        if group_weights:
+            dmatrix.set_weight(np.array([group_weights.get(g, 1.0) for g in ids.tolist()],
+                                        dtype=np.float32))
         self.booster = xgb.train(self.params, dmatrix, num_boost_round=self.n_rounds)
         self.n_trained = len(y)
 
@@ -75,6 +81,59 @@ class XGBCostModel:
             raise TuningDatabaseError(f"cannot save an untrained cost model to '{path}'; "
                                       "fit() it on measured records first")
         self.booster.save_model(path)
+
+
+class CostModelPool:
+    """One cost model trained on the rows of several tasks (transfer learning).
+
+    Each task is a group: its own measured rows (replaced as the task measures more) or prior
+    rows loaded from the database for tasks tuned earlier. Groups keep ranking pairs inside a
+    task, and throughput is normalised per task, so tasks of different speed mix safely.
+    Prior groups weigh `prior_weight`; a live group is never overwritten by a prior one.
+    """
+
+    def __init__(self, model: XGBCostModel | None = None, prior_weight: float = 1.0):
+        self.model = model or XGBCostModel()
+        self.prior_weight = prior_weight
+        self.rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.prior: set[str] = set()
+        self.fit_seconds = 0.0
+
+    @property
+    def is_trained(self) -> bool:
+        return self.model.is_trained
+
+    @property
+    def n_rows(self) -> int:
+        return sum(len(y) for _, y in self.rows.values())
+
+    def set_rows(self, group: str, X: np.ndarray, y: np.ndarray, prior: bool = False) -> None:
+        """Replace the rows of `group` (costs already normalised within the group)."""
+        if prior and group in self.rows and group not in self.prior:
+            return
+        X = np.asarray(X, dtype=np.float32).reshape(len(y), -1)
+        self.rows[group] = (X, np.asarray(y, dtype=np.float32))
+        if prior:
+            self.prior.add(group)
+        else:
+            self.prior.discard(group)
+
+    def fit(self) -> None:
+        """Refit the model on every group's rows (groups without spread add no pairs)."""
+        useful = {g: r for g, r in self.rows.items() if len(r[1]) >= 2 and np.ptp(r[1]) > 0}
+        if not useful:
+            return
+        start = time.perf_counter()
+        names = sorted(useful)
+        X = np.concatenate([useful[g][0] for g in names])
+        y = np.concatenate([useful[g][1] for g in names])
+        groups = np.concatenate([np.full(len(useful[g][1]), i) for i, g in enumerate(names)])
+        weights = {i: self.prior_weight for i, g in enumerate(names) if g in self.prior}
+        self.model.fit(X, y, groups, weights)
+        self.fit_seconds += time.perf_counter() - start
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.model.predict(X)
 
 
 def kendall_tau(predicted: np.ndarray, actual: np.ndarray) -> float:

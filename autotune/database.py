@@ -1,7 +1,9 @@
 """The SQLite tuning database: every measurement, as readable JSON, appended as it happens.
 
-Tables: `targets`, `tasks` (workload key, description, shapes JSON) and `records` (one row per
-measured candidate). WAL mode and a commit after every record, so a killed tuning run loses at
+Tables: `targets`, `tasks` (workload key, description, shapes JSON), `records` (one row per
+measured candidate) and `features` (the cost-model feature vector of a record, keyed by record
+id, so later runs can train on tasks whose DAGs the log does not hold; created when missing, so
+older logs open unchanged). WAL mode and a commit after every record, so a killed tuning run loses at
 most the trial in flight and a reader can follow a writer.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import sqlite_utils
 
 from ..te.errors import TuningDatabaseError
@@ -103,6 +106,10 @@ class Database:
                                   "schema_version": int, "timestamp": float}, pk="id",
                                  if_not_exists=True)
             db["records"].create_index(["task_key", "target"], if_not_exists=True)
+        if "features" not in db.table_names():
+            db["features"].create({"record_id": int, "version": str, "vector": bytes},
+                                  pk="record_id", foreign_keys=[("record_id", "records", "id")],
+                                  if_not_exists=True)
         db.conn.commit()
 
     def close(self) -> None:
@@ -124,22 +131,32 @@ class Database:
         self._db.conn.execute("INSERT OR IGNORE INTO targets (target, first_seen) VALUES (?, ?)",
                               (target, time.time()))
 
-    def commit_record(self, record: Record) -> None:
-        """Append one record and commit at once (a crash later cannot lose it)."""
+    def commit_record(self, record: Record, features: np.ndarray | None = None,
+                      feature_version: str = "") -> int:
+        """Append one record (and, when given, its feature vector tagged with the feature
+        layout's version) and commit at once (a crash later cannot lose it); returns its id."""
         if record.schema_version != SCHEMA_VERSION:
             raise TuningDatabaseError(
                 f"record schema version {record.schema_version} does not match this Kiln's "
                 f"schema version {SCHEMA_VERSION}; re-tune or convert the log")
         self._commit_target(record.target)
         mean = record.mean_cost
-        self._db["records"].insert({
+        table = self._db["records"]
+        table.insert({
             "task_key": record.task_key, "target": record.target,
             "config": json.dumps(record.config, sort_keys=True),
             "config_key": config_key(record.config), "costs": json.dumps(list(record.costs)),
             "mean_cost": mean if math.isfinite(mean) else None, "status": record.status,
             "error_text": record.error_text, "kiln_version": record.kiln_version,
             "schema_version": record.schema_version, "timestamp": record.timestamp})
+        record_id = int(table.last_pk)
+        if features is not None:
+            vector = np.ascontiguousarray(features, dtype=np.float32)
+            self._db.conn.execute(
+                "INSERT OR REPLACE INTO features (record_id, version, vector) VALUES (?, ?, ?)",
+                (record_id, feature_version, vector.tobytes()))
         self._db.conn.commit()
+        return record_id
 
     # ------------------------------------------------------------------ reading
 
@@ -165,6 +182,27 @@ class Database:
             "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY mean_cost, id LIMIT ?",
             [task_key, target, OK_STATUS, SCHEMA_VERSION, int(k)])
         return [self._to_record(r) for r in rows]
+
+    def feature_rows(self, target: str, version: str, exclude_task: str | None = None,
+                     per_task: int = 256) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Stored feature vectors of `target`'s records with layout `version`, per task:
+        task key -> (X, seconds) with inf for failed candidates; the newest `per_task` of
+        each task. Records of other targets are never returned."""
+        rows = self._db.conn.execute(
+            "SELECT r.task_key, r.mean_cost, r.status, f.vector FROM records r "
+            "JOIN features f ON f.record_id = r.id WHERE r.target = ? AND f.version = ? "
+            "AND r.schema_version = ? ORDER BY r.id DESC", (target, version, SCHEMA_VERSION))
+        out: dict[str, tuple[list, list]] = {}
+        for task_key, mean, status, vector in rows:
+            if task_key == exclude_task:
+                continue
+            X, costs = out.setdefault(task_key, ([], []))
+            if len(costs) >= per_task:
+                continue
+            X.append(np.frombuffer(vector, dtype=np.float32))
+            costs.append(mean if status == OK_STATUS and mean is not None else math.inf)
+        return {k: (np.stack(X[::-1]), np.array(c[::-1])) for k, (X, c) in out.items()
+                if len({len(x) for x in X}) == 1}
 
     def task_info(self, task_key: str) -> dict | None:
         rows = list(self._db.query("SELECT * FROM tasks WHERE workload_key = ?", [task_key]))

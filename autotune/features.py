@@ -6,6 +6,7 @@ arithmetic it performs, the bytes each loop level touches (reuse) and the access
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ class _Access:
     index: E.Expr
     is_store: bool
     local: bool
+    used: frozenset = frozenset()  # the variables of `index` (computed once per access)
 
 
 def _const(e: E.Expr, default: int = 1) -> int:
@@ -91,6 +93,14 @@ class _Collector(StmtVisitor):
         self.n_loops = 0
         self.local_bytes = 0
         self.global_scratch_bytes = 0
+        self._vars: dict[E.Expr, frozenset] = {}
+
+    def _used(self, index: E.Expr) -> frozenset:
+        hit = self._vars.get(index)
+        if hit is None:
+            hit = frozenset(v for v in walk(index) if isinstance(v, E.Var))
+            self._vars[index] = hit
+        return hit
 
     def trips(self) -> float:
         return float(math.prod(loop.extent for loop in self.loops)) if self.loops else 1.0
@@ -119,12 +129,13 @@ class _Collector(StmtVisitor):
         loops = tuple(self.loops)
         local = node.buffer.scope is Scope.LOCAL
         self.accesses.append(_Access(loops, node.buffer.name, dt.itemsize(node.buffer.dtype),
-                                     node.index, True, local))
+                                     node.index, True, local, self._used(node.index)))
         for sub in walk(node.value):
             if isinstance(sub, BufferLoad):
                 self.accesses.append(_Access(loops, sub.buffer.name,
                                              dt.itemsize(sub.buffer.dtype), sub.index, False,
-                                             sub.buffer.scope is Scope.LOCAL))
+                                             sub.buffer.scope is Scope.LOCAL,
+                                             self._used(sub.index)))
         self._count_ops(node.value)
 
     def _count_ops(self, value: E.Expr) -> None:
@@ -179,8 +190,7 @@ def _stride(access: _Access, var: E.Var) -> float:
 
 def _footprint(access: _Access, inner: tuple[_Loop, ...]) -> float:
     """Distinct elements touched by `access` while the loops `inner` run (a product bound)."""
-    used = {v for v in walk(access.index) if isinstance(v, E.Var)}
-    return float(math.prod(loop.extent for loop in inner if loop.var in used))
+    return float(math.prod(loop.extent for loop in inner if loop.var in access.used))
 
 
 def _log(x: float) -> float:
@@ -255,6 +265,8 @@ FEATURE_NAMES: tuple[str, ...] = tuple(
        "n_loops", "log_local_bytes", "log_scratch_bytes", "log_tile_working_set",
        "log_total_trips", "log_flops_per_byte"])
 N_FEATURES = len(FEATURE_NAMES)
+# stored with each feature vector in the database: vectors of another layout are not read
+FEATURE_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
 
 
 def extract_features(func: PrimFunc) -> np.ndarray:

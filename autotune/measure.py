@@ -67,6 +67,9 @@ class MeasureResult:
     costs: tuple[float, ...] = ()
     error_text: str = ""
     build_seconds: float = 0.0
+    # seconds the worker spent per phase: setup (unpickle the task, build the space, apply the
+    # config), lower, compile (LLVM), check (first run + comparison), run (the timed repeats)
+    phases: dict = field(default_factory=dict)
 
     @property
     def mean_cost(self) -> float:
@@ -158,36 +161,56 @@ def _time_kernel(kernel, arrays, options: MeasureOptions,
 
 def run_payload(payload: dict) -> MeasureResult:
     """Build, check and time one candidate from an explicit payload (runs in the worker)."""
+    clock = _PhaseClock()
     task: Task = pickle.loads(payload["task"])
     _reserve_uids(task)
     options: MeasureOptions = payload["options"]
     _fault(payload.get("test_fault"))
-    start = time.perf_counter()
     try:
         sch, args = SearchSpace(task).apply(payload["config"])
     except ScheduleError as exc:
-        return MeasureResult(MeasureStatus.INVALID_CONFIG, error_text=str(exc))
+        return clock.result(MeasureStatus.INVALID_CONFIG, error_text=str(exc))
+    clock.lap("setup")
     try:
         func = lower(sch, args, name=task.name)
+        clock.lap("lower")
         kernel = codegen.build(func, target=payload["target"])
+        clock.lap("compile")
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
-        return MeasureResult(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
-    build_seconds = time.perf_counter() - start
+        return clock.result(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
     arrays = [a.copy() if a is not None else _poisoned(t) for a, t in
               zip(payload["inputs"], task.args)]
     try:
         kernel(*arrays)
     except Exception:  # noqa: BLE001 - the kernel raised: record the traceback
-        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
+        return clock.result(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
     wrong = _compare(task, arrays, payload["expected"], options)
+    clock.lap("check")
     if wrong:
-        return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text=wrong,
-                             build_seconds=build_seconds)
+        return clock.result(MeasureStatus.WRONG_ANSWER, error_text=wrong)
     try:
         costs = _time_kernel(kernel, arrays, options, payload.get("best_seconds", math.inf))
     except KilnError:
-        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
-    return MeasureResult(MeasureStatus.OK, costs, build_seconds=build_seconds)
+        return clock.result(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
+    clock.lap("run")
+    return clock.result(MeasureStatus.OK, costs=costs)
+
+
+class _PhaseClock:
+    """perf_counter laps of the worker's phases, attached to the result it returns."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def result(self, status: MeasureStatus, costs: tuple = (), error_text: str = ""):
+        build = self.phases.get("lower", 0.0) + self.phases.get("compile", 0.0)
+        return MeasureResult(status, tuple(costs), error_text, build, dict(self.phases))
 
 
 def _poisoned(tensor) -> np.ndarray:

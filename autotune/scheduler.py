@@ -4,20 +4,28 @@ After a round-robin warm-up (one batch per task) each next batch goes to the tas
 largest expected gain: its weight (share of model latency: occurrences x best latency) times
 its recent relative improvement, with a floor so no task starves. This is the gradient-style
 allocation of Ansor's task scheduler in a simple form.
+
+With the model-guided search all tasks share one cost model (`CostModelPool`): each task is a
+group of its rows, so ranking pairs stay inside a task while every task's measurements shape
+the model that proposes the next batch of any task; `transfer` also primes it with the stored
+features of earlier runs' tasks on the same target.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
+from .cost_model import CostModelPool, XGBCostModel
 from .database import Database
 from .measure import MeasureOptions, Runner
 from .search import SearchConfig
 from .task import Task
-from .tuner import Progress, TaskTuner
+from .timing import merge_summaries
+from .transfer import load_prior
+from .tuner import Progress, TaskTuner, canonical_target
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,7 @@ class TaskReport:
     weight: float
     trials: int
     best_seconds: float
+    timing: dict = field(default_factory=dict, compare=False)   # this task's TrialTimer
 
 
 def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) -> float:
@@ -44,12 +53,23 @@ def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) ->
 def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int,
                db: Database, search: str = "xgb", batch_size: int = 8, seed: int = 0,
                options: MeasureOptions | None = None,
-               callback: Callable[[Progress], None] | None = None) -> list[TaskReport]:
+               callback: Callable[[Progress], None] | None = None,
+               share_model: bool = True, transfer: bool = True) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total (records
-    already there count, so a rerun resumes, as in tune_task); one report per task."""
+    already there count, so a rerun resumes, as in tune_task); one report per task.
+
+    `share_model`: one cost model trained on every task's rows (model-guided search only);
+    `transfer`: start it from the stored features of earlier tasks on `target`."""
+    pool = None
+    if search == "xgb" and share_model:
+        pool = CostModelPool(XGBCostModel(seed=seed))
+        if transfer:
+            # tasks of this run that have records get their live rows when their tuner starts
+            load_prior(pool, db, canonical_target(target))
     runner = Runner(options or MeasureOptions())
     tuners = [TaskTuner(task, target, db, search, runner,
-                        SearchConfig(batch_size=batch_size, seed=seed))
+                        SearchConfig(batch_size=batch_size, seed=seed), pool=pool,
+                        transfer=transfer)
               for task, _ in tasks_with_weights]
     weights = [float(w) for _, w in tasks_with_weights]
     histories: list[list[float]] = [[t.best_seconds] for t in tuners]
@@ -76,5 +96,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)
     finally:
         runner.close()
-    return [TaskReport(t.task.workload_key, t.task.name, w, t.n_records, t.best_seconds)
-            for t, w in zip(tuners, weights)]
+    timing = merge_summaries([t.timer for t in tuners])
+    log.info("task scheduler: %d trials, %.1f candidates/min, %.0f%% overhead",
+             timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])
+    return [TaskReport(t.task.workload_key, t.task.name, w, t.n_records, t.best_seconds,
+                       t.timer.summary()) for t, w in zip(tuners, weights)]

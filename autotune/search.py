@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..schedule.lower import lower
 from ..te.errors import KilnError
-from .cost_model import XGBCostModel, normalize_throughput
+from .cost_model import CostModelPool, XGBCostModel, normalize_throughput
 from .database import config_key
 from .features import N_FEATURES, extract_features
 from .space import SearchSpace
@@ -43,10 +44,12 @@ class Featurizer:
     def __init__(self, space: SearchSpace):
         self.space = space
         self.cache: dict[str, np.ndarray | None] = {}
+        self.seconds = 0.0          # spent applying, lowering and extracting (cache misses)
 
     def __call__(self, config: dict) -> np.ndarray | None:
         key = config_key(config)
         if key not in self.cache:
+            start = time.perf_counter()
             try:
                 sch, args = self.space.apply(config)
                 func = lower(sch, args, name=self.space.task.name)
@@ -54,6 +57,7 @@ class Featurizer:
             except KilnError as exc:
                 log.debug("config cannot be lowered (%s): %s", type(exc).__name__, exc)
                 self.cache[key] = None
+            self.seconds += time.perf_counter() - start
         return self.cache[key]
 
     def matrix(self, configs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -78,6 +82,10 @@ class RandomSearch:
 
     def update(self, configs: list[dict], costs: list[float]) -> None:
         """Random search learns nothing from measurements."""
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative seconds of feature extraction, model scoring and refitting."""
+        return {}
 
     def propose(self, seen: set[str], n: int) -> list[dict]:
         return _random_unseen(self.space, self.rng, seen, n)
@@ -117,28 +125,47 @@ def _random_unseen(space: SearchSpace, rng: random.Random, seen: set[str], n: in
 
 
 class ModelSearch(RandomSearch):
-    """Simulated annealing over neighbours, scored by an online-trained XGBoost ranker."""
+    """Simulated annealing over neighbours, scored by an online-trained XGBoost ranker.
+
+    The ranker lives in a `CostModelPool`, which may be shared with other tasks' searches and
+    hold prior rows of tasks tuned earlier (transfer learning); this task's rows form one
+    group of it, keyed by the workload key.
+    """
 
     name = "xgb"
 
     def __init__(self, space: SearchSpace, config: SearchConfig | None = None,
-                 model: XGBCostModel | None = None):
+                 model: XGBCostModel | None = None, pool: CostModelPool | None = None):
         super().__init__(space, config)
-        self.model = model or XGBCostModel(seed=self.config.seed)
+        self.pool = pool or CostModelPool(model or XGBCostModel(seed=self.config.seed))
         self.featurize = Featurizer(space)
         self.history: list[tuple[dict, float]] = []
+        self.score_seconds = 0.0
+        self.group = space.task.workload_key
+
+    @property
+    def model(self) -> XGBCostModel:
+        return self.pool.model
 
     def update(self, configs: list[dict], costs: list[float]) -> None:
-        """Add measurements (seconds; inf = failed) and refit the model on all of them."""
+        """Add measurements (seconds; inf = failed) and refit the model on all rows (this
+        task's and, through the pool, other tasks')."""
         self.history.extend(zip(configs, costs))
         X, ok = self.featurize.matrix([c for c, _ in self.history])
         y = normalize_throughput(np.array([c for _, c in self.history]))
-        if ok.sum() >= 2:
-            self.model.fit(X[ok], y[ok])
+        if ok.sum() >= 1:
+            self.pool.set_rows(self.group, X[ok], y[ok])
+        self.pool.fit()
+
+    def counters(self) -> dict[str, float]:
+        return {"features": self.featurize.seconds, "score": self.score_seconds,
+                "fit": self.pool.fit_seconds}
 
     def _score(self, configs: list[dict]) -> np.ndarray:
         X, ok = self.featurize.matrix(configs)
-        scores = self.model.predict(X).astype(np.float64)
+        start = time.perf_counter()
+        scores = self.pool.predict(X).astype(np.float64)
+        self.score_seconds += time.perf_counter() - start
         scores[~ok] = -np.inf
         return scores
 
@@ -147,7 +174,7 @@ class ModelSearch(RandomSearch):
         return [config for config, _ in good[:k]]
 
     def propose(self, seen: set[str], n: int) -> list[dict]:
-        if not self.model.is_trained:
+        if not self.pool.is_trained:
             return _random_unseen(self.space, self.rng, seen, n)
         population = self._elites(self.config.population // 4)
         population += [self.space.sample(self.rng)
@@ -180,9 +207,13 @@ STRATEGIES: dict[str, Callable[..., RandomSearch]] = {
     "xgb": ModelSearch, "random": RandomSearch, "grid": GridSearch}
 
 
-def make_search(name: str, space: SearchSpace, config: SearchConfig | None = None):
-    """The search strategy `name` (one of STRATEGIES) over `space`."""
+def make_search(name: str, space: SearchSpace, config: SearchConfig | None = None,
+                pool: CostModelPool | None = None):
+    """The search strategy `name` (one of STRATEGIES) over `space`; `pool` is the (possibly
+    shared) cost model of a model-guided search."""
     if name not in STRATEGIES:
         raise KilnError(f"unknown search strategy {name!r}; choose one of: "
                          f"{', '.join(STRATEGIES)}")
+    if name == "xgb":
+        return ModelSearch(space, config, pool=pool)
     return STRATEGIES[name](space, config)

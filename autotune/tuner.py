@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import codegen
@@ -18,11 +18,15 @@ from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
 from ..te.errors import KilnError
+from .cost_model import CostModelPool, XGBCostModel
 from .database import Database, Record, config_key
+from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureStatus, Runner, TaskData
-from .search import SearchConfig, make_search
+from .search import Featurizer, SearchConfig, make_search
 from .space import SearchSpace
 from .task import Task
+from .timing import TrialTimer
+from .transfer import load_prior
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class TuneResult:
     measured: int               # trials measured by this call
     total_trials: int           # records of this task+target in the database afterwards
     interrupted: bool = False
+    # where the time went: seconds per trial by part, candidates per minute (TrialTimer)
+    timing: dict = field(default_factory=dict, compare=False)
 
 
 def canonical_target(target: str | Target) -> str:
@@ -64,18 +70,34 @@ def canonical_target(target: str | Target) -> str:
 
 
 class TaskTuner:
-    """Tuning state of one task on one target: search, seen set, best; resumable."""
+    """Tuning state of one task on one target: search, seen set, best; resumable.
+
+    A model-guided search trains its cost model in `pool` (pass one to share it between the
+    tasks of a run); without one, a pool of its own is made and, with `transfer`, primed with
+    the stored features of the other tasks tuned on this target. Every record is committed
+    with its feature vector (`store_features`) so later runs can learn from it.
+    """
 
     def __init__(self, task: Task, target: str, db: Database, search: str = "xgb",
                  runner: Runner | None = None, search_config: SearchConfig | None = None,
-                 data_seed: int = 0):
+                 data_seed: int = 0, pool: CostModelPool | None = None, transfer: bool = True,
+                 store_features: bool = True):
         if search not in SEARCHES:
             raise KilnError(f"unknown search {search!r}; choose one of: {', '.join(SEARCHES)}")
         self.target = canonical_target(target)
         self.task = dataclasses.replace(task, target=self.target, _key=[])
         self.db = db
         self.space = SearchSpace(self.task)
-        self.search = make_search(search, self.space, search_config)
+        search_config = search_config or SearchConfig()
+        if search == "xgb" and pool is None:
+            pool = CostModelPool(XGBCostModel(seed=search_config.seed))
+            if transfer:
+                load_prior(pool, db, self.target, exclude_task=self.task.workload_key)
+        self.pool = pool if search == "xgb" else None
+        self.search = make_search(search, self.space, search_config, pool=self.pool)
+        own = getattr(self.search, "featurize", None)
+        self.featurize = own or (Featurizer(self.space) if store_features else None)
+        self.store_features = store_features
         self.runner = runner
         self.data_seed = data_seed
         self._data: TaskData | None = None
@@ -88,6 +110,7 @@ class TaskTuner:
                                        key=lambda r: r.mean_cost, default=None)
         if past:
             self.search.update([r.config for r in past], [r.mean_cost for r in past])
+        self.timer = TrialTimer()
 
     @property
     def best_seconds(self) -> float:
@@ -106,21 +129,42 @@ class TaskTuner:
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
 
+    def _counters(self) -> dict[str, float]:
+        counters = dict(self.search.counters())
+        counters["features"] = self.featurize.seconds if self.featurize is not None else 0.0
+        return counters
+
     def step(self, n: int, callback: Callable[[Progress], None] | None = None,
              progress_base: tuple[int, int, float] | None = None) -> int:
         """Measure up to `n` new configs (one batch), committing each; returns how many."""
+        start, before = time.perf_counter(), self._counters()
+        costs: list[float] = []
+        try:
+            self._step(n, costs, callback, progress_base)
+        finally:
+            self.timer.add_counters(before, self._counters())
+            self.timer.trials += len(costs)
+            self.timer.wall += time.perf_counter() - start
+        return len(costs)
+
+    def _step(self, n: int, costs: list[float], callback, progress_base) -> None:
         if self.runner is None:
             self.runner = Runner(MeasureOptions())
         if self._data is None:
             self._data = TaskData.make(self.task, self.data_seed)
-        batch = self._propose(n)
-        costs = []
-        for config in batch:
+        timer = self.timer
+        with timer.part("propose"):
+            batch = self._propose(n)
+            features = [self.featurize(c) if self.store_features else None for c in batch]
+        for config, vector in zip(batch, features):
+            sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
                                      best_seconds=self.best_seconds)
+            timer.add_measurement(time.perf_counter() - sent, result.phases)
             record = Record(self.task.workload_key, self.target, config, result.costs,
                             result.status.value, result.error_text)
-            self.db.commit_record(record)
+            with timer.part("db_commit"):
+                self.db.commit_record(record, vector, FEATURE_VERSION)
             self.seen.add(config_key(config))
             self.n_records += 1
             costs.append(record.mean_cost)
@@ -130,26 +174,27 @@ class TaskTuner:
                 log.info("%s: candidate %s: %s", self.task.name, result.status.value,
                          result.error_text.strip().splitlines()[-1:] or "")
             if callback is not None and progress_base is not None:
-                done, total, start = progress_base
+                done, total, begun = progress_base
                 done += len(costs)
                 callback(Progress(self.task.name, done, total, self.best_gflops,
-                                  result.status.value, time.perf_counter() - start))
-        self.search.update(batch[:len(costs)], costs)
-        return len(costs)
+                                  result.status.value, time.perf_counter() - begun))
+        with timer.part("model_update"):
+            self.search.update(batch[:len(costs)], costs)
 
 
 def tune_task(task: Task, target: str, trials: int, db: Database, search: str = "xgb",
               batch_size: int = 8, callback: Callable[[Progress], None] | None = None,
               seed: int = 0, options: MeasureOptions | None = None,
-              search_config: SearchConfig | None = None) -> TuneResult:
+              search_config: SearchConfig | None = None, transfer: bool = True) -> TuneResult:
     """Tune `task` until the database holds `trials` records of it on `target`.
 
     Records already in `db` count toward `trials` (a rerun after a crash measures only the
-    rest). Ctrl-C stops cleanly: everything measured so far is committed and returned.
+    rest). Ctrl-C stops cleanly: everything measured so far is committed and returned. With
+    `transfer`, the cost model starts from the stored features of other tasks on `target`.
     """
     search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
     runner = Runner(options or MeasureOptions())
-    tuner = TaskTuner(task, target, db, search, runner, search_config)
+    tuner = TaskTuner(task, target, db, search, runner, search_config, transfer=transfer)
     initial, interrupted, start = tuner.n_records, False, time.perf_counter()
     try:
         while tuner.n_records < trials:
@@ -165,10 +210,13 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
                     tuner.n_records - initial)
     finally:
         runner.close()
+    timing = tuner.timer.summary()
+    log.info("%s: %d trials, %.1f candidates/min, %.0f%% overhead", task.name,
+             timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])
     return TuneResult(tuner.task.workload_key, tuner.target,
                       tuner.best.config if tuner.best else None, tuner.best_seconds,
                       tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
-                      interrupted)
+                      interrupted, timing)
 
 
 def apply_best(task: Task, target: str, db: Database | None) -> tuple[Schedule, list, str]:
