@@ -1,26 +1,33 @@
 """Operator fusion: partition the graph's nodes into groups, each of which becomes one kernel.
 
-Rules (TVM's, simplified to chains so that the group graph is always acyclic):
-- An OUT_ELEMWISE_FUSABLE anchor (conv2d, matmul) absorbs the chain of ELEMWISE/BROADCAST
-  consumers after it (bias add, relu, clip, residual add, ...) while the value flowing along
-  the chain has a single consumer, is not a graph output, and keeps the anchor's output shape.
-- A chain starting at an ELEMWISE/BROADCAST/INJECTIVE node absorbs following
-  ELEMWISE/BROADCAST/INJECTIVE consumers under the same single-consumer rule.
-- REDUCTION (reduce_*, softmax, layer_norm, pooling) and OPAQUE nodes form their own groups.
-Since only the tail of a chain has consumers outside it, ordering groups by their last node
-is a valid execution order. Constants are group inputs, never group members.
+Rules (TVM's fusion classes, grown over DAGs rather than chains):
+- A group starts at a seed node, in graph order. An OUT_ELEMWISE_FUSABLE seed (conv2d,
+  matmul) absorbs ELEMWISE/BROADCAST nodes that keep its output shape (bias add, relu, GELU's
+  diamond, residual add, ...); an ELEMWISE/BROADCAST/INJECTIVE seed absorbs
+  ELEMWISE/BROADCAST/INJECTIVE nodes. REDUCTION and OPAQUE nodes stay alone.
+- Growth follows consumer edges; an unassigned producer whose readers are all in the group
+  joins too (GELU's `x * 0.5` beside `erf(x / sqrt 2)`).
+- The grown set is then cut to one exit: the largest subset holding the seed in which every
+  member but one (the sink) is read only inside the group and is no graph output. A value
+  with several readers is thus fused exactly when all its readers end up in the group.
+Why the group graph is acyclic: every non-sink member reaches its sink inside the group, and
+only sinks are read outside, so a cycle of groups would be a cycle of sinks in the (acyclic)
+node graph. For the same reason ordering groups by sink position is a valid execution order;
+`check_groups` verifies it on every result. Constants are group inputs, never members.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Sequence
 
+from ...te.errors import InternalError
 from ..ir import Graph, Node, OpClass, Value
 from ..ops import op_class
 
-_EPILOGUE = {OpClass.ELEMWISE, OpClass.BROADCAST}
-_INJECTIVE_CHAIN = {OpClass.ELEMWISE, OpClass.BROADCAST, OpClass.INJECTIVE}
+_EPILOGUE = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST})
+_INJECTIVE_GROUP = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST, OpClass.INJECTIVE})
 
 
 @dataclass(frozen=True)
@@ -54,26 +61,98 @@ class FusedGroup:
         return f"group {self.name} [{self.kind.name}] ({ins}) {{\n{body}\n    -> {outs}\n}}"
 
 
-def _grow(start: Node, allowed: set[OpClass], same_shape: bool, consumers, outputs,
-          taken: set[str]) -> list[Node]:
-    members = [start]
-    shape = start.outputs[0].shape
-    while True:
-        tail = members[-1]
-        if len(tail.outputs) != 1 or tail.outputs[0].name in outputs:
-            return members
-        users = consumers.get(tail.outputs[0].name, [])
-        if len(users) != 1:
-            return members
-        nxt = users[0]
-        if nxt.name in taken or op_class(nxt.op) not in allowed or len(nxt.outputs) != 1 \
-                or (same_shape and nxt.outputs[0].shape != shape):
-            return members
-        members.append(nxt)
-        taken.add(nxt.name)
+class _Partition:
+    """Node -> group assignment during fusion, plus the graph's edges by node name."""
+
+    def __init__(self, graph: Graph):
+        self.nodes = {n.name: n for n in graph.nodes}
+        self.position = {n.name: k for k, n in enumerate(graph.nodes)}
+        consumers = graph.consumers()
+        self.succ = {n.name: tuple(dict.fromkeys(c.name for o in n.outputs
+                                                 for c in consumers.get(o.name, ())))
+                     for n in graph.nodes}
+        self.producer = {o.name: n.name for n in graph.nodes for o in n.outputs}
+        self.outputs = {v.name for v in graph.outputs}
+        self.group_of: dict[str, int] = {}
+        self.members: dict[int, list[str]] = {}
+
+    def assign(self, gid: int, names: list[str]) -> None:
+        for name in self.members.pop(gid, []):
+            self.group_of.pop(name, None)
+        self.members[gid] = list(names)
+        for name in names:
+            self.group_of[name] = gid
 
 
-def _signature(nodes: list[Node], inputs: list[Value], consts: set[str],
+def _can_join(node: Node, allowed: frozenset[OpClass], shape: tuple[int, ...] | None) -> bool:
+    return (len(node.outputs) == 1 and op_class(node.op) in allowed
+            and (shape is None or node.outputs[0].shape == shape))
+
+
+def _absorb_producers(part: _Partition, gid: int, members: list[str], name: str, allowed,
+                      shape) -> None:
+    """Pull in unassigned producers of `name` that only feed the group (GELU's `x * 0.5`
+    beside `erf(x / sqrt 2)` when x is a graph input), and theirs in turn."""
+    stack = [name]
+    while stack:
+        for v in part.nodes[stack.pop()].inputs:
+            producer = part.producer.get(v.name) if v is not None else None
+            if producer is None or producer in part.group_of:
+                continue
+            node = part.nodes[producer]
+            if (_can_join(node, allowed, shape) and node.outputs[0].name not in part.outputs
+                    and all(c in members for c in part.succ[producer])):
+                members.append(producer)
+                part.assign(gid, members)
+                stack.append(producer)
+
+
+def _grow(part: _Partition, gid: int, seed: Node, allowed, shape) -> list[str]:
+    """Add allowed consumers of the group (and producers that only feed it), in graph order;
+    returns the grown member names (the group is registered as it grows). The result may
+    have several exits: _single_exit cuts it down."""
+    members = [seed.name]
+    part.assign(gid, members)
+    if len(seed.outputs) != 1:
+        return members
+    frontier = set(part.succ[seed.name])
+    while frontier:
+        name = min(frontier, key=part.position.__getitem__)
+        frontier.discard(name)
+        node = part.nodes[name]
+        if name in part.group_of or not _can_join(node, allowed, shape):
+            continue
+        members.append(name)
+        part.assign(gid, members)
+        _absorb_producers(part, gid, members, name, allowed, shape)
+        frontier.update(c for c in part.succ[name] if c not in part.group_of)
+    return members
+
+
+def _single_exit(part: _Partition, seed: str, grown: list[str]) -> list[str]:
+    """The largest subset of `grown` holding `seed` whose members other than one sink are
+    read only inside it and are no graph outputs; members in graph order."""
+    inside = set(grown)
+    best = [seed]
+    for sink in sorted(grown, key=part.position.__getitem__, reverse=True):
+        group = {sink}
+        changed = True
+        while changed:
+            changed = False
+            for name in grown:
+                node = part.nodes[name]
+                if name in group or any(o.name in part.outputs for o in node.outputs):
+                    continue
+                succ = part.succ[name]
+                if succ and all(c in group for c in succ):
+                    group.add(name)
+                    changed = True
+        if seed in group and len(group) > len(best):
+            best = sorted(group & inside, key=part.position.__getitem__)
+    return best
+
+
+def _signature(nodes: Sequence[Node], inputs: list[Value], consts: set[str],
                outputs: list[Value]) -> str:
     """Canonical text: ops, attrs, shapes, dtypes; values renumbered; constants by shape."""
     ids: dict[str, str] = {}
@@ -92,7 +171,8 @@ def _signature(nodes: list[Node], inputs: list[Value], consts: set[str],
     return json.dumps(spec, separators=(",", ":"))
 
 
-def _make_group(index: int, members: list[Node], graph: Graph, consumers, outputs) -> FusedGroup:
+def _make_group(index: int, members: Sequence[Node], graph: Graph, consumers,
+                outputs) -> FusedGroup:
     inside = {o.name for n in members for o in n.outputs}
     member_names = {n.name for n in members}
     inputs: dict[str, Value] = {}
@@ -115,21 +195,48 @@ def _make_group(index: int, members: list[Node], graph: Graph, consumers, output
 
 def fuse_operators(graph: Graph) -> list[FusedGroup]:
     """Partition `graph.nodes` into fused groups, returned in a valid execution order."""
-    consumers = graph.consumers()
-    outputs = {v.name for v in graph.outputs}
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
-    taken: set[str] = set()
-    chains: list[list[Node]] = []
+    part = _Partition(graph)
+    parts: list[list[str]] = []
     for node in graph.nodes:
-        if node.name in taken:
+        if node.name in part.group_of:
             continue
-        taken.add(node.name)
+        gid = len(parts)
         cls = op_class(node.op)
         if cls is OpClass.OUT_ELEMWISE_FUSABLE:
-            chains.append(_grow(node, _EPILOGUE, True, consumers, outputs, taken))
-        elif cls in _INJECTIVE_CHAIN:
-            chains.append(_grow(node, _INJECTIVE_CHAIN, False, consumers, outputs, taken))
+            grown = _grow(part, gid, node, _EPILOGUE, node.outputs[0].shape)
+        elif cls in _INJECTIVE_GROUP:
+            grown = _grow(part, gid, node, _INJECTIVE_GROUP, None)
         else:
-            chains.append([node])
-    chains.sort(key=lambda c: position[c[-1].name])
-    return [_make_group(k, c, graph, consumers, outputs) for k, c in enumerate(chains)]
+            grown = [node.name]
+        members = _single_exit(part, node.name, grown)
+        part.assign(gid, members)
+        parts.append(members)
+    parts.sort(key=lambda names: part.position[names[-1]])
+    consumers = graph.consumers()
+    outputs = {v.name for v in graph.outputs}
+    groups = [_make_group(k, [part.nodes[n] for n in names], graph, consumers, outputs)
+              for k, names in enumerate(parts)]
+    check_groups(graph, groups)
+    return groups
+
+
+def check_groups(graph: Graph, groups: Sequence[FusedGroup]) -> None:
+    """InternalError unless `groups` partition the graph's nodes and run in a valid order:
+    every group input is a graph input, a constant or an output of an earlier group."""
+    seen: dict[str, str] = {}
+    ready = {v.name for v in graph.inputs} | set(graph.constants)
+    for g in groups:
+        for n in g.nodes:
+            if n.name in seen:
+                raise InternalError(f"node '{n.name}' is in groups '{seen[n.name]}' and "
+                                    f"'{g.name}'; this is a bug in Kiln's fusion")
+            seen[n.name] = g.name
+        missing = [v.name for v in g.inputs if v.name not in ready]
+        if missing:
+            raise InternalError(f"group '{g.name}' reads {missing} before they are computed "
+                                "(the group graph is cyclic or misordered); this is a bug in "
+                                "Kiln's fusion")
+        ready.update(v.name for v in g.outputs)
+    lost = [n.name for n in graph.nodes if n.name not in seen]
+    if lost:
+        raise InternalError(f"nodes {lost} are in no fused group; this is a bug in Kiln")

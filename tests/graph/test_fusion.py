@@ -80,7 +80,9 @@ def test_bert_block_groups():
     assert ("matmul", "div") in ops  # scores scaled by 1/sqrt(d) in the matmul epilogue
     assert ("softmax",) in ops and ("transpose", "reshape") in ops
     assert ("matmul", "add", "add") in ops  # output projection + bias + residual
-    assert ("div", "erf", "add", "mul") in ops  # the GELU tail after x * 0.5
+    # FFN up-projection + bias + the whole GELU diamond (x feeds both x/sqrt(2) and x*0.5)
+    assert ("matmul", "add", "div", "erf", "mul", "add", "mul") in ops
+    assert not any(g.ops in (("div", "erf", "add", "mul"), ("mul",)) for g in groups)
     assert ops.count(("layer_norm",)) == 3
     produced = set()
     for g in groups:  # execution order: every non-constant input is ready
