@@ -22,8 +22,10 @@ from ..codegen.target import Target
 from ..schedule import create_schedule
 from ..schedule.schedule import Schedule, Stage
 from ..te.errors import ScheduleError
+from ..te import expr as E
 from ..te.expr import IterVar
-from ..te.tensor import ComputeOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad, compute
+from ..te.visit import ExprMutator, walk
 from ..te.workload import topo_ops
 from .task import Task
 
@@ -32,6 +34,8 @@ MAX_VECTOR_TILE = 64      # inner tile of the vectorised axis
 MAX_MID = 64              # middle (cache) tile
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
+# value of a knob kind that a stored config made before the knob existed implicitly had
+LEGACY = {"pack": 0}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,19 @@ class _Anchor:
     op: ComputeOp
     epilogue: ComputeOp | None
     is_output: bool
+    packs: tuple = ()       # _Pack candidates: input operands worth a panel-major copy
+
+
+@dataclass(frozen=True)
+class _Pack:
+    """Operand `tensor` of an anchor, indexed along dimension `dim` by exactly the anchor's
+    spatial axis `axis_pos`: packing copies it as [dim // p, other dims..., dim % p] with
+    p = that axis's register (inner) tile, so the tile's panel is contiguous."""
+
+    tensor: Tensor
+    dim: int
+    axis_pos: int
+    knob: str
 
 
 class SearchSpace:
@@ -107,6 +124,8 @@ class SearchSpace:
                 if epi is not None:
                     epilogues.add(epi)
                 self.anchors.append(_Anchor(op, epi, op in outputs))
+        for anchor in self.anchors:
+            anchor.packs = tuple(self._pack_candidates(anchor.op))
         self.elementwise = [op for op in self.ops if op in outputs and not op.reduce_axis
                             and op not in epilogues]
         self.knobs = self._make_knobs()
@@ -126,6 +145,44 @@ class SearchSpace:
         if epi in outputs and not epi.reduce_axis and epi.shape == op.shape:
             return epi
         return None
+
+    def _pack_candidates(self, op: ComputeOp) -> list[_Pack]:
+        """Placeholder operands whose register-tile panel is not contiguous: one access
+        pattern, a spatial axis as a plain index of one dimension (the innermost such axis,
+        so the vectorised one when it indexes the operand), and not already a narrow last
+        dimension indexed by the vectorised axis (a panel of at most two vectors is
+        contiguous enough)."""
+        lanes = _vector_lanes(self.task.target, op.dtype)
+        position = {a.var: pos for pos, a in enumerate(op.axis)}
+        patterns: dict[Tensor, set] = {}
+        for node in walk(op.body):
+            if isinstance(node, TensorLoad) and isinstance(node.tensor.op, PlaceholderOp):
+                patterns.setdefault(node.tensor, set()).add(node.indices)
+        label, out = self._stage_label(op), []
+        for tensor, indexings in patterns.items():
+            if len(indexings) != 1 or tensor.ndim < 2:
+                continue
+            (indices,) = indexings
+            best = None
+            for dim, index in enumerate(indices):
+                pos = position.get(index)
+                if pos is None or tensor.shape[dim] <= 1:
+                    continue
+                others = [i for k, i in enumerate(indices) if k != dim]
+                if any(index in set(walk(i)) for i in others):
+                    continue
+                if dim == tensor.ndim - 1 and tensor.shape[dim] <= 2 * lanes:
+                    continue
+                if best is None or pos > best[1]:
+                    best = (dim, pos)
+            vector_last = indices[-1] == op.axis[-1].var if op.axis else False
+            if best is not None and (best[0] == tensor.ndim - 1 or not vector_last):
+                # (packing another axis would move a contiguous vector dimension inwards)
+                name = tensor.name
+                if any(p.knob.endswith("/" + name) for p in out):
+                    name = f"{name}#{len(out)}"
+                out.append(_Pack(tensor, best[0], best[1], f"{label}/pack/{name}"))
+        return out
 
     # ------------------------------------------------------------------ knobs
 
@@ -155,6 +212,8 @@ class SearchSpace:
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
+            for pack in anchor.packs:
+                knobs.append(Knob(pack.knob, (0, 1)))
         for op in self.optional_inline:
             knobs.append(Knob(f"{self._stage_label(op)}/inline", (0, 1)))
         for op in self.elementwise:
@@ -262,6 +321,10 @@ class SearchSpace:
             raise ScheduleError(f"config for task '{self.task.name}' has unknown knob(s) "
                                 f"{unknown}; it was made for another version of the space")
         full = self.default_config()
+        for name in set(full) - set(config):
+            kind = name.split("/")[1]
+            if kind in LEGACY:      # a stored config older than the knob keeps its schedule
+                full[name] = LEGACY[kind]
         for name, value in config.items():
             self._by_name[name].index(value)
             full[name] = value
@@ -270,26 +333,62 @@ class SearchSpace:
     # ------------------------------------------------------------------ apply
 
     def apply(self, config: dict) -> tuple[Schedule, list[Tensor]]:
-        """Build the schedule `config` describes; raises ScheduleError when it is illegal."""
+        """Build the schedule `config` describes; raises ScheduleError when it is illegal.
+        With packing on, the DAG is rewritten first; the returned args keep the task's
+        order, a rebuilt output tensor in its original position."""
         config = self.validate(config)
-        sch = create_schedule(list(self.task.outputs))
+        remap, packed = self._rewrite(config)
+        new = {t: remap.get(t.op, t.op).output() for t in self.task.args}
+        sch = create_schedule([new[t] for t in self.task.outputs])
         for op in self.inlined:
             label = self._stage_label(op)
+            stage = sch[remap.get(op, op)]
             if op in self.optional_inline and not config[f"{label}/inline"]:
                 lanes = _vector_lanes(self.task.target, op.dtype)
-                _schedule_elementwise(sch[op], min(lanes, op.axis[-1].extent) if op.axis
+                _schedule_elementwise(stage, min(lanes, op.axis[-1].extent) if op.axis
                                       else 1, 1)
             else:
-                sch[op].compute_inline()
+                stage.compute_inline()
+        for tensor, panel in packed:
+            _schedule_elementwise(sch[tensor.op], panel if panel > 1 else 1, 1)
         for anchor in self.anchors:
-            self._apply_anchor(sch, anchor, config)
+            label = self._stage_label(anchor.op)
+            epi = anchor.epilogue
+            self._apply_anchor(sch, _Anchor(remap.get(anchor.op, anchor.op),
+                                            remap.get(epi, epi) if epi else None,
+                                            anchor.is_output), config, label)
         for op in self.elementwise:
             label = self._stage_label(op)
-            _schedule_elementwise(sch[op], config[f"{label}/vector"], config[f"{label}/parallel"])
-        return sch, list(self.task.args)
+            _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
+                                  config[f"{label}/parallel"])
+        return sch, [new[t] for t in self.task.args]
 
-    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict) -> None:
-        label = self._stage_label(anchor.op)
+    def _rewrite(self, config: dict) -> tuple[dict, list[tuple[Tensor, int]]]:
+        """The DAG with every anchor whose pack knobs are on reading its packed copies:
+        old op -> rebuilt op (only ops that changed), and the packed tensors with their
+        panel widths."""
+        remap: dict = {}
+        packed: list[tuple[Tensor, int]] = []
+        anchors = {a.op: a for a in self.anchors}
+        for op in self.ops:
+            loads = {t: remap[t.op].output() for t in op.input_tensors if t.op in remap}
+            anchor = anchors.get(op)
+            label = self._stage_label(op)
+            for pack in (anchor.packs if anchor else ()):
+                if not config[pack.knob]:
+                    continue
+                axis = op.axis[pack.axis_pos]
+                panel = config[f"{label}/tile/{pack.axis_pos}:{axis.name}"][1]
+                copy = _packed_copy(pack.tensor, pack.dim, panel)
+                packed.append((copy, panel))
+                loads[pack.tensor] = (copy, pack.dim, panel)
+            if loads:
+                body = _Reload(loads)(op.body)
+                remap[op] = ComputeOp(op.name, op.shape, op.dtype, axis=op.axis, body=body,
+                                      tag=op.tag)
+        return remap, packed
+
+    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict, label: str) -> None:
         tiles = [tuple(config[k.name]) for k in self.knobs if k.name.startswith(label + "/tile/")]
         reduce = [config[k.name] for k in self.knobs if k.name.startswith(label + "/reduce/")]
         flags = {f: config[f"{label}/{f}"]
@@ -304,6 +403,47 @@ class SearchSpace:
             if anchor.epilogue is not None:
                 _schedule_elementwise(sch[anchor.epilogue], tiles[-1][1] if tiles else 1,
                                       flags["parallel"] > 0)
+
+
+class _Reload(ExprMutator):
+    """Loads of rebuilt tensors read the new tensor; loads of a packed operand read its
+    panel-major copy at [i_dim // p, other indices..., i_dim % p]."""
+
+    def __init__(self, loads: dict):
+        super().__init__()
+        self.loads = loads
+
+    def visit_TensorLoad(self, node: TensorLoad) -> E.Expr:
+        target = self.loads.get(node.tensor)
+        indices = tuple(self.visit(i) for i in node.indices)
+        if target is None:
+            return node if indices == node.indices else TensorLoad(node.dtype, node.tensor,
+                                                                   indices)
+        if isinstance(target, Tensor):
+            return TensorLoad(node.dtype, target, indices)
+        copy, dim, panel = target
+        index = indices[dim]
+        rest = [i for k, i in enumerate(indices) if k != dim]
+        return copy(index // panel, *rest, index % panel)
+
+
+def _packed_copy(tensor: Tensor, dim: int, panel: int) -> Tensor:
+    """tensor copied panel-major: [dim // panel, other dims..., dim % panel], the tail panel
+    zero-padded (the anchor never reads the padding: its loops stay within the extent)."""
+    extent = tensor.shape[dim]
+    outer = -(-extent // panel)
+    shape = (outer,) + tuple(s for k, s in enumerate(tensor.shape) if k != dim) + (panel,)
+
+    def body(*iv):
+        full = iv[0] * panel + iv[-1]
+        indices = list(iv[1:-1])
+        indices.insert(dim, E.minimum(full, extent - 1) if extent % panel else full)
+        value = tensor(*indices)
+        if extent % panel == 0:
+            return value
+        return E.select(full < extent, value, E.const(0, tensor.dtype))
+
+    return compute(shape, body, name=f"{tensor.name}_pack")
 
 
 def _json(value):

@@ -1,0 +1,108 @@
+"""The packing rule: an anchor's operand copied panel-major, generated from the DAG."""
+import random
+
+import numpy as np
+import pytest
+
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.codegen import build
+from kiln.schedule.lower import lower
+
+from .test_space_defaults import blocked_conv
+
+
+def _conv_nchw(x, w, stride, pad):
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    oh, ow = (h - r) // stride + 1, (wd - s) // stride + 1
+    out = np.zeros((n, k, oh, ow), np.float64)
+    for ry in range(r):
+        for rx in range(s):
+            window = x[:, :, ry:ry + stride * oh:stride, rx:rx + stride * ow:stride]
+            out += np.einsum("nchw,kc->nkhw", window, w[:, :, ry, rx])
+    return out
+
+
+NUMPY = {
+    "matmul": lambda a, b: a @ b,
+    "dense": lambda x, w, bias: np.maximum(x @ w.T + bias, 0),
+    "batch_matmul": lambda a, b: a @ b,
+    "conv2d": None,     # needs stride/pad: see _expected
+}
+
+
+def _expected(op_name, shape, arrays):
+    if op_name == "conv2d":
+        stride, pad = shape[7], shape[8]
+        return _conv_nchw(*[a.astype(np.float64) for a in arrays], stride, pad)
+    return NUMPY[op_name](*[a.astype(np.float64) for a in arrays])
+
+
+def test_pack_knobs_come_from_the_access_pattern():
+    def packs(task):
+        return [k.name for k in SearchSpace(task).knobs if "/pack/" in k.name]
+    assert packs(Task.from_op("matmul", (64, 64, 64))) == ["C/pack/A", "C/pack/B"]
+    # B[k, j] with j at most two vectors wide is already a contiguous panel
+    assert packs(Task.from_op("matmul", (7, 5, 11))) == ["C/pack/A"]
+    assert packs(Task.from_op("dense", (8, 8, 40))) == ["D/pack/X", "D/pack/W"]
+    assert packs(Task.from_op("conv2d", (1, 4, 8, 8, 8, 3, 3, 1, 1))) == ["conv/pack/W"]
+    # the input is read through the pad stage and the packed weight's ki is a narrow panel
+    assert packs(blocked_conv(1, 3, 6, 6, 8, 4)) == []
+
+
+def test_pack_is_off_by_default_and_for_stored_configs_lacking_it(monkeypatch):
+    space = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
+    assert space.default_config()["C/pack/B"] == 0
+    stored = {k: v for k, v in space.default_config().items() if "/pack/" not in k}
+    real_default = space.default_config
+    monkeypatch.setattr(space, "default_config",
+                        lambda: dict(real_default(), **{"C/pack/A": 1, "C/pack/B": 1}))
+    full = space.validate(stored)
+    assert full["C/pack/A"] == 0 and full["C/pack/B"] == 0      # legacy: the old schedule
+
+
+def test_packed_matmul_reads_panels_and_keeps_argument_order():
+    task = Task.from_op("matmul", (32, 16, 40))
+    space = SearchSpace(task)
+    config = dict(space.default_config(), **{"C/pack/B": 1, "C/tile/1:j": [1, 16]})
+    sch, args = space.apply(config)
+    assert [t.name for t in args] == ["A", "B", "C"]
+    assert args[:2] == list(task.args[:2]) and args[2].shape == (32, 40)
+    text = str(lower(sch, args, name="mm"))
+    assert "allocate B_pack: float32[3, 16, 16]" in text     # ceil(40 / 16) panels of 16
+    assert "B_pack[" in text and "parallel" in text
+
+
+OPERATORS = [
+    ("matmul", (7, 5, 37)),
+    ("matmul", (1, 1, 17)),
+    ("matmul", (13, 3, 29)),
+    ("dense", (5, 6, 19)),
+    ("dense", (1, 7, 23)),
+    ("batch_matmul", (2, 3, 5, 19)),
+    ("batch_matmul", (1, 1, 2, 31)),
+    ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
+    ("conv2d", (1, 3, 7, 7, 5, 3, 3, 2, 0)),
+]
+
+
+@pytest.mark.parametrize("op_name,shape", OPERATORS)
+def test_packed_configs_match_numpy(op_name, shape):
+    task = Task.from_op(op_name, shape)
+    space = SearchSpace(task)
+    pack = {k.name: 1 for k in space.knobs if "/pack/" in k.name}
+    assert pack, f"{op_name}{shape} offers no pack knob"
+    rng = np.random.default_rng(len(shape))
+    inputs = [rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]]
+    want = _expected(op_name, shape, inputs)
+    picker = random.Random(sum(shape))
+    configs = [dict(space.default_config(), **pack)]
+    configs += [dict(space.sample(picker), **pack) for _ in range(3)]
+    for config in configs:
+        sch, args = space.apply(config)
+        kernel = build(lower(sch, args, name=task.name), target="native")
+        out = np.full(task.args[-1].shape, np.nan, np.float32)
+        kernel(*[a.copy() for a in inputs], out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5, err_msg=str(config))
