@@ -18,13 +18,16 @@ log = logging.getLogger(__name__)
 
 
 def load_prior(pool: CostModelPool, db: Database, target: str, exclude_task: str | None = None,
-               per_task: int = 256, max_tasks: int = 32) -> int:
+               per_task: int = 256, max_tasks: int = 32, max_rows: int = 1024) -> int:
     """Add the stored feature rows of `target`'s tasks (but `exclude_task`) to `pool` as prior
-    groups (at most `max_tasks` tasks, those with the most rows); returns the row count."""
+    groups: at most `max_tasks` tasks (those with the most rows), each with its newest rows,
+    at most `max_rows` in all (a refit stays cheap); returns the row count."""
     by_task = db.feature_rows(target, FEATURE_VERSION, exclude_task, per_task)
     ranked = sorted(by_task.items(), key=lambda kv: -len(kv[1][1]))[:max_tasks]
+    share = max(2, max_rows // max(1, len(ranked)))
     added = 0
     for task_key, (X, seconds) in ranked:
+        X, seconds = X[-share:], seconds[-share:]
         y = normalize_throughput(seconds)
         if len(y) < 2 or not (y > 0).any():
             continue

@@ -151,6 +151,9 @@ def test_tuner_starts_trained_from_stored_features_of_another_task(tmp_path):
     warm = TaskTuner(task_b, "native", db, "xgb", search_config=SearchConfig(seed=3))
     assert warm.pool.is_trained and warm.pool.prior == {task_a.workload_key}
     assert load_prior(CostModelPool(), db, "llvm -mcpu=other") == 0
+    capped = CostModelPool()
+    assert load_prior(capped, db, target, max_rows=10) == 10     # the newest 10 rows of A
+    np.testing.assert_array_equal(capped.rows[task_a.workload_key][0], X[-10:])
     # the first batch is model-guided: scored by the prior, it beats random picks of B
     lanes = warm.space.default_config()["C/lanes"]
     proposed = warm.search.propose(set(), 12)
