@@ -2,6 +2,8 @@
 
 It knows only arrays: features X, targets y (throughput normalised per task, higher is
 better) and a group id per row (the task), so ranking pairs are formed inside a task.
+xgboost, scipy and scikit-learn are imported when first used: the measurement worker and the
+CLI import this package but never train (xgboost alone costs seconds of start-up).
 """
 from __future__ import annotations
 
@@ -9,9 +11,6 @@ import logging
 import time
 
 import numpy as np
-import xgboost as xgb
-from scipy.stats import kendalltau
-from sklearn.metrics import ndcg_score
 
 from ..te.errors import TuningDatabaseError
 
@@ -38,7 +37,7 @@ class XGBCostModel:
                        "eta": learning_rate, "min_child_weight": 1, "subsample": 0.9,
                        "colsample_bytree": 0.9, "seed": seed, "nthread": nthread,
                        "verbosity": 0}
-        self.booster: xgb.Booster | None = None
+        self.booster = None         # an xgboost.Booster once fitted
         self.n_trained = 0
 
     @property
@@ -58,6 +57,7 @@ class XGBCostModel:
         if len(y) < 2 or np.ptp(y) == 0:
             log.debug("cost model: %d rows without spread in y; keeping the old model", len(y))
             return
+        import xgboost as xgb
         order = np.argsort(groups, kind="stable")
         X, y, groups = X[order], y[order], groups[order]
         ids, sizes = np.unique(groups, return_counts=True)
@@ -74,6 +74,7 @@ class XGBCostModel:
         X = np.asarray(X, dtype=np.float32)
         if self.booster is None:
             return np.zeros(len(X), dtype=np.float32)
+        import xgboost as xgb
         return self.booster.predict(xgb.DMatrix(X))
 
     def save(self, path: str) -> None:
@@ -138,6 +139,7 @@ class CostModelPool:
 
 def kendall_tau(predicted: np.ndarray, actual: np.ndarray) -> float:
     """Rank agreement of predictions and true throughputs (1 = same order)."""
+    from scipy.stats import kendalltau
     tau = kendalltau(predicted, actual).statistic
     return 0.0 if np.isnan(tau) else float(tau)
 
@@ -152,4 +154,5 @@ def top_k_recall(predicted: np.ndarray, actual: np.ndarray, k: int) -> float:
 
 def ndcg(predicted: np.ndarray, actual: np.ndarray, k: int | None = None) -> float:
     """Normalised discounted cumulative gain of the predicted order (1 = the ideal order)."""
+    from sklearn.metrics import ndcg_score
     return float(ndcg_score(np.asarray(actual)[None, :], np.asarray(predicted)[None, :], k=k))

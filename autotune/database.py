@@ -3,8 +3,8 @@
 Tables: `targets`, `tasks` (workload key, description, shapes JSON), `records` (one row per
 measured candidate) and `features` (the cost-model feature vector of a record, keyed by record
 id, so later runs can train on tasks whose DAGs the log does not hold; created when missing, so
-older logs open unchanged). WAL mode and a commit after every record, so a killed tuning run loses at
-most the trial in flight and a reader can follow a writer.
+older logs open unchanged). WAL mode and a commit after every record, so a killed tuning run
+loses at most the trial in flight and a reader can follow a writer.
 """
 from __future__ import annotations
 

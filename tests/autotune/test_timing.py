@@ -1,5 +1,7 @@
 """Time per trial by part: the worker reports its phases, the tuner adds up the parts, and the
 parts account for the whole wall time."""
+import pickle
+
 import pytest
 
 from kiln.autotune.database import Database
@@ -38,7 +40,7 @@ def test_timer_summary_splits_wall_time_into_parts():
 def test_worker_reports_its_phases():
     task = Task.from_op("matmul", (16, 8, 24))
     data = TaskData.make(task)
-    payload = {"task": __import__("pickle").dumps(task), "options": FAST,
+    payload = {"task": pickle.dumps(task), "options": FAST,
                "config": SearchSpace(task).default_config(), "target": "native",
                "inputs": data.inputs, "expected": data.expected}
     result = run_payload(payload)
