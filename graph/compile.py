@@ -12,8 +12,10 @@ from .. import codegen
 from ..autotune.database import Database
 from ..autotune.scheduler import TaskReport, tune_tasks
 from ..autotune.tuner import Progress, apply_best, canonical_target
+from ..codegen.runtime_config import num_threads_from_env
 from ..schedule import lower
 from ..te.errors import KilnError
+from . import parallel_build
 from .executor import BufferSpec, CompiledModel, Step, build_plan
 from .frontend import load_onnx
 from .ir import Graph
@@ -23,6 +25,7 @@ from .passes.fusion import FusedGroup
 from .tasks import ModelTask, extract_tasks, is_alias
 
 log = logging.getLogger(__name__)
+
 
 def _open_db(db) -> Database | None:
     if db is None or isinstance(db, Database):
@@ -38,21 +41,36 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     return graph, fuse_operators(graph)
 
 
-def _build_task(mt: ModelTask, target: str, db: Database | None):
-    """The kernel of `mt` and where its schedule came from ("database" or "default")."""
+def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None):
+    """The kernel of `mt` (or what `build` makes of its PrimFunc) and where its schedule came
+    from ("database" or "default"). A database schedule that fails to build falls back to
+    the default one."""
+    build = build or (lambda func: codegen.build(func, target=target))
     sch, args, source = apply_best(mt.task, target, db)
     kind = "database" if source == "database" else "default"
     try:
-        kernel = codegen.build(lower(sch, args, name=mt.name), target=target)
+        kernel = build(lower(sch, args, name=mt.name))
     except KilnError as exc:
         if kind == "default":
             raise
         log.warning("%s: the database schedule failed to build (%s); using the default",
                     mt.name, exc)
         sch, args, _ = apply_best(mt.task, target, None)
-        kernel, kind = codegen.build(lower(sch, args, name=mt.name), target=target), "default"
+        kernel, kind = build(lower(sch, args, name=mt.name)), "default"
     log.info("%s (%d groups): schedule from the %s", mt.name, len(mt.groups), kind)
     return kernel, kind
+
+
+def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
+                   jobs: int) -> tuple[dict, dict]:
+    """Kernels and schedule sources by task name: in `jobs` worker processes when that can
+    help (several tasks, a C linker to join the object files), else here."""
+    if jobs > 1 and len(tasks) > 1 and parallel_build.linker() is not None:
+        return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task)
+    kernels, sources = {}, {}
+    for mt in tasks:
+        kernels[mt.name], sources[mt.name] = _build_task(mt, target, db)
+    return kernels, sources
 
 
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
@@ -97,20 +115,25 @@ def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
 
 
 def compile_model(model, target: str = "native", db=None,
-                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
+                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  jobs: int | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path; each group uses its best record on `target` if there
     is one, else the default schedule of its search space (`summary()` says which).
+    jobs: worker processes compiling distinct kernels at once (default KILN_NUM_THREADS, else
+    the core count; 1 compiles in this process). The kernels are the same either way.
     """
     start = time.perf_counter()
     target = canonical_target(target)
     database = _open_db(db)
     graph, groups = prepare_graph(model, input_shapes)
     tasks, per_group = extract_tasks(graph, groups, target)
-    kernels, sources = {}, {}
-    for mt in tasks:
-        kernels[mt.name], sources[mt.name] = _build_task(mt, target, database)
+    jobs = num_threads_from_env() if jobs is None else jobs
+    if jobs < 1:
+        raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
+                        "processes and must be >= 1 (1 compiles in this process)")
+    kernels, sources = _build_kernels(tasks, target, database, jobs)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -142,8 +165,8 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                **options) -> list[TaskReport]:
     """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
-    resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database or path; required). `options` go to tune_tasks
-    (search, batch_size, seed, options)."""
+    resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database
+    or path; required). `options` go to tune_tasks (search, batch_size, seed, options)."""
     database = _open_db(db)
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "

@@ -73,7 +73,13 @@ def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "nat
         dag = lower_group(group, constants)
         key = _dedup_key(dag)
         if key not in by_key:
-            task = Task(_task_name(group, key[0]), dag.outputs, dag.args, target)
+            # same DAG with another argument order: a distinct task that needs its own name
+            taken = {mt.task.name for mt in by_key.values()}
+            name = base = _task_name(group, key[0])
+            while name in taken:
+                name = f"{base}_{len(taken)}"
+                taken.add(name)
+            task = Task(name, dag.outputs, dag.args, target)
             by_key[key] = ModelTask(task, dag, ())
             members[key] = []
         members[key].append(group.name)

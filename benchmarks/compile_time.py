@@ -1,0 +1,148 @@
+"""Model compile time: serial (jobs=1) vs parallel kernel compilation, with a phase breakdown.
+
+    python benchmarks/compile_time.py [--models resnet18_like,mlp] [--jobs 2] [--small]
+                                      [--profile]
+
+Every compile runs in a fresh interpreter (no warm caches), and the serial and parallel
+models must give bit-identical outputs. --profile adds a cProfile breakdown of one serial
+compile per model: search space + schedule, lowering, LLVM IR emission, LLVM (optimisation
+and machine code), and the rest. Prints a table and, as the last line, one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit_json, print_table  # noqa: E402
+
+from kiln.graph import models  # noqa: E402
+from kiln.graph.compile import compile_model  # noqa: E402
+
+FULL = {
+    "default_cnn": lambda: models.default_cnn(),
+    "resnet18_like": lambda: models.resnet18_like(image_size=224),
+    "mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=224),
+    "bert_like_encoder": lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2),
+    "mlp": lambda: models.mlp(),
+}
+SMALL = {  # the sizes tests/graph/test_compile.py uses
+    "default_cnn": lambda: models.default_cnn(image_size=16, width=8),
+    "resnet18_like": lambda: models.resnet18_like(image_size=32, base_width=8, num_classes=10),
+    "mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=32, width_mult=0.25,
+                                                        num_classes=10, stages=3),
+    "bert_like_encoder": lambda: models.bert_like_encoder(seq=8, hidden=32, heads=2, layers=2,
+                                                          vocab=50),
+    "mlp": lambda: models.mlp(sizes=(48, 32, 16, 10)),
+}
+
+# (label, function whose cumulative time is the phase); LLVM is the ctypes calls' own time
+PHASES = (("space+schedule", "tuner.py", "apply_best"), ("lower", "lower.py", "lower"),
+          ("emit LLVM IR", "emit_module.py", "emit_module"),
+          ("IR to text", "module.py", "__repr__"))
+
+
+def _one(name: str, jobs: int, small: bool, out_path: str, profile: bool) -> dict:
+    """Compile `name` once in this process; save its outputs to `out_path`."""
+    model = (SMALL if small else FULL)[name]()
+    profiler = cProfile.Profile() if profile else None
+    start, cpu = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    compiled = compile_model(model, jobs=jobs)
+    if profiler:
+        profiler.disable()
+    wall, own_cpu = time.perf_counter() - start, time.process_time() - cpu
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    outputs = compiled.run(compiled._example_inputs())
+    np.savez(out_path, *outputs)
+    row = {"model": name, "jobs": jobs, "wall_s": wall,
+           "cpu_s": own_cpu + children.ru_utime + children.ru_stime,
+           "kernels": len(compiled.kernels), "calls": len(compiled.plan.steps)}
+    if profiler:
+        row["phases"] = _phases(pstats.Stats(profiler), wall)
+    return row
+
+
+def _phases(stats: pstats.Stats, wall: float) -> dict:
+    phases = {label: 0.0 for label, _, _ in PHASES}
+    llvm = 0.0
+    for (path, _, func), (_, _, tottime, cumtime, _) in stats.stats.items():
+        for label, file, fn in PHASES:
+            if path.endswith(file) and func == fn:
+                phases[label] += cumtime
+        if path.endswith("llvmlite/binding/ffi.py") and func == "__call__":
+            llvm += tottime
+    phases["LLVM (ctypes)"] = llvm
+    phases["other"] = max(0.0, wall - sum(phases.values()))
+    return {k: round(v, 2) for k, v in phases.items()}
+
+
+def _spawn(name: str, jobs: int, small: bool, out_path: str, profile: bool) -> dict:
+    cmd = [sys.executable, __file__, "--one", f"{name}:{jobs}", "--out", out_path]
+    cmd += ["--small"] if small else []
+    cmd += ["--profile"] if profile else []
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"compiling {name} with jobs={jobs} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(FULL),
+                        help=f"comma-separated subset of: {', '.join(FULL)}")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes of the parallel compile")
+    parser.add_argument("--small", action="store_true", help="the test-suite model sizes")
+    parser.add_argument("--profile", action="store_true", help="phase breakdown (serial)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)   # internal: "model:jobs"
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        name, jobs = args.one.split(":")
+        print(json.dumps(_one(name, int(jobs), args.small, args.out, args.profile)))
+        return 0
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in FULL]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(FULL)}")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kiln-compile-bench-") as tmp:
+        for name in names:
+            serial = _spawn(name, 1, args.small, f"{tmp}/{name}_1.npz", args.profile)
+            par = _spawn(name, args.jobs, args.small, f"{tmp}/{name}_n.npz", False)
+            with np.load(f"{tmp}/{name}_1.npz") as a, np.load(f"{tmp}/{name}_n.npz") as b:
+                same = all(np.array_equal(a[k], b[k]) for k in a.files)
+            results.append({"model": name, "kernels": serial["kernels"],
+                            "serial_s": serial["wall_s"], "serial_cpu_s": serial["cpu_s"],
+                            "parallel_s": par["wall_s"], "parallel_cpu_s": par["cpu_s"],
+                            "jobs": args.jobs, "speedup": serial["wall_s"] / par["wall_s"],
+                            "identical_outputs": same, "phases": serial.get("phases")})
+    print_table(["model", "kernels", "serial s", "cpu s", f"jobs={args.jobs} s", "cpu s",
+                 "speedup", "identical"],
+                [[r["model"], r["kernels"], r["serial_s"], r["serial_cpu_s"], r["parallel_s"],
+                  r["parallel_cpu_s"], r["speedup"], r["identical_outputs"]] for r in results])
+    if args.profile:
+        print("\nserial compile phases (s):")
+        for r in results:
+            print(f"  {r['model']:<18} " + ", ".join(f"{k} {v}" for k, v in r["phases"].items()))
+    emit_json({"bench": "compile_time", "load_average": os.getloadavg()[0],
+               "results": [{k: (round(v, 3) if isinstance(v, float) else v)
+                            for k, v in r.items()} for r in results]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Parallel kernel compilation: worker-built kernels equal the in-process ones."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.autotune.database import Record
+from kiln.graph import models
+from kiln.graph.compile import compile_model
+from kiln.graph.executor import load_compiled
+from kiln.graph.parallel_build import KnownRecords, linker
+from kiln.te.errors import KilnError
+
+needs_linker = pytest.mark.skipif(linker() is None, reason="no C compiler driver to link with")
+
+
+@pytest.fixture(scope="module")
+def serial_and_parallel():
+    model = models.default_cnn(image_size=16, width=8)
+    return compile_model(model, jobs=1), compile_model(model, jobs=2)
+
+
+@needs_linker
+def test_parallel_kernels_are_the_serial_kernels(serial_and_parallel):
+    serial, parallel = serial_and_parallel
+    assert sorted(serial.kernels) == sorted(parallel.kernels) and len(serial.kernels) > 2
+    for name, kernel in serial.kernels.items():
+        other = parallel.kernels[name]
+        assert other.params == kernel.params
+        assert other.llvm_ir() == kernel.llvm_ir(), name   # same optimized LLVM IR
+        assert other.ir() == kernel.ir()
+    inputs = serial._example_inputs()
+    for a, b in zip(serial.run(inputs), parallel.run(inputs)):
+        np.testing.assert_array_equal(a, b)
+    assert serial.plan == parallel.plan
+
+
+@needs_linker
+def test_parallel_model_exports_and_loads(serial_and_parallel, tmp_path):
+    serial, parallel = serial_and_parallel
+    parallel.export(tmp_path / "model.so")
+    loaded = load_compiled(tmp_path / "model.so")
+    inputs = serial._example_inputs()
+    np.testing.assert_array_equal(loaded.run(inputs)[0], serial.run(inputs)[0])
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(KilnError, match=r"jobs=0.*must be >= 1"):
+        compile_model(models.mlp(sizes=(8, 4)), jobs=0)
+
+
+def test_known_records_answer_like_the_database():
+    def record(target, cost):
+        return Record("key", target, {"k": 1}, (cost,), "ok")
+    known = KnownRecords({"key": (record("znver3", 1.0), record("znver4", 0.5),
+                                  record("znver3", 2.0))})
+    assert [r.costs for r in known.best("key", "znver3")] == [(1.0,)]
+    assert [r.costs for r in known.best("key", "znver3", k=5)] == [(1.0,), (2.0,)]
+    assert known.best("key", "skylake") == [] and known.best("other", "znver3") == []
