@@ -62,15 +62,18 @@ def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None):
 
 
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
-                   jobs: int) -> tuple[dict, dict]:
-    """Kernels and schedule sources by task name: in `jobs` worker processes when that can
-    help (several tasks, a C linker to join the object files), else here."""
+                   jobs: int) -> tuple[dict, dict, dict]:
+    """Kernels and schedule sources by task name, and CPU seconds per worker: in `jobs`
+    worker processes when that can help (several tasks, a C linker to join the object
+    files), else here."""
     if jobs > 1 and len(tasks) > 1 and parallel_build.linker() is not None:
         return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task)
     kernels, sources = {}, {}
+    cpu = time.process_time()
     for mt in tasks:
         kernels[mt.name], sources[mt.name] = _build_task(mt, target, db)
-    return kernels, sources
+    return kernels, sources, {"workers": 1,
+                              "worker_cpu_s": [round(time.process_time() - cpu, 3)]}
 
 
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
@@ -133,7 +136,7 @@ def compile_model(model, target: str = "native", db=None,
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
-    kernels, sources = _build_kernels(tasks, target, database, jobs)
+    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -146,7 +149,8 @@ def compile_model(model, target: str = "native", db=None,
     buffers, arena_bytes, naive = _buffers(graph, groups, step_args)
     plan = build_plan(graph.name, [v.name for v in graph.inputs],
                       [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
-                      naive, {"target": target})
+                      naive, {"target": target, "compile": {
+                          "seconds": round(time.perf_counter() - start, 3), **build_stats}})
     compiled = CompiledModel(plan, kernels, graph.constants)
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)

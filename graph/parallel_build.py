@@ -60,7 +60,7 @@ class ObjectKernel:
     params: tuple[ParamSpec, ...]
     optimized_ir: str
     object_code: bytes
-    seconds: float
+    seconds: float                # emit + optimise + object code, wall clock
 
 
 def linker() -> str | None:
@@ -84,12 +84,14 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
     return ObjectKernel(func, symbol, params, optimized_ir, code, time.perf_counter() - start)
 
 
-def _work(job: tuple) -> tuple[str, ObjectKernel, str]:
-    """Worker entry: build one task to an object file (schedule fallback as in the parent)."""
+def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float]:
+    """Worker entry: build one task to an object file (schedule fallback as in the parent);
+    also says which worker did it and its CPU seconds (schedule and lowering included)."""
     mt, target, records, build_task = job
+    cpu = time.process_time()
     obj, kind = build_task(mt, target, records,
                            lambda func: compile_object(func, target))
-    return mt.name, obj, kind
+    return mt.name, obj, kind, os.getpid(), time.process_time() - cpu
 
 
 def _pool_context():
@@ -134,9 +136,10 @@ def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> d
 
 
 def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | None, jobs: int,
-                     build_task: Callable) -> tuple[dict[str, Kernel], dict[str, str]]:
+                     build_task: Callable) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     """Build every task in a pool of `jobs` processes (largest first, so the slowest kernel
-    does not start last); returns kernels and schedule sources by task name."""
+    does not start last); returns kernels and schedule sources by task name, and the CPU
+    seconds each worker spent (on an idle machine the busiest one bounds the wall time)."""
     records = KnownRecords({mt.task.workload_key: tuple(db.best(mt.task.workload_key, target))
                             for mt in tasks} if db is not None else {})
     known = records if db is not None else None
@@ -145,9 +148,13 @@ def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | Non
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
                              mp_context=_pool_context()) as pool:
         results = list(pool.map(_work, [(mt, target, known, build_task) for mt in order]))
-    objects = [(name, obj) for name, obj, _ in results]
+    objects = [(name, obj) for name, obj, *_ in results]
     kernels = link_and_load(objects, target)
-    log.info("built %d kernels in %d processes in %.1f s (%.1f s of compile work)",
-             len(objects), min(jobs, len(tasks)), time.perf_counter() - start,
-             sum(obj.seconds for _, obj in objects))
-    return kernels, {name: kind for name, _, kind in results}
+    per_worker: dict[int, float] = {}
+    for *_, pid, cpu in results:
+        per_worker[pid] = per_worker.get(pid, 0.0) + cpu
+    stats = {"workers": len(per_worker),
+             "worker_cpu_s": sorted((round(c, 3) for c in per_worker.values()), reverse=True)}
+    log.info("built %d kernels in %d processes in %.1f s (worker CPU s: %s)", len(objects),
+             len(per_worker), time.perf_counter() - start, stats["worker_cpu_s"])
+    return kernels, {name: kind for name, _, kind, *_ in results}, stats

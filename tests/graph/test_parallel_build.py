@@ -32,7 +32,10 @@ def test_parallel_kernels_are_the_serial_kernels(serial_and_parallel):
     inputs = serial._example_inputs()
     for a, b in zip(serial.run(inputs), parallel.run(inputs)):
         np.testing.assert_array_equal(a, b)
-    assert serial.plan == parallel.plan
+    assert (serial.plan.steps, serial.plan.buffers) == (parallel.plan.steps,
+                                                        parallel.plan.buffers)
+    assert serial.plan.meta["compile"]["workers"] == 1
+    assert parallel.plan.meta["compile"]["workers"] in (1, 2)   # a fast worker may take all
 
 
 @needs_linker
