@@ -192,3 +192,44 @@ def test_random_dags_compile_to_the_reference(graph):
     want = run_reference(graph, feeds)
     for name, got in zip(compiled.output_names, compiled.run(feeds)):
         np.testing.assert_allclose(got, want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_split_outputs_join_again_in_one_group():
+    """split (two outputs) stays alone; relu(a) grows into add and pulls in exp(b), which
+    only feeds the group: the branches of the split meet in one kernel."""
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Exp", ["b"], ["e"]),
+             helper.make_node("Add", ["r", "e"], ["y"])]
+    model = make_model(nodes, {"x": ((3, 10), "float32")}, ["y"], opset=18)
+    _, groups = _groups(model)
+    assert [g.ops for g in groups] == [("split",), ("relu", "exp", "add")]
+    compiled = compile_model(model)
+    feeds = {"x": R.standard_normal((3, 10)).astype(np.float32)}
+    np.testing.assert_allclose(compiled.run(feeds)[0], ort_run(model, feeds)[0], rtol=1e-6)
+
+
+def test_lower_group_takes_a_multi_output_group():
+    """lower_group's contract beyond what fusion produces today: a group whose first output
+    also feeds its second gets one TE DAG with two outputs, and the kernel writes both."""
+    from kiln import codegen
+    from kiln.autotune.task import Task
+    from kiln.autotune.tuner import apply_best, canonical_target
+    from kiln.graph.lower_te import lower_group
+    from kiln.graph.passes.fusion import _make_group
+    from kiln.schedule import lower
+
+    x, r, e = (Value(n, (5, 12), "float32") for n in "xre")
+    nodes = [Node("relu", (x,), (r,), name="n0"), Node("exp", (r,), (e,), name="n1")]
+    graph = Graph((x,), tuple(nodes), (r, e), {}, "two_outputs")
+    group = _make_group(0, nodes, graph, graph.consumers(), {"r", "e"})
+    dag = lower_group(group, {})
+    assert [v.name for v in dag.arg_values] == ["x", "r", "e"]
+    target = canonical_target("native")
+    sch, args, _ = apply_best(Task("two_outputs", dag.outputs, dag.args, target), target, None)
+    kernel = codegen.build(lower(sch, args, name="two_outputs"), target)
+    xa = R.standard_normal((5, 12)).astype(np.float32)
+    ra, ea = np.zeros_like(xa), np.zeros_like(xa)
+    kernel(xa, ra, ea)
+    np.testing.assert_array_equal(ra, np.maximum(xa, 0))
+    np.testing.assert_allclose(ea, np.exp(np.maximum(xa, 0)), rtol=1e-6)
