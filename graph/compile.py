@@ -66,7 +66,7 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
     """Kernels and schedule sources by task name, and CPU seconds per worker: in `jobs`
     worker processes when that can help (several tasks, a C linker to join the object
     files), else here."""
-    if jobs > 1 and len(tasks) > 1 and parallel_build.linker() is not None:
+    if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
         return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task)
     kernels, sources = {}, {}
     cpu = time.process_time()

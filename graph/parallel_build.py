@@ -71,6 +71,12 @@ def linker() -> str | None:
     return None
 
 
+def can_fork_workers() -> bool:
+    """Worker processes can help: a linker exists and this is no daemonic multiprocessing
+    worker (those may not have children)."""
+    return linker() is not None and not multiprocessing.current_process().daemon
+
+
 def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
     """codegen.build's emit and optimise steps, ending in an object file instead of a JIT."""
     start = time.perf_counter()

@@ -60,3 +60,24 @@ def test_known_records_answer_like_the_database():
     assert [r.costs for r in known.best("key", "znver3")] == [(1.0,)]
     assert [r.costs for r in known.best("key", "znver3", k=5)] == [(1.0,), (2.0,)]
     assert known.best("key", "skylake") == [] and known.best("other", "znver3") == []
+
+
+def _compile_in_daemon(queue) -> None:
+    compiled = compile_model(models.mlp(sizes=(12, 8, 4)), jobs=2)
+    queue.put((compiled.plan.meta["compile"]["workers"],
+               compiled.run(compiled._example_inputs())[0]))
+
+
+def test_a_daemonic_worker_compiles_serially():
+    """multiprocessing daemons may not fork children: compile falls back to one process."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_compile_in_daemon, args=(queue,), daemon=True)
+    proc.start()
+    proc.join(timeout=120)               # the result is a few bytes: the queue cannot block
+    assert proc.exitcode == 0
+    workers, got = queue.get(timeout=10)
+    assert workers == 1
+    here = compile_model(models.mlp(sizes=(12, 8, 4)), jobs=1)
+    np.testing.assert_array_equal(got, here.run(here._example_inputs())[0])
