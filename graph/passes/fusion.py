@@ -77,11 +77,16 @@ class _Partition:
         self.members: dict[int, list[str]] = {}
 
     def assign(self, gid: int, names: list[str]) -> None:
+        """Make `names` the members of group `gid` (earlier members not listed are freed)."""
         for name in self.members.pop(gid, []):
             self.group_of.pop(name, None)
-        self.members[gid] = list(names)
+        self.members[gid] = []
         for name in names:
-            self.group_of[name] = gid
+            self.add(gid, name)
+
+    def add(self, gid: int, name: str) -> None:
+        self.members[gid].append(name)
+        self.group_of[name] = gid
 
 
 def _can_join(node: Node, allowed: frozenset[OpClass], shape: tuple[int, ...] | None) -> bool:
@@ -89,8 +94,7 @@ def _can_join(node: Node, allowed: frozenset[OpClass], shape: tuple[int, ...] | 
             and (shape is None or node.outputs[0].shape == shape))
 
 
-def _absorb_producers(part: _Partition, gid: int, members: list[str], name: str, allowed,
-                      shape) -> None:
+def _absorb_producers(part: _Partition, gid: int, name: str, allowed, shape) -> None:
     """Pull in unassigned producers of `name` that only feed the group (GELU's `x * 0.5`
     beside `erf(x / sqrt 2)` when x is a graph input), and theirs in turn."""
     stack = [name]
@@ -101,9 +105,8 @@ def _absorb_producers(part: _Partition, gid: int, members: list[str], name: str,
                 continue
             node = part.nodes[producer]
             if (_can_join(node, allowed, shape) and node.outputs[0].name not in part.outputs
-                    and all(c in members for c in part.succ[producer])):
-                members.append(producer)
-                part.assign(gid, members)
+                    and all(part.group_of.get(c) == gid for c in part.succ[producer])):
+                part.add(gid, producer)
                 stack.append(producer)
 
 
@@ -111,10 +114,9 @@ def _grow(part: _Partition, gid: int, seed: Node, allowed, shape) -> list[str]:
     """Add allowed consumers of the group (and producers that only feed it), in graph order;
     returns the grown member names (the group is registered as it grows). The result may
     have several exits: _single_exit cuts it down."""
-    members = [seed.name]
-    part.assign(gid, members)
+    part.assign(gid, [seed.name])
     if len(seed.outputs) != 1:
-        return members
+        return list(part.members[gid])
     frontier = set(part.succ[seed.name])
     while frontier:
         name = min(frontier, key=part.position.__getitem__)
@@ -122,33 +124,29 @@ def _grow(part: _Partition, gid: int, seed: Node, allowed, shape) -> list[str]:
         node = part.nodes[name]
         if name in part.group_of or not _can_join(node, allowed, shape):
             continue
-        members.append(name)
-        part.assign(gid, members)
-        _absorb_producers(part, gid, members, name, allowed, shape)
+        part.add(gid, name)
+        _absorb_producers(part, gid, name, allowed, shape)
         frontier.update(c for c in part.succ[name] if c not in part.group_of)
-    return members
+    return list(part.members[gid])
 
 
 def _single_exit(part: _Partition, seed: str, grown: list[str]) -> list[str]:
     """The largest subset of `grown` holding `seed` whose members other than one sink are
     read only inside it and are no graph outputs; members in graph order."""
-    inside = set(grown)
+    order = sorted(grown, key=part.position.__getitem__, reverse=True)
     best = [seed]
-    for sink in sorted(grown, key=part.position.__getitem__, reverse=True):
+    for k, sink in enumerate(order):
+        if len(order) - k <= len(best):      # only order[k:] can join a group sunk here
+            break
         group = {sink}
-        changed = True
-        while changed:
-            changed = False
-            for name in grown:
-                node = part.nodes[name]
-                if name in group or any(o.name in part.outputs for o in node.outputs):
-                    continue
-                succ = part.succ[name]
-                if succ and all(c in group for c in succ):
-                    group.add(name)
-                    changed = True
+        for name in order[k + 1:]:           # readers come later, so they are decided
+            node = part.nodes[name]
+            succ = part.succ[name]
+            if succ and all(c in group for c in succ) \
+                    and not any(o.name in part.outputs for o in node.outputs):
+                group.add(name)
         if seed in group and len(group) > len(best):
-            best = sorted(group & inside, key=part.position.__getitem__)
+            best = sorted(group, key=part.position.__getitem__)
     return best
 
 
