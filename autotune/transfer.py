@@ -5,6 +5,9 @@ recomputed; the tuner stores each measured candidate's feature vector with its r
 (`Database.commit_record(..., features=)`), and a new run loads those vectors of the other
 tasks on the same target into the shared `CostModelPool` as prior groups. The model is then
 trained before the task's first measurement, so the very first batch is already model-guided.
+On by default (tune_task / tune_tasks `transfer=True`): in `tune_search_efficiency.py
+--transfer` (conv 64x14x14 tuned 24 trials, 3 seeds, prior = 60 records of conv 32x28x28) the
+prior run ended ahead on every seed; tests/autotune/test_transfer.py checks the ranking gain.
 """
 from __future__ import annotations
 
