@@ -33,9 +33,16 @@ MAX_INNER = 16            # inner (register) tile of a non-vector axis
 MAX_VECTOR_TILE = 64      # inner tile of the vectorised axis
 MAX_MID = 64              # middle (cache) tile
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
+MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
 # value of a knob kind that a stored config made before the knob existed implicitly had
-LEGACY = {"pack": 0}
+LEGACY = {"pack": 0, "window": 0}
+# modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
+# 0 and 1 are the original choices, so stored configs keep their meaning
+ROOT_FLAT = 0     # materialised at root: every axis fused into one parallel loop
+INLINE = 1        # substituted into the consumer
+ROOT_ROWS = 2     # materialised at root: outer axes parallel, each row a plain inner loop
+AT_ANCHOR = 3     # computed inside the consuming anchor's tile loop, only the part it reads
 
 
 @dataclass(frozen=True)
@@ -212,10 +219,13 @@ class SearchSpace:
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
+            if _window_axes(op):
+                knobs.append(Knob(f"{label}/window", (0, 1, 2)))
             for pack in anchor.packs:
                 knobs.append(Knob(pack.knob, (0, 1)))
         for op in self.optional_inline:
-            knobs.append(Knob(f"{self._stage_label(op)}/inline", (0, 1)))
+            knobs.append(Knob(f"{self._stage_label(op)}/inline",
+                              (INLINE, AT_ANCHOR, ROOT_ROWS, ROOT_FLAT)))
         for op in self.elementwise:
             label = self._stage_label(op)
             inner = op.axis[-1].extent if op.axis else 1
@@ -246,11 +256,23 @@ class SearchSpace:
                 config[knob.name] = _nearest_scalar(knob.choices, 8)
             elif kind in ("local", "parallel", "vectorize", "unroll"):
                 config[knob.name] = knob.choices[-1]
-            elif kind in ("inline", "pack"):
+            elif kind == "inline":
+                config[knob.name] = self._producer_default(knob.name)
+            elif kind == "window":
+                config[knob.name] = 2
+            elif kind == "pack":
                 config[knob.name] = 0
             else:
                 config[knob.name] = knob.choices[0]
         return config
+
+    def _producer_default(self, knob_name: str) -> int:
+        """A window anchor's padding is computed per tile, where the anchor reads it (it
+        stays in cache); other padding is materialised at root as parallel rows."""
+        op = next(o for o in self.optional_inline
+                  if f"{self._stage_label(o)}/inline" == knob_name)
+        reader = self._sole_anchor_reader(op)
+        return AT_ANCHOR if reader is not None and _window_axes(reader) else ROOT_ROWS
 
     def _anchor_defaults(self, anchor: _Anchor) -> dict:
         """Tile and reduce knobs of one anchor under a register budget.
@@ -279,6 +301,13 @@ class SearchSpace:
             for p in range(n - 1):
                 if p != rows:
                     mid[p] = max(1, min(8, extents[p] // 2))
+            if _window_axes(op) and rows is not None:
+                # memory-bound window (depthwise, pooling): one tile is a whole plane of
+                # the axes before it (channels), which the parallel loop walks
+                mid[rows] = max(1, extents[rows] // inner[rows])
+                mid[-1] = max(1, extents[-1] // inner[-1])
+                for p in range(rows):
+                    mid[p] = 1
             _ensure_parallel_work(extents, mid, inner, min(2, n), 2 * max(2, target.num_cores))
         values = {}
         for pos, axis in enumerate(op.axis):
@@ -340,13 +369,20 @@ class SearchSpace:
         remap, packed = self._rewrite(config)
         new = {t: remap.get(t.op, t.op).output() for t in self.task.args}
         sch = create_schedule([new[t] for t in self.task.outputs])
+        deferred: dict[ComputeOp, list[Stage]] = {}     # anchor -> producers computed at it
         for op in self.inlined:
-            label = self._stage_label(op)
+            mode = config[f"{self._stage_label(op)}/inline"] if op in self.optional_inline \
+                else INLINE
             stage = sch[remap.get(op, op)]
-            if op in self.optional_inline and not config[f"{label}/inline"]:
+            reader = self._sole_anchor_reader(op) if mode == AT_ANCHOR else None
+            if mode == AT_ANCHOR and reader is not None:
+                deferred.setdefault(reader, []).append(stage)
+            elif mode == ROOT_FLAT:
                 lanes = _vector_lanes(self.task.target, op.dtype)
                 _schedule_elementwise(stage, min(lanes, op.axis[-1].extent) if op.axis
                                       else 1, 1)
+            elif mode in (ROOT_ROWS, AT_ANCHOR):
+                _schedule_rows(stage)
             else:
                 stage.compute_inline()
         for tensor, panel in packed:
@@ -354,9 +390,11 @@ class SearchSpace:
         for anchor in self.anchors:
             label = self._stage_label(anchor.op)
             epi = anchor.epilogue
-            self._apply_anchor(sch, _Anchor(remap.get(anchor.op, anchor.op),
-                                            remap.get(epi, epi) if epi else None,
-                                            anchor.is_output), config, label)
+            parent, loop = self._apply_anchor(
+                sch, _Anchor(remap.get(anchor.op, anchor.op), remap.get(epi, epi) if epi
+                             else None, anchor.is_output), config, label)
+            for stage in deferred.get(anchor.op, ()):
+                stage.compute_at(parent, loop)
         for op in self.elementwise:
             label = self._stage_label(op)
             _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
@@ -388,21 +426,34 @@ class SearchSpace:
                                       tag=op.tag)
         return remap, packed
 
-    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict, label: str) -> None:
+    def _sole_anchor_reader(self, op: ComputeOp) -> ComputeOp | None:
+        """The anchor that is the only reader of `op` (where it can be computed at), if any."""
+        readers = [c for c in self.ops if op in {t.op for t in c.input_tensors}]
+        if len(readers) == 1 and any(a.op is readers[0] for a in self.anchors):
+            return readers[0]
+        return None
+
+    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict, label: str
+                      ) -> tuple[Stage, IterVar]:
+        """Schedule one anchor; returns the stage and loop its tile is computed in (the
+        last outer tile loop), where a producer may be computed at."""
         tiles = [tuple(config[k.name]) for k in self.knobs if k.name.startswith(label + "/tile/")]
         reduce = [config[k.name] for k in self.knobs if k.name.startswith(label + "/reduce/")]
         flags = {f: config[f"{label}/{f}"]
                  for f in ("local", "parallel", "vectorize", "unroll", "lanes")}
+        flags["window"] = config.get(f"{label}/window", 0)
         if flags["local"] and (anchor.is_output or anchor.epilogue is None):
             local = sch.cache_write(anchor.op.output(), "local")
-            _tile_fused(sch[anchor.op], sch[local.op], tiles, reduce, flags)
-        elif flags["local"] and anchor.epilogue is not None:
-            _tile_fused(sch[anchor.epilogue], sch[anchor.op], tiles, reduce, flags)
-        else:
-            _tile_root(sch[anchor.op], tiles, reduce, flags)
-            if anchor.epilogue is not None:
-                _schedule_elementwise(sch[anchor.epilogue], tiles[-1][1] if tiles else 1,
-                                      flags["parallel"] > 0)
+            return sch[anchor.op], _tile_fused(sch[anchor.op], sch[local.op], tiles, reduce,
+                                               flags)
+        if flags["local"] and anchor.epilogue is not None:
+            return sch[anchor.epilogue], _tile_fused(sch[anchor.epilogue], sch[anchor.op],
+                                                     tiles, reduce, flags)
+        loop = _tile_root(sch[anchor.op], tiles, reduce, flags)
+        if anchor.epilogue is not None:
+            _schedule_elementwise(sch[anchor.epilogue], tiles[-1][1] if tiles else 1,
+                                  flags["parallel"] > 0)
+        return sch[anchor.op], loop
 
 
 class _Reload(ExprMutator):
@@ -500,6 +551,27 @@ def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):
     return outer, middle, innermost
 
 
+def _window_axes(op: ComputeOp) -> bool:
+    """A reduction over a small window only (depthwise conv, pooling: no channel sum): the
+    `window` knob may unroll the window and move it inside the register tile's rows."""
+    return bool(op.reduce_axis) and all(r.extent <= MAX_WINDOW for r in op.reduce_axis)
+
+
+def _inner_order(reduce_inner: list, spatial_inner: list, flags: dict) -> list:
+    """R1 | S2 (window mode 0 and 1) or S2 rows | R1 | vector (mode 2: each tap updates the
+    register tile's rows in place, the window reads neighbouring rows while they are hot)."""
+    if flags.get("window", 0) == 2 and spatial_inner:
+        return spatial_inner[:-1] + reduce_inner + spatial_inner[-1:]
+    return reduce_inner + spatial_inner
+
+
+def _unroll_window(stage: Stage, reduce_inner: list, flags: dict) -> None:
+    if flags.get("window", 0):
+        for axis in reduce_inner:
+            if 1 < axis.extent <= MAX_WINDOW:
+                stage.unroll(axis)
+
+
 def _finish_inner(stage: Stage, inner: list[IterVar], flags: dict) -> None:
     """Vectorise the innermost spatial loop; unroll the rest of a small register tile."""
     if not inner:
@@ -524,21 +596,24 @@ def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int) -> list[Iter
     return [fused] + outer[depth:]
 
 
-def _tile_root(stage: Stage, tiles, reduce, flags) -> None:
-    """SSRSRS at root: S0 | R0 | S1 | R1 | S2, innermost spatial vectorised."""
+def _tile_root(stage: Stage, tiles, reduce, flags) -> IterVar:
+    """SSRSRS at root: S0 | R0 | S1 | R1 | S2, innermost spatial vectorised; returns the
+    last S0 loop."""
     levels = [_split3(stage, a, mid, inner) for a, (mid, inner) in zip(stage.op.axis, tiles)]
     rsplits = [stage.split(a, factor=f) for a, f in zip(stage.op.reduce_axis, reduce)]
     outer = [lv[0] for lv in levels]
     order = (outer + [r[0] for r in rsplits] + [lv[1] for lv in levels]
-             + [r[1] for r in rsplits] + [lv[2] for lv in levels])
+             + _inner_order([r[1] for r in rsplits], [lv[2] for lv in levels], flags))
     stage.reorder(*order)
-    _parallel_outer(stage, outer, flags["parallel"])
+    outer = _parallel_outer(stage, outer, flags["parallel"])
     _finish_inner(stage, [lv[2] for lv in levels], flags)
+    _unroll_window(stage, [r[1] for r in rsplits], flags)
+    return outer[-1]
 
 
-def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> None:
+def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> IterVar:
     """The output stage is tiled S0 | S1 | S2; the reduction computes its S1*S2 tile into a
-    local buffer at the last S0 loop, itself ordered R0 | S1 | R1 | S2."""
+    local buffer at the last S0 loop (returned), itself ordered R0 | S1 | R1 | S2."""
     levels = [_split3(out, a, mid, inner) for a, (mid, inner) in zip(out.op.axis, tiles)]
     outer = [lv[0] for lv in levels]
     out.reorder(*(outer + [lv[1] for lv in levels] + [lv[2] for lv in levels]))
@@ -549,9 +624,20 @@ def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> None:
     inner = [local.split(a, factor=inner)
              for a, (_, inner) in zip(local.op.axis, tiles)]
     rsplits = [local.split(a, factor=f) for a, f in zip(local.op.reduce_axis, reduce)]
-    local.reorder(*([r[0] for r in rsplits] + [s[0] for s in inner] + [r[1] for r in rsplits]
-                    + [s[1] for s in inner]))
+    local.reorder(*([r[0] for r in rsplits] + [s[0] for s in inner]
+                    + _inner_order([r[1] for r in rsplits], [s[1] for s in inner], flags)))
     _finish_inner(local, [s[1] for s in inner], flags)
+    _unroll_window(local, [r[1] for r in rsplits], flags)
+    return outer[-1]
+
+
+def _schedule_rows(stage: Stage) -> None:
+    """A materialised injective stage (padding) as rows: the outer axes fused into one
+    parallel loop, each row a plain loop: its clamped, selected loads do not vectorise (they
+    would be lane-by-lane gathers), and there is no div/mod of a flat index per element."""
+    axes = list(stage.op.axis)
+    if len(axes) >= 2:
+        stage.parallel(stage.fuse(*axes[:-1]))
 
 
 def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:
