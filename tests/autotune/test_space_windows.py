@@ -1,0 +1,130 @@
+"""Window anchors (depthwise conv, pooling): their default schedule, the `window` knob and the
+padding modes of the `inline` knob (stored configs keep their meaning)."""
+import random
+
+import numpy as np
+import pytest
+
+from kiln import codegen, te
+from kiln.autotune.space import (AT_ANCHOR, INLINE, ROOT_FLAT, ROOT_ROWS, SearchSpace)
+from kiln.autotune.task import Task
+from kiln.schedule.lower import lower
+from kiln.te import ops
+from kiln.te.errors import ScheduleError
+from kiln.te.reference import evaluate
+
+DW = "depthwise_conv2d_nchw"
+
+
+def depthwise(c, h, w, stride, k=3):
+    X = te.placeholder((1, c, h, w), name="X")
+    W = te.placeholder((c, 1, k, k), name="W")
+    b = te.placeholder((c, 1, 1), name="bias")
+    D = ops.depthwise_conv2d_nchw(X, W, stride=stride, padding=k // 2)
+    A = te.compute(D.shape, lambda n, q, y, x: D[n, q, y, x] + b[q, 0, 0], name="add")
+    C = te.compute(D.shape, lambda *i: te.minimum(te.maximum(A(*i), 0.0), 6.0), name="clip")
+    return Task(f"dw{c}x{h}x{w}s{stride}", (C,), (X, W, b, C))
+
+
+def maxpool(c, h, w):
+    X = te.placeholder((1, c, h, w), name="X")
+    P = ops.max_pool2d(X, 3, stride=2, padding=1, name="maxpool")
+    return Task(f"maxpool{c}x{h}x{w}", (P,), (X, P))
+
+
+def _run(task, config):
+    sch, args = SearchSpace(task).apply(config)
+    kernel = codegen.build(lower(sch, args, name="k"))
+    rng = np.random.default_rng(1)
+    inputs = {t: rng.uniform(-4, 4, t.shape).astype(t.dtype) for t in task.args
+              if t not in task.outputs}
+    arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
+              for t in args]
+    kernel(*arrays)
+    (want,) = evaluate(list(task.outputs), inputs)
+    np.testing.assert_allclose(arrays[-1], want, rtol=1e-5, atol=1e-5, err_msg=str(config))
+
+
+def _text(task, config):
+    sch, args = SearchSpace(task).apply(config)
+    return str(lower(sch, args, name="k"))
+
+
+def test_depthwise_default_is_a_channel_plane_with_taps_inside_the_rows():
+    space = SearchSpace(depthwise(96, 56, 56, 1))
+    config = space.default_config()
+    assert config[f"{DW}/window"] == 2 and config[f"{DW}_pad/inline"] == AT_ANCHOR
+    assert config[f"{DW}/tile/1:k"] == [1, 1]                 # one channel per iteration
+    y, x = config[f"{DW}/tile/2:y"], config[f"{DW}/tile/3:xx"]
+    assert y[0] * y[1] == 56 and x[0] * x[1] == 56            # the whole plane, no tail
+    assert x[1] % 8 == 0 and y[1] * x[1] // 8 <= 12           # register tile within budget
+    text = _text(space.task, config)
+    assert "in parallel(96)" in text                          # over channels only
+    # the padded plane of one channel, computed inside the channel loop
+    assert text.index("in parallel(96)") < text.index(f"allocate {DW}_pad")
+    assert "ry.inner in unrolled(3)" in text and "rx.inner in unrolled(3)" in text
+
+
+def test_pooling_default_is_a_window_anchor_too():
+    config = SearchSpace(maxpool(64, 112, 112)).default_config()
+    assert config["maxpool/window"] == 2 and config["maxpool_pad/inline"] == AT_ANCHOR
+
+
+def test_channel_reduction_is_not_a_window_and_its_pad_is_materialised_as_rows():
+    space = SearchSpace(Task.from_op("conv2d", (1, 16, 14, 14, 16, 3, 3, 1, 1)))
+    assert not any(k.name.endswith("/window") for k in space.knobs)
+    config = space.default_config()
+    assert config["conv_pad/inline"] == ROOT_ROWS
+    text = _text(space.task, config)
+    assert "in parallel(256)" in text                         # 16 channels x 16 padded rows
+    assert "i0.i1.fused.i2.fused in parallel(256)" in text    # div/mod once per row,
+    assert "for i3 in range(16)" in text                      # a plain loop along it
+
+
+@pytest.mark.parametrize("shape", [(5, 13, 13, 2), (1, 7, 7, 1), (3, 11, 9, 1), (2, 1, 1, 1),
+                                   (7, 17, 23, 2)])
+def test_depthwise_default_matches_reference_on_awkward_shapes(shape):
+    task = depthwise(*shape)
+    _run(task, SearchSpace(task).default_config())
+
+
+@pytest.mark.parametrize("shape", [(3, 13, 13), (1, 2, 5), (2, 9, 16)])
+def test_pooling_default_matches_reference_on_awkward_shapes(shape):
+    task = maxpool(*shape)
+    _run(task, SearchSpace(task).default_config())
+
+
+@pytest.mark.parametrize("mode", [ROOT_FLAT, INLINE, ROOT_ROWS, AT_ANCHOR])
+@pytest.mark.parametrize("window", [0, 1, 2])
+def test_every_window_and_padding_mode_is_correct(mode, window):
+    task = depthwise(3, 9, 11, 2)
+    config = dict(SearchSpace(task).default_config(),
+                  **{f"{DW}/window": window, f"{DW}_pad/inline": mode})
+    _run(task, config)
+
+
+def test_sampled_window_configs_match_reference():
+    task = maxpool(2, 9, 7)
+    space = SearchSpace(task)
+    picker = random.Random(5)
+    for _ in range(4):
+        _run(task, space.sample(picker))
+
+
+def test_a_stored_config_without_the_window_knob_keeps_its_schedule():
+    task = depthwise(8, 10, 10, 1)
+    space = SearchSpace(task)
+    stored = {k: v for k, v in space.default_config().items() if not k.endswith("/window")}
+    stored[f"{DW}_pad/inline"] = ROOT_FLAT                    # the old default
+    assert space.validate(stored)[f"{DW}/window"] == 0
+    old = _text(task, stored)
+    assert old == _text(task, dict(stored, **{f"{DW}/window": 0}))
+    assert old != _text(task, dict(stored, **{f"{DW}/window": 2}))
+    # mode 0 is still the flat fused loop (div/mod of one index) it always was
+    assert "i0.i1.fused.i2.fused.i3.outer.fused in parallel" in old
+
+
+def test_an_unknown_padding_mode_is_rejected():
+    space = SearchSpace(depthwise(2, 5, 5, 1))
+    with pytest.raises(ScheduleError, match="not a choice of knob 'depthwise_conv2d_nchw_pad"):
+        space.validate(dict(space.default_config(), **{f"{DW}_pad/inline": 7}))
