@@ -289,6 +289,9 @@ class SearchSpace:
         budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
         extents = [a.extent for a in op.axis]
         n = len(extents)
+
+        def knob_choices(pos):
+            return self._by_name[f"{label}/tile/{pos}:{op.axis[pos].name}"].choices
         inner, mid = [1] * n, [1] * n
         if n:
             inner[-1] = _vector_tile(extents[-1], lanes)
@@ -308,14 +311,22 @@ class SearchSpace:
                 mid[-1] = max(1, extents[-1] // inner[-1])
                 for p in range(rows):
                     mid[p] = 1
-            _ensure_parallel_work(extents, mid, inner, min(2, n), 2 * max(2, target.num_cores))
+            streaming = rows is None and n and extents[-1] > 2 * lanes and not _window_axes(op)
+            if streaming:
+                inner[-1], mid[-1] = _streaming_tile(knob_choices(n - 1), extents[-1], lanes,
+                                                     budget, max(1, target.num_cores))
+            else:
+                _ensure_parallel_work(extents, mid, inner, min(2, n),
+                                      2 * max(2, target.num_cores))
+        else:
+            streaming = False
         values = {}
         for pos, axis in enumerate(op.axis):
             knob = self._by_name[f"{label}/tile/{pos}:{axis.name}"]
             values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
         for pos, axis in enumerate(op.reduce_axis):
             knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
-            want = axis.extent if axis.extent <= 7 else 16
+            want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
         return values
 
@@ -520,6 +531,23 @@ def _vector_tile(extent: int, lanes: int) -> int:
         if extent % width == 0:
             return width
     return lanes
+
+
+def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores: int):
+    """(inner, mid) of the vector axis of a GEMV-shaped anchor (no row axis: no reuse of
+    the big operand): the loop order becomes k | column block | vector, so every k streams
+    one contiguous run of the row B[k, :] per thread into accumulators that stay in L1.
+    The inner tile is the widest tail-free run of at most `budget` // 2 vectors; the middle
+    tile the smallest tail-free one that leaves at most one column block per core (a guarded
+    tail inside the vector loop costs more than the second core gains: 1000 columns stream
+    as one block)."""
+    inner = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
+                 if extent % w == 0), default=_vector_tile(extent, lanes))
+    blocks = -(-extent // inner)
+    mids = sorted({m for m, i in choices if i == inner}) or [1]
+    mid = next((m for m in mids if -(-blocks // m) <= cores and blocks % m == 0),
+               next((m for m in mids if -(-blocks // m) <= cores), mids[-1]))
+    return inner, mid
 
 
 def _rows_tile(extent: int, want: int) -> int:

@@ -128,3 +128,36 @@ def test_an_unknown_padding_mode_is_rejected():
     space = SearchSpace(depthwise(2, 5, 5, 1))
     with pytest.raises(ScheduleError, match="not a choice of knob 'depthwise_conv2d_nchw_pad"):
         space.validate(dict(space.default_config(), **{f"{DW}_pad/inline": 7}))
+
+
+def gemv(k, n):
+    A = te.placeholder((1, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    b = te.placeholder((n,), name="b")
+    M = ops.matmul(A, B, name="matmul")
+    C = te.compute(M.shape, lambda i, j: M[i, j] + b[j], name="add")
+    return Task(f"gemv{k}x{n}", (C,), (A, B, b, C))
+
+
+def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
+    config = SearchSpace(gemv(1280, 1000)).default_config()
+    assert config["matmul/tile/0:i"] == [1, 1]
+    mid, inner = config["matmul/tile/1:j"]
+    assert inner % 8 == 0 and 1000 % inner == 0 and inner <= 48   # tail-free vectors
+    assert 1000 % (mid * inner) == 0                              # whole column blocks
+    assert config["matmul/reduce/0:k"] == 1                       # k | block | vector
+    text = _text(gemv(1280, 1000), config)
+    update = text.split("for k.outer in range(1280)")[1]          # the column loop is inside k
+    assert f"for j.outer in range({mid})" in update.split("add[")[0]
+
+
+def test_gemv_default_splits_columns_across_cores_when_it_divides():
+    config = SearchSpace(gemv(784, 256)).default_config()
+    mid, inner = config["matmul/tile/1:j"]
+    assert 256 // (mid * inner) == 2
+
+
+@pytest.mark.parametrize("shape", [(13, 1001), (1, 17), (7, 40), (300, 2)])
+def test_gemv_default_matches_reference_on_awkward_shapes(shape):
+    task = gemv(*shape)
+    _run(task, SearchSpace(task).default_config())
