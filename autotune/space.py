@@ -580,9 +580,11 @@ def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):
 
 
 def _window_axes(op: ComputeOp) -> bool:
-    """A reduction over a small window only (depthwise conv, pooling: no channel sum): the
-    `window` knob may unroll the window and move it inside the register tile's rows."""
-    return bool(op.reduce_axis) and all(r.extent <= MAX_WINDOW for r in op.reduce_axis)
+    """A reduction over a small window only (depthwise conv, pooling; at most 7 x 7 taps,
+    so a 7x7 conv over 3 channels is not one): the `window` knob may unroll the window and
+    move it inside the register tile's rows."""
+    extents = [r.extent for r in op.reduce_axis]
+    return bool(extents) and max(extents) <= MAX_WINDOW and math.prod(extents) <= MAX_WINDOW ** 2
 
 
 def _inner_order(reduce_inner: list, spatial_inner: list, flags: dict) -> list:

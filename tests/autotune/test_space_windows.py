@@ -161,3 +161,8 @@ def test_gemv_default_splits_columns_across_cores_when_it_divides():
 def test_gemv_default_matches_reference_on_awkward_shapes(shape):
     task = gemv(*shape)
     _run(task, SearchSpace(task).default_config())
+
+
+def test_a_7x7_stem_conv_over_three_channels_is_not_a_window():
+    space = SearchSpace(Task.from_op("conv2d", (1, 3, 32, 32, 8, 7, 7, 2, 3)))
+    assert not any(k.name.endswith("/window") for k in space.knobs)
