@@ -405,7 +405,10 @@ class SearchSpace:
                 sch, _Anchor(remap.get(anchor.op, anchor.op), remap.get(epi, epi) if epi
                              else None, anchor.is_output), config, label)
             for stage in deferred.get(anchor.op, ()):
-                stage.compute_at(parent, loop)
+                if loop is None:
+                    _schedule_rows(stage)
+                else:
+                    stage.compute_at(parent, loop)
         for op in self.elementwise:
             label = self._stage_label(op)
             _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
@@ -445,9 +448,10 @@ class SearchSpace:
         return None
 
     def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict, label: str
-                      ) -> tuple[Stage, IterVar]:
+                      ) -> tuple[Stage, IterVar | None]:
         """Schedule one anchor; returns the stage and loop its tile is computed in (the
-        last outer tile loop), where a producer may be computed at."""
+        last outer tile loop, None for a scalar result), where a producer may be computed
+        at."""
         tiles = [tuple(config[k.name]) for k in self.knobs if k.name.startswith(label + "/tile/")]
         reduce = [config[k.name] for k in self.knobs if k.name.startswith(label + "/reduce/")]
         flags = {f: config[f"{label}/{f}"]
@@ -626,7 +630,7 @@ def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int) -> list[Iter
     return [fused] + outer[depth:]
 
 
-def _tile_root(stage: Stage, tiles, reduce, flags) -> IterVar:
+def _tile_root(stage: Stage, tiles, reduce, flags) -> IterVar | None:
     """SSRSRS at root: S0 | R0 | S1 | R1 | S2, innermost spatial vectorised; returns the
     last S0 loop."""
     levels = [_split3(stage, a, mid, inner) for a, (mid, inner) in zip(stage.op.axis, tiles)]
@@ -638,7 +642,7 @@ def _tile_root(stage: Stage, tiles, reduce, flags) -> IterVar:
     outer = _parallel_outer(stage, outer, flags["parallel"])
     _finish_inner(stage, [lv[2] for lv in levels], flags)
     _unroll_window(stage, [r[1] for r in rsplits], flags)
-    return outer[-1]
+    return outer[-1] if outer else None     # a reduction to a scalar has no tile loop
 
 
 def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> IterVar:
