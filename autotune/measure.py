@@ -88,18 +88,20 @@ class TaskData:
     @staticmethod
     def make(task: Task, seed: int = 0) -> "TaskData":
         rng = np.random.default_rng(seed)
-        inputs: dict = {}
-        for tensor in task.args:
-            if tensor in task.outputs:
-                continue
-            inputs[tensor] = _random_array(rng, tensor.shape, tensor.dtype)
-        expected = evaluate(list(task.outputs), inputs)
+        # signed data first; a DAG that is only defined for part of it (sqrt of a variance,
+        # log of a sum) gets positive data, so every output point can be checked
+        for low in (-1.0, 0.5):
+            inputs = {t: _random_array(rng, t.shape, t.dtype, low) for t in task.args
+                      if t not in task.outputs}
+            expected = evaluate(list(task.outputs), inputs)
+            if all(np.isfinite(e).all() for e in expected if dt.is_float(str(e.dtype))):
+                break
         return TaskData([inputs.get(t) for t in task.args], list(expected))
 
 
-def _random_array(rng, shape, dtype: str) -> np.ndarray:
+def _random_array(rng, shape, dtype: str, low: float = -1.0) -> np.ndarray:
     if dt.is_float(dtype):
-        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+        return rng.uniform(low, low + 2.0 if low < 0 else 1.5, shape).astype(dtype)
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
     return rng.integers(0, 8, shape).astype(dtype)

@@ -91,3 +91,25 @@ def test_clearly_slower_candidate_is_timed_once(runner, task, data, simple_confi
     result = runner.run(task, data, simple_config, "native", best_seconds=1e-12)
     assert result.status is MeasureStatus.OK
     assert len(result.costs) == 1          # early stop: no repeats for a hopeless candidate
+
+
+def test_task_defined_only_for_positive_inputs_gets_checkable_data():
+    """A layer-norm tail divides by sqrt(variance): on signed random data the reference is
+    NaN at many points, which no candidate can match; the task data must be positive."""
+    from kiln import te
+    var = te.placeholder((4, 1), "float32", "var")
+    x = te.placeholder((4, 8), "float32", "x")
+    y = te.compute((4, 8), lambda i, j: x[i, j] / te.sqrt(var[i, 0] + 1e-5), name="y")
+    task = Task("ln_tail", (y,), (x, var, y))
+    data = TaskData.make(task)
+    assert np.isfinite(data.expected[0]).all()
+    assert (data.inputs[1] > 0).all()
+    result = run_payload({"task": __import__("pickle").dumps(task),
+                          "options": MeasureOptions(repeat=1, min_repeat_seconds=0.0),
+                          "config": SearchSpace(task).default_config(), "target": "native",
+                          "inputs": data.inputs, "expected": data.expected})
+    assert result.status is MeasureStatus.OK, result.error_text
+
+
+def test_signed_task_data_stays_signed(task, data):
+    assert (data.inputs[0] < 0).any()
