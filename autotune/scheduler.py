@@ -75,22 +75,29 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     histories: list[list[float]] = [[t.best_seconds] for t in tuners]
     spent = sum(t.n_records for t in tuners)
     pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
+    exhausted: set[int] = set()
     start = time.perf_counter()
     try:
         while spent < trials:
             if pending:
                 index = pending.pop(0)
             else:
-                gains = [_gain(t, w, h, window=3) for t, w, h in zip(tuners, weights, histories)]
-                index = max(range(len(tuners)), key=lambda i: gains[i])
+                # an exhausted task is never picked again, even one with no working
+                # schedule (its gain would be infinite and the loop would spin on it)
+                active = [i for i in range(len(tuners)) if i not in exhausted]
+                if not active:
+                    break
+                gains = {i: _gain(tuners[i], weights[i], histories[i], window=3)
+                         for i in active}
+                index = max(active, key=lambda i: gains[i])
             n = min(batch_size, trials - spent)
             got = tuners[index].step(n, callback, (spent, trials, start) if callback else None)
             spent += got
             histories[index].append(tuners[index].best_seconds)
             if got == 0:
                 log.info("%s: space exhausted", tuners[index].task.name)
-                weights[index] = 0.0
-                if not any(weights):
+                exhausted.add(index)
+                if len(exhausted) == len(tuners):
                     break
     except KeyboardInterrupt:
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)

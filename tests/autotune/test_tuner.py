@@ -13,6 +13,7 @@ import pytest
 from kiln.autotune.database import Database, Record, config_key
 from kiln.autotune.measure import MeasureOptions
 from kiln.autotune.scheduler import tune_tasks
+from kiln.autotune.space import SearchSpace
 from kiln.autotune.task import Task
 from kiln.autotune.tuner import apply_best, build_best, canonical_target, tune_task
 from kiln.schedule.lower import lower
@@ -150,3 +151,34 @@ def test_keyboard_interrupt_stops_cleanly_keeping_measured_records(tmp_path):
                        callback=interrupt_after_two, options=FAST)
     assert result.interrupted and result.measured == 2 and result.total_trials == 2
     assert len(db.records(task.workload_key, canonical_target("native"))) == 2
+
+
+def test_task_scheduler_stops_when_every_space_is_exhausted_even_without_a_working_schedule(
+        tmp_path, monkeypatch):
+    """A small task whose every candidate fails has an infinite 'gain' (no schedule yet);
+    once its space is exhausted it must not be picked again, or the loop never ends."""
+    from kiln.autotune import scheduler
+    from kiln.autotune.measure import MeasureResult, MeasureStatus
+
+    from kiln import te
+
+    def scale(n, m, name):
+        x = te.placeholder((n, m), "float32", "x")
+        y = te.compute((n, m), lambda i, j: x[i, j] * 2.0, name="y")
+        return Task(name, (y,), (x, y))
+
+    broken, working = scale(3, 5, "broken"), scale(2, 8, "working")
+    real_run = scheduler.Runner.run
+
+    def run(self, task, data, config, target, best_seconds=float("inf")):
+        if task.workload_key == broken.workload_key:
+            return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text="injected")
+        return real_run(self, task, data, config, target, best_seconds=best_seconds)
+
+    monkeypatch.setattr(scheduler.Runner, "run", run)
+    db = Database(tmp_path / "x.db")
+    sizes = [SearchSpace(t).size for t in (broken, working)]
+    reports = tune_tasks([(broken, 1.0), (working, 1.0)], "native", trials=10_000, db=db,
+                         search="random", batch_size=4, options=FAST)
+    assert [r.trials for r in reports] == sizes        # every config once, then it stops
+    assert reports[0].best_seconds == float("inf")
