@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 from .. import codegen
 from ..autotune.database import Database
 from ..autotune.scheduler import TaskReport, tune_tasks
-from ..autotune.tuner import Progress, apply_best, canonical_target
+from ..autotune.tuner import Progress, apply_best, canonical_target, remeasure_best
 from ..codegen.runtime_config import num_threads_from_env
 from ..schedule import lower
 from ..te.errors import KilnError
@@ -180,3 +180,22 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
              ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
     return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
                       database, callback=callback, **options)
+
+
+def remeasure_model(model, target: str = "native", db=None, k: int = 2,
+                    input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    options=None) -> int:
+    """Re-measure the default and the k best schedules of every task of the model (see
+    autotune.tuner.remeasure_best); returns how many measurements were added."""
+    database = _open_db(db)
+    if database is None:
+        raise KilnError("remeasure_model needs the tuning database to update: pass db=")
+    from ..autotune.measure import MeasureOptions, Runner
+    runner = Runner(options or MeasureOptions())
+    added = 0
+    try:
+        for mt in model_tasks(model, target, input_shapes):
+            added += len(remeasure_best(mt.task, target, database, k, runner=runner))
+    finally:
+        runner.close()
+    return added

@@ -66,7 +66,8 @@ def cmd_tune(args) -> int:
     from .graph.models import default_model_path
     model = args.model or str(default_model_path())
     trials = args.trials if args.trials is not None else DEFAULT_MODEL_TRIALS
-    return _tune_model(model, args.target, trials, db, is_default=args.model is None)
+    return _tune_model(model, args.target, trials, db, is_default=args.model is None,
+                       remeasure=args.remeasure)
 
 
 def _tune_op(args, db) -> int:
@@ -86,8 +87,9 @@ def _tune_op(args, db) -> int:
     return 0
 
 
-def _tune_model(model: str, target: str, trials: int, db, is_default: bool) -> int:
-    from .graph.compile import compile_model, tune_model
+def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
+                remeasure: int = 0) -> int:
+    from .graph.compile import compile_model, remeasure_model, tune_model
     label = "the bundled default model" if is_default else model
     console.print(f"tuning {label} on {target}: up to {trials} trials in total "
                   f"(reusing {db.path})")
@@ -97,6 +99,9 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool) -> i
     held = sum(r.trials for r in reports)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
                   f"trials of this model's {len(reports)} tasks on this target")
+    if remeasure:
+        added = remeasure_model(model, target=target, db=db, k=remeasure)
+        console.print(f"re-measured {added} leading schedules")
     compiled = compile_model(model, target=target, db=db)
     _print_comparison(model, compiled)
     return 0
@@ -177,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, help="trial budget (records in the database "
                       "count towards it, so a rerun resumes)")
     tune.add_argument("--search", default="xgb", choices=("xgb", "random", "grid"))
+    tune.add_argument("--remeasure", type=int, default=0, metavar="K",
+                      help="after tuning, measure each task's default and K best schedules "
+                           "again (run on a quiet machine: noise only slows measurements)")
     tune.set_defaults(func=cmd_tune)
 
     comp = sub.add_parser("compile", help="compile a model into a shared library")

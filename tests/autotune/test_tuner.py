@@ -1,5 +1,6 @@
 """The tuning loop: records committed as they happen, resume without re-measuring, the best
 schedule is rebuilt from the database (and says where it came from)."""
+import dataclasses
 import os
 import signal
 import subprocess
@@ -182,3 +183,22 @@ def test_task_scheduler_stops_when_every_space_is_exhausted_even_without_a_worki
                          search="random", batch_size=4, options=FAST)
     assert [r.trials for r in reports] == sizes        # every config once, then it stops
     assert reports[0].best_seconds == float("inf")
+
+
+def test_remeasure_best_appends_the_default_and_the_leaders_again(tmp_path):
+    from kiln.autotune.tuner import remeasure_best
+    db = Database(tmp_path / "r.db")
+    task = _task()
+    target = canonical_target("native")
+    tune_task(task, "native", trials=5, db=db, search="random", batch_size=5, options=FAST)
+    before = db.records(task.workload_key, target)
+    leaders = [r.config for r in db.best(task.workload_key, target, 2)]
+    added = remeasure_best(task, "native", db, k=2, options=FAST)
+    default = SearchSpace(dataclasses.replace(task, target=target, _key=[])).default_config()
+    expected = list({config_key(c): c for c in [default] + leaders})
+    assert [config_key(r.config) for r in added] == expected
+    assert all(r.status == "OK" and r.mean_cost > 0 for r in added)
+    after = db.records(task.workload_key, target)
+    assert len(after) == len(before) + len(added)          # appended, nothing removed
+    assert db.best(task.workload_key, target)[0].mean_cost == min(
+        r.mean_cost for r in after if r.status == "OK")

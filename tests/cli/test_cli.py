@@ -52,3 +52,21 @@ def test_unknown_target(tmp_path):
     code, out = kiln("tune", "--op", "matmul", "--shape", "8,8,8", "--target", "llvm -mcpu=znver9",
                      "--db", str(tmp_path / "t.db"))
     assert code == 1 and "znver9" in out
+
+
+@pytest.mark.slow
+def test_tune_model_with_remeasure(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w])
+    path = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    db = str(tmp_path / "m.db")
+    code, out = kiln("tune", str(path), "--trials", "3", "--remeasure", "1", "--db", db)
+    assert code == 0, out
+    assert "re-measured 2 leading schedules" in out or "re-measured 1 leading" in out, out
