@@ -298,8 +298,9 @@ class SearchSpace:
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:
-                want = max(1, budget // -(-inner[-1] // lanes))
-                inner[rows] = _rows_tile(extents[rows], want)
+                inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
+                                                        inner[-1], lanes, budget)
+                mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
                 if p != rows:
@@ -318,6 +319,7 @@ class SearchSpace:
             else:
                 _ensure_parallel_work(extents, mid, inner, min(2, n),
                                       2 * max(2, target.num_cores))
+            _tail_free_middles(extents, mid, inner)
         else:
             streaming = False
         values = {}
@@ -554,6 +556,30 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     return inner, mid
 
 
+def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
+                   budget: int) -> tuple[int, int]:
+    """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
+    vector registers, rows dividing the axis; ties keep the wider vector. One vector wide
+    can win for short rows: 7 rows x 1 vector beats 2 rows x 2 vectors on a 14-wide axis
+    (and 7 x 2 vectors would spill: 14 accumulators + operands > 16 registers)."""
+    widths = [width]
+    if width == 2 * lanes or (width > lanes and width % lanes == 0):
+        widths.append(lanes)
+    best = None
+    for w in widths:
+        vectors = -(-w // lanes)
+        cap = max(1, budget // vectors)
+        rows = _rows_tile(rows_extent, cap)
+        if rows > cap:                      # _rows_tile may take one more row than asked
+            rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
+        score = rows * vectors
+        if best is None or score > best[0]:
+            best = (score, rows, w)
+    if vec_extent % best[2]:
+        return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
+    return best[1], best[2]
+
+
 def _rows_tile(extent: int, want: int) -> int:
     """`want` rows, or a nearby divisor of `extent` (down to half of want, or one more) to
     avoid a guarded tail."""
@@ -575,6 +601,16 @@ def _ensure_parallel_work(extents, mid, inner, depth: int, want: int) -> None:
             return
         p = max(candidates, key=lambda q: mid[q])
         mid[p] //= 2
+
+
+def _tail_free_middles(extents, mid, inner) -> None:
+    """Round each middle tile down to a divisor of extent / inner: a cache tile that does
+    not divide the axis puts its bound guard inside the unrolled register tile (e.g. 3 x 4
+    pixels over a 28-wide row), which stops the accumulators living in registers."""
+    for p, (extent, m, i) in enumerate(zip(extents, mid, inner)):
+        if i and extent % i == 0:
+            q = extent // i
+            mid[p] = max(d for d in range(1, min(m, q) + 1) if q % d == 0)
 
 
 def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):

@@ -127,3 +127,26 @@ def test_default_config_is_in_the_space_for_odd_shapes():
                            ("conv2d", (1, 1, 3, 3, 1, 3, 3, 1, 0))]:
         space = SearchSpace(dataclasses.replace(Task.from_op(op_name, shape), _key=[]))
         space.validate(space.default_config())
+
+
+@pytest.mark.parametrize("width,rows,vector", [(56, 4, 16), (28, 4, 16), (14, 7, 8),
+                                               (7, 7, 8)])
+def test_short_rows_trade_a_vector_for_more_rows(width, rows, vector):
+    """Within 12 of AVX2's 16 registers: 7 pixels x 2 vectors would spill, 2 x 2 wastes the
+    register file; 7 x 1 vector gives the most accumulators on 14- and 7-wide rows."""
+    space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
+    tile = _register_tile(space, "Oc")
+    assert (tile[3], tile[4]) == (rows, vector)
+
+
+@pytest.mark.parametrize("width", [28, 14, 7, 13])
+def test_default_cache_tiles_divide_the_axes(width):
+    """A middle tile that does not divide extent / inner puts a bound guard inside the
+    unrolled register tile (3 x 4 pixels over a 28-wide row did, at a third of the speed)."""
+    space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
+    config = space.default_config()
+    for name, (mid, inner) in ((k, v) for k, v in config.items() if k.startswith("Oc/tile/")):
+        pos = int(name.split("/")[2].split(":")[0])
+        extent = space.anchors[0].op.axis[pos].extent
+        if extent % inner == 0:
+            assert (extent // inner) % mid == 0, (name, extent, mid, inner)
