@@ -23,6 +23,21 @@ def conv_output_extent(op_name: str, extent: int, kernel: int, stride: int, dila
     return span // stride + 1
 
 
+def _padded_window(op: str, x: Tensor, kh: int, kw: int, stride, padding, dilation):
+    """The padded input (a separate pad stage, or x itself) and the stride, dilation and
+    output extents of a kh x kw window sliding over x[N, C, H, W]."""
+    h, w = x.shape[2], x.shape[3]
+    sh, sw = int_tuple(op, "stride", stride, 2)
+    dh, dw = int_tuple(op, "dilation", dilation, 2)
+    top, left, bottom, right = padding4(op, padding)
+    oh = conv_output_extent(op, h, kh, sh, dh, top, bottom)
+    ow = conv_output_extent(op, w, kw, sw, dw, left, right)
+    padded = x
+    if top or left or bottom or right:
+        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+    return padded, (sh, sw), (dh, dw), (oh, ow)
+
+
 def conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1, groups: int = 1,
                 out_dtype: str | None = None, name: str | None = None) -> Tensor:
     """out[n, f, y, x] = sum over (c, ry, rx) of padded[n, c, y*sh + ry*dh, x*sw + rx*dw] *
@@ -49,14 +64,8 @@ def conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1, grou
     if out_dtype is None and x.dtype != weight.dtype:
         raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{weight.name}' is {weight.dtype}; "
                       "cast one of them or pass out_dtype=")
-    sh, sw = int_tuple(op, "stride", stride, 2)
-    dh, dw = int_tuple(op, "dilation", dilation, 2)
-    top, left, bottom, right = padding4(op, padding)
-    oh = conv_output_extent(op, h, kh, sh, dh, top, bottom)
-    ow = conv_output_extent(op, w, kw, sw, dw, left, right)
-    padded = x
-    if top or left or bottom or right:
-        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+                                                          dilation)
     rc, ry, rx = reduce_axis(c_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
     per_group = f // groups
 
@@ -134,14 +143,8 @@ def conv2d_nchw_kpacked(x: Tensor, packed_weight: Tensor, stride=1, padding=0, d
     if out_dtype is None and x.dtype != packed_weight.dtype:
         raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{packed_weight.name}' is "
                       f"{packed_weight.dtype}; cast one of them or pass out_dtype=")
-    sh, sw = int_tuple(op, "stride", stride, 2)
-    dh, dw = int_tuple(op, "dilation", dilation, 2)
-    top, left, bottom, right = padding4(op, padding)
-    oh = conv_output_extent(op, h, kh, sh, dh, top, bottom)
-    ow = conv_output_extent(op, w, kw, sw, dw, left, right)
-    padded = x
-    if top or left or bottom or right:
-        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+                                                          dilation)
     rc, ry, rx = reduce_axis(c, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
 
     def read(tensor, *indices):
