@@ -243,7 +243,7 @@ class SearchSpace:
     def default_config(self) -> dict:
         """A sensible schedule without tuning: a register tile sized to the vector register
         file (see `_anchor_defaults`), local accumulator, one parallel level, vectorised and
-        unrolled; packing off."""
+        unrolled; operands packed for GEMM-sized anchors."""
         config = {}
         anchor_values = {}
         for anchor in self.anchors:
@@ -330,6 +330,12 @@ class SearchSpace:
             knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
             want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
+        # packing pays when the copy is amortised over much reuse (a GEMM-sized tile loop):
+        # 1024^3 GEMM 0.39x -> 1.08x numpy at 1 thread with both operands packed
+        heavy = (n and not streaming and math.prod(extents) >= 4096
+                 and math.prod(a.extent for a in op.reduce_axis) >= 64)
+        for pack in anchor.packs:
+            values[pack.knob] = int(bool(heavy) and math.prod(pack.tensor.shape) >= 16384)
         return values
 
     def _axis_extent(self, label: str, pos: int) -> int:

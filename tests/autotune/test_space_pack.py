@@ -106,3 +106,10 @@ def test_packed_configs_match_numpy(op_name, shape):
         out = np.full(task.args[-1].shape, np.nan, np.float32)
         kernel(*[a.copy() for a in inputs], out)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5, err_msg=str(config))
+
+
+def test_gemm_sized_anchors_pack_by_default_small_ones_do_not():
+    big = SearchSpace(Task.from_op("matmul", (256, 128, 256)))
+    assert big.default_config()["C/pack/A"] == 1 and big.default_config()["C/pack/B"] == 1
+    small = SearchSpace(Task.from_op("matmul", (16, 8, 24)))
+    assert not any(v for k, v in small.default_config().items() if "/pack/" in k)
