@@ -4,7 +4,7 @@ Tunes N trials into the committed database under tuning_logs/ (records already t
 toward N, so a rerun resumes), rebuilds the best schedule from the database, and times it at
 1 and 2 threads against numpy limited to the same threads. `--from-db` skips tuning.
 
-    python benchmarks/tune_gemm.py [--size 1024] [--trials 64] [--from-db]
+    python benchmarks/tune_gemm.py [--size 1024] [--trials 64] [--from-db | --default]
 """
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--db", default=DEFAULT_DB)
     parser.add_argument("--search", default="xgb", choices=("xgb", "random", "grid"))
     parser.add_argument("--from-db", action="store_true", help="rebuild the best, no tuning")
+    parser.add_argument("--default", action="store_true",
+                        help="time the search space's untuned default schedule instead")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -50,7 +52,7 @@ def main() -> None:
     target = canonical_target("native")
     db = Database(args.db)
     tune_seconds, measured = 0.0, 0
-    if not args.from_db:
+    if not args.from_db and not args.default:
         start = time.perf_counter()
         with kiln_threads(2):
             result = tune_task(task, "native", trials=args.trials, db=db, search=args.search,
@@ -59,10 +61,11 @@ def main() -> None:
                                                       min_repeat_seconds=0.05))
         tune_seconds, measured = time.perf_counter() - start, result.measured
         print()
-    _, _, source = apply_best(task, "native", db)
+    source_db = None if args.default else db
+    _, _, source = apply_best(task, "native", source_db)
     best = db.best(task.workload_key, target)
     print(f"GEMM {n}^3 on {target}: schedule from the {source}")
-    if best:
+    if best and not args.default:
         print(f"  best config: {best[0].config}")
 
     rng = np.random.default_rng(0)
@@ -75,7 +78,7 @@ def main() -> None:
                          "source": source}
     for threads in (1, 2):
         with kiln_threads(threads):
-            kernel = build_best(task, "native", db)
+            kernel = build_best(task, "native", source_db)
         kernel(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
         kiln_s = median_seconds(lambda: kernel(a, b, c), repeat=args.repeat)
