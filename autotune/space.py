@@ -36,7 +36,7 @@ MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left roll
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
 # value of a knob kind that a stored config made before the knob existed implicitly had
-LEGACY = {"pack": 0, "window": 0}
+LEGACY = {"pack": 0, "window": 0, "epilogue": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
 # 0 and 1 are the original choices, so stored configs keep their meaning
 ROOT_FLAT = 0     # materialised at root: every axis fused into one parallel loop
@@ -95,6 +95,9 @@ class _Anchor:
     epilogue: ComputeOp | None
     is_output: bool
     packs: tuple = ()       # _Pack candidates: input operands worth a panel-major copy
+    # the epilogue is reached through inlined stages that branch and rejoin (GELU's
+    # x * 0.5 * (1 + erf(x / sqrt2)) reads x twice); its fusion is the `epilogue` knob
+    joined: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,31 +130,73 @@ class SearchSpace:
         epilogues = set()
         for op in self.ops:
             if op.reduce_axis:
-                epi = self._epilogue_of(op, consumers, outputs)
-                if epi is not None:
+                epi, joined = self._epilogue_of(op, consumers, outputs)
+                if epi is not None and not joined:
                     epilogues.add(epi)
-                self.anchors.append(_Anchor(op, epi, op in outputs))
+                self.anchors.append(_Anchor(op, epi, op in outputs, joined=joined))
         for anchor in self.anchors:
             anchor.packs = tuple(self._pack_candidates(anchor.op))
+        # (a joined epilogue keeps its elementwise knobs: they schedule it when the anchor's
+        # `epilogue` knob is 0, as before that knob existed)
         self.elementwise = [op for op in self.ops if op in outputs and not op.reduce_axis
                             and op not in epilogues]
         self.knobs = self._make_knobs()
         self._by_name = {k.name: k for k in self.knobs}
 
-    def _epilogue_of(self, op, consumers, outputs) -> ComputeOp | None:
+    def _epilogue_of(self, op, consumers, outputs) -> tuple[ComputeOp | None, bool]:
         """The output elementwise consumer of the same shape a reduction can be fused into,
-        possibly through inlined injective stages (a chain like bias-add then relu)."""
+        possibly through inlined injective stages, and whether those stages branch.
+
+        A chain (bias-add then relu: every stage has one reader) is fused as it always was.
+        Stages that branch and rejoin in one exit (GELU reads x twice) are `joined`: fused
+        only when they are all of the anchor's shape and read no other reduction (which the
+        anchor's tile would then depend on), and only under the `epilogue` knob."""
         if op in outputs:
-            return None
-        frontier = consumers[op]
-        while len(frontier) == 1 and frontier[0] in self.inlined:
-            frontier = consumers[frontier[0]]
-        if len(frontier) != 1:
-            return None
-        epi = frontier[0]
-        if epi in outputs and not epi.reduce_axis and epi.shape == op.shape:
-            return epi
-        return None
+            return None, False
+        region, exits = self._inlined_region(op, consumers)
+        if len(exits) != 1:
+            return None, False
+        (epi,) = exits
+        if not (epi in outputs and not epi.reduce_axis and epi.shape == op.shape):
+            return None, False
+        chain = all(len(consumers[s]) == 1 for s in [op, *region])
+        if chain:
+            return epi, False
+        if any(s.shape != op.shape for s in region) or self._reads_other_reduction(
+                [epi, *region], op):
+            return None, False
+        return epi, True
+
+    def _inlined_region(self, op, consumers) -> tuple[list[ComputeOp], set[ComputeOp]]:
+        """Every inlined stage reachable from `op` through inlined readers, and the readers
+        met on the way that are not inlined (the region's exits)."""
+        region: list[ComputeOp] = []
+        exits: set[ComputeOp] = set()
+        stack = [op]
+        while stack:
+            for reader in consumers[stack.pop()]:
+                if reader not in self.inlined:
+                    exits.add(reader)
+                elif reader not in region:
+                    region.append(reader)
+                    stack.append(reader)
+        return region, exits
+
+    def _reads_other_reduction(self, stages: list[ComputeOp], anchor: ComputeOp) -> bool:
+        """Whether `stages` read, directly or through inlined producers, a reduction other
+        than `anchor`."""
+        seen, stack = set(), list(stages)
+        while stack:
+            for tensor in stack.pop().input_tensors:
+                producer = tensor.op
+                if producer is anchor or producer in seen or not isinstance(producer,
+                                                                           ComputeOp):
+                    continue
+                if producer.reduce_axis:
+                    return True
+                seen.add(producer)
+                stack.append(producer)
+        return False
 
     def _pack_candidates(self, op: ComputeOp) -> list[_Pack]:
         """Placeholder operands whose register-tile panel is not contiguous: one access
@@ -221,6 +266,10 @@ class SearchSpace:
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
             if _window_axes(op):
                 knobs.append(Knob(f"{label}/window", (0, 1, 2)))
+            if anchor.joined:
+                # 0: the branching epilogue is its own loop nest after the anchor (the
+                # schedule before this knob); 1: computed from the anchor's local tile
+                knobs.append(Knob(f"{label}/epilogue", (0, 1)))
             for pack in anchor.packs:
                 knobs.append(Knob(pack.knob, (0, 1)))
         for op in self.optional_inline:
@@ -260,6 +309,8 @@ class SearchSpace:
                 config[knob.name] = self._producer_default(knob.name)
             elif kind == "window":
                 config[knob.name] = 2
+            elif kind == "epilogue":
+                config[knob.name] = 1
             elif kind == "pack":
                 config[knob.name] = 0
             else:
@@ -406,9 +457,14 @@ class SearchSpace:
                 stage.compute_inline()
         for tensor, panel in packed:
             _schedule_elementwise(sch[tensor.op], panel if panel > 1 else 1, 1)
+        fused = set()       # joined epilogues scheduled at their anchor
         for anchor in self.anchors:
             label = self._stage_label(anchor.op)
             epi = anchor.epilogue
+            if anchor.joined and not config[f"{label}/epilogue"]:
+                epi = None
+            elif anchor.joined:
+                fused.add(epi)
             parent, loop = self._apply_anchor(
                 sch, _Anchor(remap.get(anchor.op, anchor.op), remap.get(epi, epi) if epi
                              else None, anchor.is_output), config, label)
@@ -418,6 +474,8 @@ class SearchSpace:
                 else:
                     stage.compute_at(parent, loop)
         for op in self.elementwise:
+            if op in fused:
+                continue
             label = self._stage_label(op)
             _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
                                   config[f"{label}/parallel"])
