@@ -133,6 +133,19 @@ def _depthwise_conv2d(N, C, H, W, R, S, stride=1, pad=0, dtype="float32"):
     return X, Wt, ops.depthwise_conv2d_nchw(X, Wt, stride=stride, padding=pad, name="dwconv")
 
 
+def _conv2d_nchwc(N, C, H, W, K, R, S, stride=1, pad=0, in_block=8, block=8,
+                  dtype="float32"):
+    X = te.placeholder((N, C // in_block, H, W, in_block), dtype, "X")
+    Wt = te.placeholder((K // block, C // in_block, R, S, in_block, block), dtype, "W")
+    return X, Wt, ops.conv2d_nchwc(X, Wt, stride=stride, padding=pad, name="conv")
+
+
+def _depthwise_conv2d_nchwc(N, C, H, W, R, S, stride=1, pad=0, block=8, dtype="float32"):
+    X = te.placeholder((N, C // block, H, W, block), dtype, "X")
+    Wt = te.placeholder((C // block, R, S, block), dtype, "W")
+    return X, Wt, ops.depthwise_conv2d_nchwc(X, Wt, stride=stride, padding=pad, name="dwconv")
+
+
 def _softmax(rows, cols, dtype="float32"):
     X = te.placeholder((rows, cols), dtype, "X")
     return X, ops.softmax(X, axis=-1, name="softmax")
@@ -145,9 +158,13 @@ def _pooling(N, C, H, W, size, stride=None, dtype="float32"):
 
 OPERATORS = {"matmul": _matmul, "dense": _dense, "batch_matmul": _batch_matmul,
              "conv2d": _conv2d, "depthwise_conv2d": _depthwise_conv2d, "softmax": _softmax,
-             "pooling": _pooling}
+             "pooling": _pooling, "conv2d_nchwc": _conv2d_nchwc,
+             "depthwise_conv2d_nchwc": _depthwise_conv2d_nchwc}
 OPERATOR_SHAPES = {
     "matmul": "(M, K, N)", "dense": "(M, K, N) with W of shape (N, K), bias and relu",
     "batch_matmul": "(batch, M, K, N)", "conv2d": "(N, C, H, W, K, R, S[, stride, pad])",
     "depthwise_conv2d": "(N, C, H, W, R, S[, stride, pad])", "softmax": "(rows, cols)",
-    "pooling": "(N, C, H, W, size[, stride])"}
+    "pooling": "(N, C, H, W, size[, stride])",
+    "conv2d_nchwc": "(N, C, H, W, K, R, S[, stride, pad, in_block, block]), C and K divisible "
+                    "by their blocks",
+    "depthwise_conv2d_nchwc": "(N, C, H, W, R, S[, stride, pad, block]), C divisible by block"}

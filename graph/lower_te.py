@@ -271,6 +271,30 @@ def _conv2d_kpacked(node, args):
                                     tuple(a["dilations"]))]
 
 
+@_lowering("conv2d_nchwc")
+def _conv2d_nchwc(node, args):
+    a = node.attrs
+    return [ops.conv2d_nchwc(args[0], args[1], tuple(a["strides"]), tuple(a["pads"]),
+                             tuple(a["dilations"]))]
+
+
+@_lowering("depthwise_conv2d_nchwc")
+def _depthwise_conv2d_nchwc(node, args):
+    a = node.attrs
+    return [ops.depthwise_conv2d_nchwc(args[0], args[1], tuple(a["strides"]),
+                                       tuple(a["pads"]), tuple(a["dilations"]))]
+
+
+@_lowering("to_blocked")
+def _to_blocked(node, args):
+    return [ops.to_blocked(args[0], int(node.attrs["block"]))]
+
+
+@_lowering("from_blocked")
+def _from_blocked(node, args):
+    return [ops.from_blocked(args[0])]
+
+
 @_lowering("matmul")
 def _matmul(node, args):
     """numpy matmul semantics (rank-1 operands, broadcast batch dims) as one reduction."""

@@ -225,12 +225,13 @@ def pool_output_dim(size: int, k: int, stride: int, dilation: int, pad_begin: in
 
 @_register("max_pool2d avg_pool2d", OpClass.REDUCTION)
 def _pool(ins, attrs):
-    n, c, h, w = ins[0].shape
+    """Pooling windows over H and W; a channel-blocked x[N, C/b, H, W, b] keeps its block."""
+    n, c, h, w = ins[0].shape[:4]
     k, s, d, p = attrs["kernel"], attrs["strides"], attrs["dilations"], attrs["pads"]
     cm = attrs["ceil_mode"]
     oh = pool_output_dim(h, k[0], s[0], d[0], p[0], p[2], cm)
     ow = pool_output_dim(w, k[1], s[1], d[1], p[1], p[3], cm)
-    return [((n, c, oh, ow), ins[0].dtype)]
+    return [((n, c, oh, ow) + tuple(ins[0].shape[4:]), ins[0].dtype)]
 
 
 # -- anchors -----------------------------------------------------------------------------------
@@ -255,6 +256,61 @@ def _conv2d(ins, attrs):
     oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
     ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
     return [((n, o, oh, ow), x.dtype)]
+
+
+@_register("conv2d_nchwc", OpClass.OUT_ELEMWISE_FUSABLE)
+def _conv2d_nchwc(ins, attrs):
+    """A dense conv with a channel-blocked output [N, F / block, OH, OW, block]; the input is
+    blocked [N, C / in_block, H, W, in_block] (weight [F/b, C/bi, KH, KW, bi, b]) or, with
+    in_block 0, plain NCHW (weight [F/b, C, KH, KW, b])."""
+    x, w = ins
+    bi, block = attrs["in_block"], attrs["block"]
+    if bi:
+        n, co, h, wd, xb = x.shape
+        fo, cw, kh, kw, wb, ob = w.shape
+        if xb != bi or wb != bi or co != cw:
+            raise ValueError(f"blocked input {list(x.shape)} and weight {list(w.shape)} "
+                             f"disagree with in_block={bi}")
+    else:
+        n, c, h, wd = x.shape
+        fo, cw, kh, kw, ob = w.shape
+        if c != cw:
+            raise ValueError(f"{c} input channels but weight {list(w.shape)}")
+    if ob != block:
+        raise ValueError(f"packed weight {list(w.shape)} does not match block={block}")
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
+    ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
+    return [((n, fo, oh, ow, block), x.dtype)]
+
+
+@_register("depthwise_conv2d_nchwc", OpClass.OUT_ELEMWISE_FUSABLE)
+def _depthwise_nchwc(ins, attrs):
+    """x[N, C / b, H, W, b] with weight [C / b, KH, KW, b]; the output is blocked like x."""
+    x, w = ins
+    n, co, h, wd, b = x.shape
+    if w.shape[0] != co or w.shape[3] != b or len(w.shape) != 4:
+        raise ValueError(f"blocked input {list(x.shape)} and depthwise weight "
+                         f"{list(w.shape)} disagree")
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    oh = pool_output_dim(h, w.shape[1], s[0], d[0], p[0], p[2], False)
+    ow = pool_output_dim(wd, w.shape[2], s[1], d[1], p[1], p[3], False)
+    return [((n, co, oh, ow, b), x.dtype)]
+
+
+@_register("to_blocked", OpClass.INJECTIVE)
+def _to_blocked(ins, attrs):
+    n, c, h, w = ins[0].shape
+    b = attrs["block"]
+    if c % b:
+        raise ValueError(f"{c} channels do not divide into blocks of {b}")
+    return [((n, c // b, h, w, b), ins[0].dtype)]
+
+
+@_register("from_blocked", OpClass.INJECTIVE)
+def _from_blocked(ins, attrs):
+    n, co, h, w, b = ins[0].shape
+    return [((n, co * b, h, w), ins[0].dtype)]
 
 
 @_register("matmul", OpClass.OUT_ELEMWISE_FUSABLE)

@@ -15,7 +15,8 @@ from numpy.lib.stride_tricks import as_strided
 from scipy import special
 
 from ..te.errors import KernelArgumentError
-from ..te.ops import unpack_conv_weight
+from ..te.ops import (unpack_conv_weight, unpack_conv_weight_blocked,
+                      unpack_depthwise_weight)
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -254,10 +255,12 @@ def _ceil_extra(node, x) -> tuple[int, int]:
 
 @_impl("max_pool2d")
 def _max_pool(node, x):
+    if x.ndim == 5:                                   # channel-blocked: pool as NCHW
+        return _blocked(_max_pool(node, _unblocked(x)), x.shape[4])
     a = node.attrs
     fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
     xp = _pad_hw(x, a["pads"], fill, _ceil_extra(node, x))
-    win = _windows(xp, a["kernel"], a["strides"], a["dilations"], node.outputs[0].shape[2:])
+    win = _windows(xp, a["kernel"], a["strides"], a["dilations"], node.outputs[0].shape[2:4])
     return win.max(axis=(4, 5))
 
 
@@ -280,12 +283,17 @@ def _avg_pool(node, x):
 
 @_impl("conv2d")
 def _conv2d(node, x, w):
-    a = node.attrs
-    g = a["groups"]
+    return _conv_nchw(x, w, node.attrs, node.outputs[0].shape[2:4])
+
+
+def _conv_nchw(x, w, attrs, out_hw):
+    """NCHW conv of x with weight [O, C / groups, KH, KW] (attrs: pads, strides, dilations,
+    groups) as a tensordot/einsum over strided windows."""
+    g = attrs["groups"]
     o, cg, kh, kw = w.shape
     n = x.shape[0]
-    out_hw = node.outputs[0].shape[2:]
-    win = _windows(_pad_hw(x, a["pads"], 0), (kh, kw), a["strides"], a["dilations"], out_hw)
+    win = _windows(_pad_hw(x, attrs["pads"], 0), (kh, kw), attrs["strides"],
+                   attrs["dilations"], out_hw)
     if g == 1:
         out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3]))  # N, OH, OW, O
         return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
@@ -298,6 +306,47 @@ def _conv2d(node, x, w):
 @_impl("conv2d_kpacked")
 def _conv2d_kpacked(node, x, w):
     return _conv2d(node, x, unpack_conv_weight(w, node.attrs["block"]))
+
+
+def _unblocked(x: np.ndarray) -> np.ndarray:
+    """[N, C/b, H, W, b] -> [N, C, H, W]."""
+    n, co, h, w, b = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, co * b, h, w))
+
+
+def _blocked(x: np.ndarray, block: int) -> np.ndarray:
+    """[N, C, H, W] -> [N, C/block, H, W, block]."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@_impl("to_blocked")
+def _to_blocked(node, x):
+    return _blocked(x, node.attrs["block"])
+
+
+@_impl("from_blocked")
+def _from_blocked(node, x):
+    return _unblocked(x)
+
+
+@_impl("conv2d_nchwc")
+def _conv2d_nchwc(node, x, w):
+    """The plain conv on unblocked data, blocked again (the reference, not a fast path)."""
+    if node.attrs["in_block"]:
+        x, w = _unblocked(x), unpack_conv_weight_blocked(w)
+    else:
+        w = unpack_conv_weight(w, node.attrs["block"])
+    out = _conv_nchw(x, w, dict(node.attrs, groups=1), node.outputs[0].shape[2:4])
+    return _blocked(out, node.attrs["block"])
+
+
+@_impl("depthwise_conv2d_nchwc")
+def _depthwise_conv2d_nchwc(node, x, w):
+    attrs = dict(node.attrs, groups=x.shape[1] * x.shape[4])
+    out = _conv_nchw(_unblocked(x), unpack_depthwise_weight(w), attrs,
+                     node.outputs[0].shape[2:4])
+    return _blocked(out, x.shape[4])
 
 
 @_impl("matmul")

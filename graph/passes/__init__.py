@@ -9,6 +9,7 @@ import logging
 from typing import Callable
 
 from ..ir import Graph
+from .blocked_layout import to_blocked_layout
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
@@ -27,13 +28,21 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
-    ("pack conv weights", pack_conv_weights),   # after folding: BN-scaled weights are final
+    ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
+    ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
 )
 
 
-def optimize(graph: Graph, verify: bool = False) -> Graph:
-    """Run PIPELINE; with `verify`, check the graph's invariants after every pass."""
+def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> Graph:
+    """Run PIPELINE but the passes named in `skip`; with `verify`, check the graph's
+    invariants after every pass."""
+    unknown = set(skip) - {name for name, _ in PIPELINE}
+    if unknown:
+        raise ValueError(f"optimize(skip=...): no pass named {sorted(unknown)}; the passes are "
+                         f"{[name for name, _ in PIPELINE]}")
     for name, fn in PIPELINE:
+        if name in skip:
+            continue
         before = len(graph.nodes)
         graph = fn(graph)
         log.debug("after %s: %d -> %d nodes", name, before, len(graph.nodes))
@@ -44,4 +53,5 @@ def optimize(graph: Graph, verify: bool = False) -> Graph:
 
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
-           "optimize", "pack_conv_weights", "remove_identities", "simplify", "verify_graph"]
+           "optimize", "pack_conv_weights", "remove_identities", "simplify", "to_blocked_layout",
+           "verify_graph"]

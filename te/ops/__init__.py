@@ -6,6 +6,9 @@ from .broadcast import (add, broadcast_to, divide, equal, floor_divide, floor_mo
                         where)
 from .conv import (conv2d_nchw, conv2d_nchw_kpacked, depthwise_conv2d_nchw, pack_conv_weight,
                    unpack_conv_weight)
+from .conv_blocked import (conv2d_nchwc, depthwise_conv2d_nchwc, from_blocked,
+                           pack_conv_weight_blocked, pack_depthwise_weight, to_blocked,
+                           unpack_conv_weight_blocked, unpack_depthwise_weight)
 from .elementwise import (abs, cast, ceil, clip, erf, exp, floor, gelu, hard_sigmoid,
                           hard_swish, leaky_relu, log, neg, reciprocal, relu, round, rsqrt,
                           sigmoid, sign, sqrt, tanh)

@@ -25,7 +25,7 @@ def conv_output_extent(op_name: str, extent: int, kernel: int, stride: int, dila
 
 def _padded_window(op: str, x: Tensor, kh: int, kw: int, stride, padding, dilation):
     """The padded input (a separate pad stage, or x itself) and the stride, dilation and
-    output extents of a kh x kw window sliding over x[N, C, H, W]."""
+    output extents of a kh x kw window sliding over x[N, C, H, W] (or x[N, C/b, H, W, b])."""
     h, w = x.shape[2], x.shape[3]
     sh, sw = int_tuple(op, "stride", stride, 2)
     dh, dw = int_tuple(op, "dilation", dilation, 2)
@@ -34,7 +34,9 @@ def _padded_window(op: str, x: Tensor, kh: int, kw: int, stride, padding, dilati
     ow = conv_output_extent(op, w, kw, sw, dw, left, right)
     padded = x
     if top or left or bottom or right:
-        padded = pad(x, (0, 0, top, left), (0, 0, bottom, right), 0, name=f"{op}_pad")
+        rest = (0,) * (x.ndim - 4)          # a channel-blocked x[N, C/b, H, W, b]
+        padded = pad(x, (0, 0, top, left) + rest, (0, 0, bottom, right) + rest, 0,
+                     name=f"{op}_pad")
     return padded, (sh, sw), (dh, dw), (oh, ow)
 
 

@@ -27,12 +27,17 @@ def pool_output_extent(op_name: str, extent: int, kernel: int, stride: int, dila
 
 
 class _Window:
-    """The geometry of a 2-D pooling window on x[N, C, H, W]."""
+    """The geometry of a 2-D pooling window on x[N, C, H, W] (or a channel-blocked
+    x[N, C/b, H, W, b] when `blocked`)."""
 
-    def __init__(self, op_name, x, kernel, stride, padding, dilation, ceil_mode):
+    def __init__(self, op_name, x, kernel, stride, padding, dilation, ceil_mode,
+                 blocked: bool = False):
         check_tensor(op_name, x)
-        if x.ndim != 4:
-            raise TEError(f"{op_name}(): expects x[N, C, H, W], got '{x.name}'{list(x.shape)}")
+        if x.ndim != 4 and not (blocked and x.ndim == 5):
+            raise TEError(f"{op_name}(): expects x[N, C, H, W]"
+                          f"{' or x[N, C/b, H, W, b]' if blocked else ''}, got "
+                          f"'{x.name}'{list(x.shape)}")
+        self.rest = (0,) * (x.ndim - 4)
         self.kernel = int_tuple(op_name, "kernel", kernel, 2)
         self.stride = self.kernel if stride is None else int_tuple(op_name, "stride", stride, 2)
         self.dilation = int_tuple(op_name, "dilation", dilation, 2)
@@ -49,7 +54,8 @@ class _Window:
     def padded(self, x: Tensor, value, name: str) -> Tensor:
         if not any(self.lo) and not any(self.after):
             return x
-        return pad(x, (0, 0) + self.lo, (0, 0) + self.after, value, name=name)
+        return pad(x, (0, 0) + self.lo + self.rest, (0, 0) + self.after + self.rest, value,
+                   name=name)
 
     def taps(self, y, xx, ry, rx):
         return (y * self.stride[0] + ry.var * self.dilation[0],
@@ -61,15 +67,20 @@ def max_pool2d(x: Tensor, kernel, stride=None, padding=0, dilation=1, ceil_mode:
     """Maximum over each window; padding never wins (it is the dtype's lowest value).
 
     stride defaults to the kernel size; padding is an int, a pair or (top, left, bottom, right).
+    x may be channel-blocked, [N, C/b, H, W, b]: the block axis passes through.
     """
     base = name or "max_pool2d"
-    win = _Window(base, x, kernel, stride, padding, dilation, ceil_mode)
+    win = _Window(base, x, kernel, stride, padding, dilation, ceil_mode, blocked=True)
     padded = win.padded(x, dt.min_value(x.dtype), f"{base}_pad")
     ry, rx = reduce_axis(win.kernel[0], "ry"), reduce_axis(win.kernel[1], "rx")
-    return compute((x.shape[0], x.shape[1]) + win.out,
-                   lambda n, c, y, xx: T.max(padded(n, c, *win.taps(y, xx, ry, rx)),
-                                             axis=[ry, rx]),
-                   name=base, tag=f"{POOL},max")
+    if x.ndim == 5:
+        def body(n, c, y, xx, ci):
+            return T.max(padded(n, c, *win.taps(y, xx, ry, rx), ci), axis=[ry, rx])
+    else:
+        def body(n, c, y, xx):
+            return T.max(padded(n, c, *win.taps(y, xx, ry, rx)), axis=[ry, rx])
+    return compute((x.shape[0], x.shape[1]) + win.out + tuple(x.shape[4:]), body, name=base,
+                   tag=f"{POOL},max")
 
 
 def avg_pool2d(x: Tensor, kernel, stride=None, padding=0, dilation=1, ceil_mode: bool = False,

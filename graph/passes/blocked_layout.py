@@ -1,0 +1,216 @@
+"""Channel-blocked activations (NCHWc) between convolutions.
+
+In NCHW a conv vectorises over output width, which is short or strided in late CNN layers,
+and a conv that vectorises over a block of output channels instead has to unpack its result
+with a strided scatter. This pass keeps activations in the blocked layout x[N, C/b, H, W, b]
+from conv to conv, so each conv, depthwise conv, epilogue and pooling reads and writes whole
+channel blocks as contiguous vectors; only the edges of a blocked region convert (the first
+conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
+
+Runs blocked: dense convs and depthwise convs with constant fp32 weights (weights re-laid out
+here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike or
+a per-channel constant, max pooling, and reductions over H and W that keep their dims (global
+pooling). The block is 16 channels when they divide by 16, else 8 (layout.conv_weight_block),
+so two values with the same channel count always share a block.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...te.ops import pack_conv_weight, pack_conv_weight_blocked, pack_depthwise_weight
+from ..ir import FrozenDict, Graph, Node, OpClass, Value
+from ..ops import op_class
+from .layout import conv_weight_block
+
+_BINARY = frozenset({"add", "sub", "mul", "div", "max", "min", "pow"})
+_SPATIAL_REDUCTIONS = frozenset({"reduce_mean", "reduce_max", "reduce_sum", "reduce_min"})
+
+
+def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return (n, c // block, h, w, block)
+
+
+class _Rewriter:
+    """Walks the nodes in order, keeping for every value its blocked twin (if one exists) and
+    whether its plain NCHW form is available."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.constants = dict(graph.constants)
+        self.taken = set(self.constants) | {v.name for v in graph.inputs} \
+            | {v.name for n in graph.nodes for v in n.outputs}
+        self.blocked: dict[str, Value] = {}     # plain name -> blocked twin
+        self.plain: set[str] = {v.name for v in graph.inputs} | set(self.constants)
+        self.nodes: list[Node] = []
+        self.changed = False
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
+    def constant(self, base: str, array: np.ndarray, dtype: str) -> Value:
+        name = self.fresh(base)
+        self.constants[name] = array
+        return Value(name, tuple(array.shape), dtype)
+
+    # -- conversions ----------------------------------------------------------------------
+    def as_plain(self, value: Value | None) -> Value | None:
+        """`value` in NCHW, converting its blocked twin back (once) when needed."""
+        if value is None or value.name in self.plain:
+            return value
+        twin = self.blocked[value.name]
+        if value.shape[2] * value.shape[3] == 1:     # one pixel (global pooling): a view
+            node = Node("reshape", (twin,), (value,), FrozenDict(shape=value.shape),
+                        self.fresh(f"{value.name}/unblock_view"))
+        else:
+            node = Node("from_blocked", (twin,), (value,), FrozenDict(),
+                        self.fresh(f"{value.name}/from_blocked"))
+        self.nodes.append(node)
+        self.plain.add(value.name)
+        return value
+
+    def as_blocked(self, value: Value, block: int) -> Value:
+        """The blocked twin of `value`, converting it (once) when it has none."""
+        twin = self.blocked.get(value.name)
+        if twin is not None:
+            return twin
+        twin = Value(self.fresh(f"{value.name}/nchwc{block}"), blocked_shape(value.shape, block),
+                     value.dtype)
+        self.nodes.append(Node("to_blocked", (value,), (twin,), FrozenDict(block=block),
+                               self.fresh(f"{value.name}/to_blocked")))
+        self.blocked[value.name] = twin
+        return twin
+
+    def emit_blocked(self, node: Node, op: str, inputs, attrs, block: int) -> None:
+        """`node` rewritten as `op` on `inputs`; its output becomes a blocked twin."""
+        out = node.outputs[0]
+        twin = Value(self.fresh(f"{out.name}/nchwc{block}"), blocked_shape(out.shape, block),
+                     out.dtype)
+        self.nodes.append(Node(op, tuple(inputs), (twin,), FrozenDict(attrs), node.name))
+        self.blocked[out.name] = twin
+        self.changed = True
+
+    def emit_plain(self, node: Node) -> None:
+        inputs = tuple(self.as_plain(v) for v in node.inputs)
+        self.nodes.append(node if inputs == node.inputs else
+                          Node(node.op, inputs, node.outputs, node.attrs, node.name))
+        self.plain.update(v.name for v in node.outputs)
+
+    # -- rules ----------------------------------------------------------------------------
+    def const_f32(self, value: Value) -> np.ndarray | None:
+        array = self.constants.get(value.name) if value is not None else None
+        return array if array is not None and str(array.dtype) == "float32" else None
+
+    def conv(self, node: Node) -> bool:
+        x, w = node.inputs[0], node.inputs[1]
+        weight = self.const_f32(w)
+        if weight is None or len(x.shape) != 4 or (len(node.inputs) > 2 and node.inputs[2]):
+            return False
+        f, cg = weight.shape[0], weight.shape[1]
+        groups = node.attrs["groups"]
+        attrs = {k: node.attrs[k] for k in ("strides", "pads", "dilations")}
+        if groups == 1:
+            out_block = conv_weight_block(f)
+            if out_block is None:
+                return False
+            in_block = (self.blocked[x.name].shape[-1] if x.name in self.blocked
+                        else 0)
+            if in_block:
+                packed = pack_conv_weight_blocked(weight, in_block, out_block)
+                wv = self.constant(f"{w.name}/nchwc{in_block}x{out_block}", packed, w.dtype)
+                xin = self.blocked[x.name]
+            else:
+                packed = pack_conv_weight(weight, out_block)
+                wv = self.constant(f"{w.name}/kpacked{out_block}", packed, w.dtype)
+                xin = x
+            self.emit_blocked(node, "conv2d_nchwc", (xin, wv),
+                              dict(attrs, block=out_block, in_block=in_block), out_block)
+            return True
+        block = conv_weight_block(x.shape[1])
+        if groups != x.shape[1] or f != groups or cg != 1 or block is None:
+            return False
+        packed = pack_depthwise_weight(weight, block)
+        wv = self.constant(f"{w.name}/dw{block}", packed, w.dtype)
+        self.emit_blocked(node, "depthwise_conv2d_nchwc", (self.as_blocked(x, block), wv),
+                          attrs, block)
+        return True
+
+    def per_channel(self, value: Value, channels: int, block: int) -> Value | None:
+        """A constant operand that broadcasts per channel (or is one number), in a form that
+        broadcasts against the blocked layout; None when it varies over H or W or N."""
+        array = self.constants.get(value.name)
+        if array is None or array.ndim > 4:
+            return None
+        shape = (1,) * (4 - array.ndim) + tuple(array.shape)
+        if shape[0] != 1 or shape[2] != 1 or shape[3] != 1 or shape[1] not in (1, channels):
+            return None
+        if shape[1] == 1:
+            return value
+        twin = np.ascontiguousarray(array.reshape(1, channels // block, 1, 1, block))
+        return self.constant(f"{value.name}/nchwc{block}", twin, value.dtype)
+
+    def binary(self, node: Node) -> bool:
+        out = node.outputs[0]
+        if len(out.shape) != 4 or not any(v.name in self.blocked for v in node.inputs):
+            return False
+        block = next(self.blocked[v.name].shape[-1] for v in node.inputs
+                     if v.name in self.blocked)
+        inputs = []
+        for v in node.inputs:
+            if v.name in self.blocked and v.shape == out.shape:
+                inputs.append(self.blocked[v.name])
+            elif v.name in self.constants:
+                twin = self.per_channel(v, out.shape[1], block)
+                if twin is None:
+                    return False
+                inputs.append(twin)
+            elif v.shape == out.shape:
+                inputs.append(self.as_blocked(v, block))
+            else:
+                return False
+        self.emit_blocked(node, node.op, inputs, dict(node.attrs), block)
+        return True
+
+    def rewrite(self, node: Node) -> bool:
+        op, first = node.op, node.inputs[0] if node.inputs else None
+        if op == "conv2d":
+            return self.conv(node)
+        if op in _BINARY:
+            return self.binary(node)
+        if first is None or first.name not in self.blocked or len(node.outputs) != 1:
+            return False
+        twin = self.blocked[first.name]
+        if op == "reshape" and first.shape[2] * first.shape[3] == 1:
+            # one pixel per channel (after global pooling): the same bytes as NCHW
+            self.nodes.append(Node(op, (twin,), node.outputs, node.attrs, node.name))
+            self.plain.update(v.name for v in node.outputs)
+            return True
+        same_layout = ((op_class(op) is OpClass.ELEMWISE and len(node.inputs) == 1)
+                       or op == "max_pool2d"
+                       or (op in _SPATIAL_REDUCTIONS and tuple(node.attrs["axes"]) == (2, 3)
+                           and node.attrs["keepdims"]))
+        if same_layout:
+            self.emit_blocked(node, op, (twin,), dict(node.attrs), twin.shape[-1])
+        return same_layout
+
+    def run(self) -> Graph:
+        for node in self.graph.nodes:
+            if not self.rewrite(node):
+                self.emit_plain(node)
+        if not self.changed:
+            return self.graph
+        for v in self.graph.outputs:
+            self.as_plain(v)
+        used = {v.name for n in self.nodes for v in n.inputs if v is not None} \
+            | {v.name for v in self.graph.outputs}
+        constants = {k: a for k, a in self.constants.items() if k in used}
+        return self.graph.replace(nodes=tuple(self.nodes), constants=constants)
+
+
+def to_blocked_layout(graph: Graph) -> Graph:
+    """Rewrite the graph's conv regions into the channel-blocked layout (see module doc)."""
+    return _Rewriter(graph).run()
