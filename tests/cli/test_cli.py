@@ -70,3 +70,17 @@ def test_tune_model_with_remeasure(tmp_path):
     code, out = kiln("tune", str(path), "--trials", "3", "--remeasure", "1", "--db", db)
     assert code == 0, out
     assert "re-measured 2 leading schedules" in out or "re-measured 1 leading" in out, out
+
+
+def test_compile_in_either_layout_and_refuse_an_unknown_one(tmp_path):
+    from kiln.graph.models import save_default_model
+    model = str(save_default_model(tmp_path / "cnn.onnx"))
+    db = str(tmp_path / "empty.db")
+    for layout in ("nchwc", "nchw"):
+        code, out = kiln("compile", model, "-o", str(tmp_path / f"{layout}.so"), "--db", db,
+                         "--layout", layout)
+        assert code == 0, out
+        blocked = "conv2d_nchwc" in out
+        assert blocked == (layout == "nchwc"), out
+    code, out = kiln("compile", model, "-o", str(tmp_path / "x.so"), "--layout", "nhwc")
+    assert code != 0 and "nhwc" in out
