@@ -8,9 +8,12 @@ onnxruntime runs one Conv node with bias (its own prepacked weights, all graph o
 numpy runs im2col + one BLAS GEMM + bias. Kiln's kernel does at least the same work.
 
 Tunes each layer until the database holds --trials records of it (records already there count,
-so a rerun resumes); `--from-db` only rebuilds the best schedules and times them.
+so a rerun resumes); `--from-db` only rebuilds the best schedules and times them. With the
+default --layout nchwc, Kiln's kernels read and write channel-blocked activations, as they do
+inside the compiled model; onnxruntime's single Conv reads and writes NCHW.
 
     python benchmarks/resnet_convs.py [--trials 64] [--from-db] [--db PATH] [--layers 0,3]
+                                      [--layout nchwc|nchw]
 """
 from __future__ import annotations
 
@@ -31,15 +34,16 @@ from kiln.autotune.tuner import build_best, canonical_target, tune_task  # noqa:
 from kiln.graph.compile import prepare_graph  # noqa: E402
 from kiln.graph.models import resnet18_like  # noqa: E402
 from kiln.graph.tasks import extract_tasks  # noqa: E402
-from kiln.te.ops import unpack_conv_weight  # noqa: E402
+from kiln.te.ops import (unpack_conv_weight, unpack_conv_weight_blocked,  # noqa: E402
+                         )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DB = os.path.join(ROOT, "tuning_logs", "kiln.db")
 
 
-def conv_layers(target: str):
+def conv_layers(target: str, layout: str = "nchwc"):
     """(model task, conv node, group) for every distinct conv kernel of resnet18_like."""
-    graph, groups = prepare_graph(resnet18_like())
+    graph, groups = prepare_graph(resnet18_like(), layout=layout)
     tasks, _ = extract_tasks(graph, groups, target)
     by_name = {g.name: g for g in groups}
     layers = []
@@ -50,22 +54,38 @@ def conv_layers(target: str):
     return graph, layers
 
 
+def nchw_shape(shape) -> tuple[int, ...]:
+    """The NCHW shape of an activation, plain or channel-blocked [N, C/b, H, W, b]."""
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1] * shape[4], shape[2], shape[3])
+
+
+def nchw_array(x: np.ndarray) -> np.ndarray:
+    if x.ndim == 4:
+        return x
+    n, co, h, w, b = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, co * b, h, w))
+
+
 def describe(conv) -> str:
-    x, w = conv.inputs[0].shape, conv.outputs[0].shape
+    x, w = nchw_shape(conv.inputs[0].shape), nchw_shape(conv.outputs[0].shape)
     kh = conv.inputs[1].shape[2]
     stride = conv.attrs["strides"][0]
     return f"{kh}x{kh}/{stride} {x[1]}->{w[1]} @{x[2]}"
 
 
 def conv_flops(conv) -> float:
-    out = conv.outputs[0].shape
-    c, kh, kw = conv.inputs[1].shape[1:4]
+    out = nchw_shape(conv.outputs[0].shape)
+    c, kh, kw = nchw_shape(conv.inputs[0].shape)[1], *conv.inputs[1].shape[2:4]
     return 2.0 * np.prod(out) * c * kh * kw
 
 
 def dense_weight(graph, conv) -> np.ndarray:
     w = graph.constants[conv.inputs[1].name]
-    return unpack_conv_weight(w, conv.attrs["block"]) if conv.op == "conv2d_kpacked" else w
+    if conv.op == "conv2d_nchwc" and conv.attrs["in_block"]:
+        return unpack_conv_weight_blocked(w)
+    if conv.op in ("conv2d_kpacked", "conv2d_nchwc"):
+        return unpack_conv_weight(w, conv.attrs["block"])
+    return w
 
 
 def ort_session(conv, weight: np.ndarray, bias: np.ndarray, threads: int):
@@ -79,7 +99,8 @@ def ort_session(conv, weight: np.ndarray, bias: np.ndarray, threads: int):
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=list(a["pads"]),
                             strides=list(a["strides"]), dilations=list(a["dilations"]))
     graph = helper.make_graph([node], "conv", [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, list(conv.inputs[0].shape))],
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, list(nchw_shape(
+            conv.inputs[0].shape)))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [onnx.numpy_helper.from_array(weight, "w"), onnx.numpy_helper.from_array(bias, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -94,7 +115,7 @@ def im2col_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, conv) -> np
     top, left, bottom, right = conv.attrs["pads"]
     sh, sw = conv.attrs["strides"]
     k, c, kh, kw = weight.shape
-    oh, ow = conv.outputs[0].shape[2:]
+    oh, ow = conv.outputs[0].shape[2:4]
     xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
     win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
     win = win[:, :, ::sh, ::sw][:, :, :oh, :ow]                   # n c oh ow kh kw
@@ -127,12 +148,15 @@ def main() -> None:
     parser.add_argument("--from-db", action="store_true", help="rebuild the best, no tuning")
     parser.add_argument("--layers", default="", help="comma-separated layer indices")
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--layout", default="nchwc", choices=("nchwc", "nchw"),
+                        help="the model's conv kernels in the channel-blocked layout (what "
+                             "kiln.compile builds by default) or in NCHW")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     target = canonical_target("native")
     db = Database(args.db)
-    graph, layers = conv_layers(target)
+    graph, layers = conv_layers(target, args.layout)
     if args.layers:
         layers = [layers[int(i)] for i in args.layers.split(",")]
     tuning = {}
@@ -153,7 +177,7 @@ def main() -> None:
                          .split()[0], "layers": []}
     for mt, conv, group in layers:
         arrays = kernel_inputs(mt, graph, rng)
-        x = arrays[[v.name for v in mt.dag.arg_values].index(conv.inputs[0].name)]
+        x = nchw_array(arrays[[v.name for v in mt.dag.arg_values].index(conv.inputs[0].name)])
         weight = dense_weight(graph, conv)
         bias = np.zeros(weight.shape[0], np.float32)
         bias_nodes = [n for n in group.nodes if n.op == "add" and n.inputs[1].name
