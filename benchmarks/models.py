@@ -1,7 +1,7 @@
 """End-to-end model latency, batch 1: Kiln vs the numpy reference executor vs onnxruntime.
 
     python benchmarks/models.py [--models default_cnn,mlp] [--threads 1,2] [--db tuning_logs/kiln.db]
-                                [--tune TRIALS]
+                                [--tune TRIALS] [--layout nchwc|nchw]
 
 Kiln uses the best schedules in the database (or the defaults). With --tune, each model is
 first tuned (kiln.tune, 2 threads) until the database holds TRIALS records of its tasks;
@@ -50,14 +50,14 @@ def _ort_session(model, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
-def tune_model_timed(model, db, trials: int) -> dict:
+def tune_model_timed(model, db, trials: int, layout: str = "nchwc") -> dict:
     """Tune at 2 threads; the wall time and the records of the model's tasks afterwards."""
     from kiln.graph.compile import tune_model
     old = os.environ.get("KILN_NUM_THREADS")
     os.environ["KILN_NUM_THREADS"] = "2"
     start = time.perf_counter()
     try:
-        reports = tune_model(model, trials=trials, db=db)
+        reports = tune_model(model, trials=trials, db=db, layout=layout)
     finally:
         if old is None:
             os.environ.pop("KILN_NUM_THREADS", None)
@@ -67,13 +67,14 @@ def tune_model_timed(model, db, trials: int) -> dict:
             "trials_in_db": sum(r.trials for r in reports), "tasks": len(reports)}
 
 
-def bench_model(name: str, threads: list[int], db, repeat: int, tune: int = 0) -> list[dict]:
+def bench_model(name: str, threads: list[int], db, repeat: int, tune: int = 0,
+                layout: str = "nchwc") -> list[dict]:
     model = MODELS[name]()
-    tuning = tune_model_timed(model, db, tune) if tune else {}
+    tuning = tune_model_timed(model, db, tune, layout) if tune else {}
     start = time.perf_counter()
-    compiled = compile_model(model, db=db)
+    compiled = compile_model(model, db=db, layout=layout)
     compile_s = time.perf_counter() - start
-    graph, _ = prepare_graph(model)
+    graph, _ = prepare_graph(model, layout="nchw")     # numpy runs the model's own layout
     inputs = _inputs(graph)
     feeds = {v.name: a for v, a in zip(graph.inputs, inputs)}
     ours = compiled.run(inputs)
@@ -107,6 +108,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--tune", type=int, default=0, metavar="TRIALS",
                         help="tune each model first until --db holds TRIALS of its records")
+    parser.add_argument("--layout", default="nchwc", choices=("nchwc", "nchw"),
+                        help="Kiln's conv activation layout (kiln.compile's layout=)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     names = [m for m in args.models.split(",") if m]
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
         parser.error("--tune needs --db (the database the tuning records go to)")
     results = []
     for name in names:
-        results += bench_model(name, threads, db, args.repeat, args.tune)
+        results += bench_model(name, threads, db, args.repeat, args.tune, args.layout)
     headers = ["model", "thr", "kiln ms", "numpy ms", "ort ms", "numpy/kiln", "ort/kiln",
                "err vs ort", "py ovh ms", "kernels", "from db", "compile s"]
     print_table(headers, [[r["model"], r["threads"], r["kiln_ms"], r["numpy_ms"], r["ort_ms"],
