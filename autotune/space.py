@@ -24,8 +24,8 @@ from ..schedule.schedule import Schedule, Stage
 from ..te.errors import ScheduleError
 from ..te import expr as E
 from ..te.expr import IterVar
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad, compute
-from ..te.visit import ExprMutator, walk
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad, compute, reduce_axis
+from ..te.visit import ExprMutator, substitute, walk
 from ..te.workload import topo_ops
 from .task import Task
 
@@ -35,8 +35,9 @@ MAX_MID = 64              # middle (cache) tile
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
+ROWS_DEFAULT_VECTORS = 1  # default `rows` knob: partials of row reductions one vector wide
 # value of a knob kind that a stored config made before the knob existed implicitly had
-LEGACY = {"pack": 0, "window": 0, "epilogue": 0}
+LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
 # 0 and 1 are the original choices, so stored configs keep their meaning
 ROOT_FLAT = 0     # materialised at root: every axis fused into one parallel loop
@@ -112,6 +113,21 @@ class _Pack:
     knob: str
 
 
+@dataclass(frozen=True)
+class _RowGroup:
+    """An output computed one row (every axis but the last) at a time, under knob `knob`:
+    its row reductions (`members`: reductions along the contiguous last axis into
+    [rows..., 1], e.g. softmax's max and sum, layer norm's mean and variance) are split into
+    a vectorised partial over a few vectors of lanes and a final reduction over those lanes,
+    both computed per row, and the injective `stages` between them (softmax's exp) are
+    inlined or computed per row. `out` may be a member itself (a row sum as the output)."""
+
+    out: ComputeOp
+    members: tuple[ComputeOp, ...]
+    stages: tuple[ComputeOp, ...]
+    knob: str
+
+
 class SearchSpace:
     """The rule-generated space of schedules of `task` for its target."""
 
@@ -140,6 +156,7 @@ class SearchSpace:
         # `epilogue` knob is 0, as before that knob existed)
         self.elementwise = [op for op in self.ops if op in outputs and not op.reduce_axis
                             and op not in epilogues]
+        self.row_groups = self._row_groups(consumers, outputs)
         self.knobs = self._make_knobs()
         self._by_name = {k.name: k for k in self.knobs}
 
@@ -197,6 +214,51 @@ class SearchSpace:
                 seen.add(producer)
                 stack.append(producer)
         return False
+
+    def _row_groups(self, consumers, outputs) -> list[_RowGroup]:
+        """The outputs that can be computed row by row with their row reductions."""
+        groups, taken = [], set()
+        for out in self.ops:
+            if out in outputs and len(out.shape) >= 2:
+                group = self._row_group(out, consumers, outputs)
+                if group is not None and not taken & set(group.members):
+                    taken |= set(group.members)
+                    groups.append(group)
+        return groups
+
+    def _row_group(self, out: ComputeOp, consumers, outputs) -> _RowGroup | None:
+        """`out`'s row group: the row reductions and inlined stages it reads (walking back
+        from it through inlined stages and row reductions), provided nothing outside the
+        group reads them and no anchor it is fused into is left out."""
+        rows = out.shape[:-1] + (1,)
+        members, stages, seen, stack = [], [], set(), [out]
+        while stack:
+            op = stack.pop()
+            if op in seen:
+                continue
+            seen.add(op)
+            if op.reduce_axis:
+                if not _is_row_reduction(op, rows) or (op in outputs and op is not out):
+                    continue
+                members.append(op)
+            elif op is not out:
+                if op not in self.inlined:
+                    continue
+                stages.append(op)
+            stack.extend(t.op for t in op.input_tensors if isinstance(t.op, ComputeOp))
+        if not members:
+            return None
+        group = {out, *members, *stages}
+        if any(c not in group for op in members + stages for c in consumers[op]):
+            return None
+        if any(a.epilogue is out and a.op not in group for a in self.anchors):
+            return None
+        if out.reduce_axis and out not in members:
+            return None
+        order = {op: k for k, op in enumerate(self.ops)}
+        return _RowGroup(out, tuple(sorted(members, key=order.get)),
+                         tuple(sorted(stages, key=order.get)),
+                         f"{self._stage_label(out)}/rows")
 
     def _pack_candidates(self, op: ComputeOp) -> list[_Pack]:
         """Placeholder operands whose register-tile panel is not contiguous: one access
@@ -275,6 +337,10 @@ class SearchSpace:
         for op in self.optional_inline:
             knobs.append(Knob(f"{self._stage_label(op)}/inline",
                               (INLINE, AT_ANCHOR, ROOT_ROWS, ROOT_FLAT)))
+        for group in self.row_groups:
+            # 0: every stage scheduled on its own (as before this knob); 1, 2: row by row,
+            # the row reductions' partials that many vectors wide
+            knobs.append(Knob(group.knob, (0, 1, 2)))
         for op in self.elementwise:
             label = self._stage_label(op)
             inner = op.axis[-1].extent if op.axis else 1
@@ -311,6 +377,8 @@ class SearchSpace:
                 config[knob.name] = 2
             elif kind == "epilogue":
                 config[knob.name] = 1
+            elif kind == "rows":
+                config[knob.name] = ROWS_DEFAULT_VECTORS
             elif kind == "pack":
                 config[knob.name] = 0
             else:
@@ -322,6 +390,11 @@ class SearchSpace:
         stays in cache); other padding is materialised at root as parallel rows."""
         op = next(o for o in self.optional_inline
                   if f"{self._stage_label(o)}/inline" == knob_name)
+        group = next((g for g in self.row_groups if op in g.stages), None)
+        if group is not None and ROWS_DEFAULT_VECTORS:
+            # per row: materialised when read twice (softmax's exp), else recomputed
+            readers = [c for c in self.ops if op in {t.op for t in c.input_tensors}]
+            return AT_ANCHOR if len(readers) > 1 else INLINE
         reader = self._sole_anchor_reader(op)
         return AT_ANCHOR if reader is not None and _window_axes(reader) else ROOT_ROWS
 
@@ -436,16 +509,21 @@ class SearchSpace:
         With packing on, the DAG is rewritten first; the returned args keep the task's
         order, a rebuilt output tensor in its original position."""
         config = self.validate(config)
-        remap, packed = self._rewrite(config)
+        remap, packed, parts = self._rewrite(config)
         new = {t: remap.get(t.op, t.op).output() for t in self.task.args}
         sch = create_schedule([new[t] for t in self.task.outputs])
         deferred: dict[ComputeOp, list[Stage]] = {}     # anchor -> producers computed at it
+        rows = self._active_rows(config)
+        per_row = {op: [] for op in (g.out for g in rows)}  # stages computed at each row
+        row_of = {op: g.out for g in rows for op in g.stages}
         for op in self.inlined:
             mode = config[f"{self._stage_label(op)}/inline"] if op in self.optional_inline \
                 else INLINE
             stage = sch[remap.get(op, op)]
             reader = self._sole_anchor_reader(op) if mode == AT_ANCHOR else None
-            if mode == AT_ANCHOR and reader is not None:
+            if op in row_of and mode != INLINE:
+                per_row[row_of[op]].append(stage)
+            elif mode == AT_ANCHOR and reader is not None:
                 deferred.setdefault(reader, []).append(stage)
             elif mode == ROOT_FLAT:
                 lanes = _vector_lanes(self.task.target, op.dtype)
@@ -458,7 +536,10 @@ class SearchSpace:
         for tensor, panel in packed:
             _schedule_elementwise(sch[tensor.op], panel if panel > 1 else 1, 1)
         fused = set()       # joined epilogues scheduled at their anchor
+        members = {op for g in rows for op in g.members}
         for anchor in self.anchors:
+            if anchor.op in members:
+                continue
             label = self._stage_label(anchor.op)
             epi = anchor.epilogue
             if anchor.joined and not config[f"{label}/epilogue"]:
@@ -474,22 +555,38 @@ class SearchSpace:
                 else:
                     stage.compute_at(parent, loop)
         for op in self.elementwise:
-            if op in fused:
+            if op in fused or op in per_row:
                 continue
             label = self._stage_label(op)
             _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
                                   config[f"{label}/parallel"])
+        for group in rows:
+            _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
+                                [parts[op] for op in group.members], per_row[group.out],
+                                _vector_lanes(self.task.target, group.out.dtype), True)
         return sch, [new[t] for t in self.task.args]
 
-    def _rewrite(self, config: dict) -> tuple[dict, list[tuple[Tensor, int]]]:
-        """The DAG with every anchor whose pack knobs are on reading its packed copies:
-        old op -> rebuilt op (only ops that changed), and the packed tensors with their
-        panel widths."""
+    def _active_rows(self, config: dict) -> list[_RowGroup]:
+        return [g for g in self.row_groups if config[g.knob]]
+
+    def _rewrite(self, config: dict) -> tuple[dict, list[tuple[Tensor, int]], dict]:
+        """The DAG with every anchor whose pack knobs are on reading its packed copies, and
+        the row reductions of active row groups split (their packing is then off): old op
+        -> rebuilt op (only ops that changed; a split reduction -> its final stage), the
+        packed tensors with their panel widths, and split reduction -> (partial, final)."""
         remap: dict = {}
         packed: list[tuple[Tensor, int]] = []
+        parts: dict = {}
         anchors = {a.op: a for a in self.anchors}
+        widths = {op: config[g.knob] * _vector_lanes(self.task.target, op.dtype)
+                  for g in self._active_rows(config) for op in g.members}
         for op in self.ops:
             loads = {t: remap[t.op].output() for t in op.input_tensors if t.op in remap}
+            if op in widths:
+                body = _Reload(loads)(op.body) if loads else op.body
+                parts[op] = _row_split(op, body, widths[op])
+                remap[op] = parts[op][1].op
+                continue
             anchor = anchors.get(op)
             label = self._stage_label(op)
             for pack in (anchor.packs if anchor else ()):
@@ -504,7 +601,7 @@ class SearchSpace:
                 body = _Reload(loads)(op.body)
                 remap[op] = ComputeOp(op.name, op.shape, op.dtype, axis=op.axis, body=body,
                                       tag=op.tag)
-        return remap, packed
+        return remap, packed, parts
 
     def _sole_anchor_reader(self, op: ComputeOp) -> ComputeOp | None:
         """The anchor that is the only reader of `op` (where it can be computed at), if any."""
@@ -681,6 +778,73 @@ def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):
     outer, rest = stage.split(axis, factor=mid * inner)
     middle, innermost = stage.split(rest, factor=inner)
     return outer, middle, innermost
+
+
+def _is_row_reduction(op: ComputeOp, rows: tuple) -> bool:
+    """A reduction of shape `rows` (a group's rows, then 1) over one axis that indexes the
+    last, contiguous dimension of something it reads: its partial over lanes of that axis
+    is a plain vector loop."""
+    body = op.body
+    if op.shape != rows or len(op.reduce_axis) != 1 or body.condition is not None:
+        return False
+    (r,) = op.reduce_axis
+    return any(isinstance(n, TensorLoad) and n.indices and n.indices[-1] == r.var
+               for n in walk(body.source))
+
+
+def _row_split(op: ComputeOp, body: E.Reduce, width: int) -> tuple[Tensor, Tensor]:
+    """Row reduction `op` (with `body`, its possibly rewritten Reduce) as a partial
+    part[rows..., v] = reduce_ro f(ro * width + v), then final[rows..., 0] = reduce_v part:
+    the reduction reassociated so the partial vectorises along v. A `width` that does not
+    divide the axis reads a clamped index and combines the identity instead."""
+    (r,) = body.axis
+    extent = r.extent
+    outer = reduce_axis(-(-extent // width), f"{r.name}.outer")
+
+    def part_body(*iv):
+        index = outer.var * width + iv[-1]
+        ragged = extent % width != 0
+        mapping = {a.var: v for a, v in zip(op.axis[:-1], iv[:-1])}
+        mapping[op.axis[-1].var] = E.const(0, "int32")
+        mapping[r.var] = E.minimum(index, extent - 1) if ragged else index
+        value = substitute(body.source, mapping)
+        if ragged:
+            value = E.select(index < extent, value, body.combiner.identity)
+        return E.Reduce(op.dtype, body.combiner, value, (outer,), None)
+
+    part = compute(op.shape[:-1] + (width,), part_body, name=f"{op.name}_rf", tag=op.tag)
+    lane = reduce_axis(width, f"{r.name}.lane")
+    final = compute(op.shape, lambda *iv: E.Reduce(op.dtype, body.combiner,
+                                                    part(*iv[:-1], lane.var), (lane,), None),
+                    name=op.name, tag=op.tag)
+    return part, final
+
+
+def _schedule_row_group(sch: Schedule, out: Stage, parts: list, stages: list[Stage],
+                        lanes: int, parallel: bool) -> None:
+    """`out` row by row: every axis but the last fused (parallel), the last vectorised;
+    each row reduction's vectorised partial and final reduction, and the materialised
+    injective stages, computed at that row loop."""
+    axes = list(out.op.axis)
+    row = out.fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
+    if parallel:
+        out.parallel(row)
+    if axes[-1].extent > 1:
+        _, vector = out.split(axes[-1], factor=min(lanes, axes[-1].extent))
+        out.vectorize(vector)
+    for part, final in parts:
+        stage = sch[part.op]
+        stage.compute_at(out, row)
+        stage.reorder(*stage.op.axis[:-1], *stage.op.reduce_axis, stage.op.axis[-1])
+        stage.vectorize(stage.op.axis[-1])
+        if final.op is not out.op:
+            sch[final.op].compute_at(out, row)
+    for stage in stages:
+        stage.compute_at(out, row)
+        last = stage.op.axis[-1]
+        if last.extent > 1:
+            _, vector = stage.split(last, factor=min(lanes, last.extent))
+            stage.vectorize(vector)
 
 
 def _window_axes(op: ComputeOp) -> bool:
