@@ -3,35 +3,41 @@
 The same loop IR that codegen compiles is summarised here: the loop nest around the busiest
 store (extents and kinds, innermost first), vectorisation, parallelism and unrolling, the
 arithmetic it performs, the bytes each loop level touches (reuse) and the access strides.
+
+The tuner extracts a vector for every candidate its search scores (tens per measured trial),
+so the extraction walks the IR once: each stored value is scanned a single time for both its
+loads and its operation counts, loop trip counts are kept per nest level, and each access's
+used-variable mask is computed once and shared by the reuse, stride and working-set figures.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
 from ..schedule.ir import (Allocate, BufferLoad, For, ForKind, IfThenElse, PrimFunc, Scope,
-                           Store)
-from ..schedule.visitor import StmtVisitor
+                           SeqStmt, Stmt, Store)
 from ..te import dtype as dt
 from ..te import expr as E
-from ..te.visit import walk
 
 MAX_LEVELS = 8          # loop levels described individually around the busiest store
 REUSE_LEVELS = 5        # loop levels for which the touched bytes are reported
 _KINDS = (ForKind.SERIAL, ForKind.PARALLEL, ForKind.VECTORIZED, ForKind.UNROLLED)
 
 
-@dataclass(frozen=True)
-class _Loop:
+class _Loop(NamedTuple):
+    """One enclosing loop. A tuple, so nests compare in C (equal var, extent and kind)."""
+
     var: E.Var
     extent: int
     kind: ForKind
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Access:
     """One buffer access (a Store, or a BufferLoad inside a stored value) and its loop nest."""
 
@@ -41,10 +47,14 @@ class _Access:
     index: E.Expr
     is_store: bool
     local: bool
-    used: frozenset = frozenset()  # the variables of `index` (computed once per access)
+    # per loop of `loops`: its extent when `index` uses its variable, else 1 (the factor the
+    # loop contributes to the footprint)
+    used_extents: tuple[int, ...]
 
 
 def _const(e: E.Expr, default: int = 1) -> int:
+    if type(e) is E.IntImm:
+        return int(e.value)
     value = _eval(e, {})
     return default if value is None else int(value)
 
@@ -81,77 +91,15 @@ def _eval(e: E.Expr, env: dict) -> float | None:
     return None
 
 
-class _Collector(StmtVisitor):
-    """Walks the IR once, recording every access with its loop nest and counting operations."""
-
-    def __init__(self):
-        self.loops: list[_Loop] = []
-        self.accesses: list[_Access] = []
-        self.ops = np.zeros(len(_OP_NAMES))
-        self.n_stores = 0
-        self.n_guards = 0
-        self.n_loops = 0
-        self.local_bytes = 0
-        self.global_scratch_bytes = 0
-        self._vars: dict[E.Expr, frozenset] = {}
-
-    def _used(self, index: E.Expr) -> frozenset:
-        hit = self._vars.get(index)
-        if hit is None:
-            hit = frozenset(v for v in walk(index) if isinstance(v, E.Var))
-            self._vars[index] = hit
-        return hit
-
-    def trips(self) -> float:
-        return float(math.prod(loop.extent for loop in self.loops)) if self.loops else 1.0
-
-    def visit_For(self, node: For) -> None:
-        self.n_loops += 1
-        self.loops.append(_Loop(node.loop_var, max(1, _const(node.extent)), node.kind))
-        self.visit(node.body)
-        self.loops.pop()
-
-    def visit_IfThenElse(self, node: IfThenElse) -> None:
-        self.n_guards += 1
-        self._count_ops(node.cond)
-        self.generic_visit(node)
-
-    def visit_Allocate(self, node: Allocate) -> None:
-        size = node.buffer.size * dt.itemsize(node.buffer.dtype)
-        if node.buffer.scope is Scope.LOCAL:
-            self.local_bytes += size
-        else:
-            self.global_scratch_bytes += size
-        self.visit(node.body)
-
-    def visit_Store(self, node: Store) -> None:
-        self.n_stores += 1
-        loops = tuple(self.loops)
-        local = node.buffer.scope is Scope.LOCAL
-        self.accesses.append(_Access(loops, node.buffer.name, dt.itemsize(node.buffer.dtype),
-                                     node.index, True, local, self._used(node.index)))
-        for sub in walk(node.value):
-            if isinstance(sub, BufferLoad):
-                self.accesses.append(_Access(loops, sub.buffer.name,
-                                             dt.itemsize(sub.buffer.dtype), sub.index, False,
-                                             sub.buffer.scope is Scope.LOCAL,
-                                             self._used(sub.index)))
-        self._count_ops(node.value)
-
-    def _count_ops(self, value: E.Expr) -> None:
-        trips = self.trips()
-        for sub in walk(value):
-            name = _op_name(sub)
-            if name is not None:
-                self.ops[_OP_INDEX[name]] += trips
-
-
 _OP_NAMES = ("float_add", "float_mul", "float_fma", "float_div", "float_math", "float_cmp",
              "int_arith", "int_divmod", "select", "cast", "load")
 _OP_INDEX = {name: i for i, name in enumerate(_OP_NAMES)}
+_LEAVES = (E.IntImm, E.FloatImm, E.Var)    # no children, no operation counted
+_AB = ("a", "b")
 
 
 def _op_name(e: E.Expr) -> str | None:
+    """The operation class `e` counts as (None: not an operation)."""
     t = type(e)
     is_float = isinstance(e.dtype, str) and dt.is_float(e.dtype)
     if t in (E.Add, E.Sub):
@@ -180,17 +128,155 @@ def _op_name(e: E.Expr) -> str | None:
     return None
 
 
+@functools.cache
+def _child_names(node_cls) -> tuple[str, ...]:
+    """Fields of an expression class that hold sub-expressions (te.visit.walk's choice: the
+    producing tensor, names, buffers and the combiner are not descended into)."""
+    skip = {"dtype", "_hash", "tensor", "name", "uid", "combiner", "buffer", "value"}
+    names = tuple(f.name for f in fields(node_cls) if f.compare and f.name not in skip)
+    return names + (("value",) if node_cls.__name__ == "Cast" else ())
+
+
+def _scan(value: E.Expr) -> tuple[list[int], list[BufferLoad]]:
+    """Operation counts and loads of one stored value, each distinct sub-expression once.
+
+    Pre-order, iterative, like te.visit.walk, but in one pass for both questions and without
+    hashing leaves (a leaf is neither an operation nor a load, so its repeats do not matter).
+    """
+    counts = [0] * len(_OP_NAMES)
+    loads: list[BufferLoad] = []
+    seen: set = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t in _LEAVES or node in seen:
+            continue
+        seen.add(node)
+        name = _op_name(node)
+        if name is not None:
+            counts[_OP_INDEX[name]] += 1
+        names = _child_names(t)
+        if names == _AB:                      # binary operators and comparisons
+            stack.append(node.b)
+            stack.append(node.a)
+            continue
+        if t is BufferLoad:
+            loads.append(node)
+        stack.extend(reversed(_children(node, names)))
+    return counts, loads
+
+
+def _children(node: E.Expr, names: tuple[str, ...]) -> list[E.Expr]:
+    out = []
+    for field_name in names:
+        child = getattr(node, field_name)
+        if isinstance(child, E.Expr):
+            out.append(child)
+        elif isinstance(child, tuple):
+            out.extend(c for c in child if isinstance(c, E.Expr))
+    return out
+
+
+def _vars_of(index: E.Expr) -> frozenset:
+    """The variables an index expression reads."""
+    found = set()
+    stack = [index]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is E.Var:
+            found.add(node)
+        elif t not in _LEAVES:
+            stack.extend(_children(node, _child_names(t)))
+    return frozenset(found)
+
+
+class _Collector:
+    """Walks the IR once, recording every access with its loop nest and counting operations."""
+
+    def __init__(self):
+        self.loops: list[_Loop] = []
+        self.accesses: list[_Access] = []
+        self.ops = [0.0] * len(_OP_NAMES)
+        self.n_stores = 0
+        self.n_guards = 0
+        self.n_loops = 0
+        self.local_bytes = 0
+        self.global_scratch_bytes = 0
+        self._vars: dict[E.Expr, frozenset] = {}
+
+    def visit(self, node: Stmt) -> None:
+        t = type(node)
+        if t is SeqStmt:
+            for stmt in node.stmts:
+                self.visit(stmt)
+        elif t is For:
+            self._visit_for(node)
+        elif t is Store:
+            self._visit_store(node)
+        elif t is IfThenElse:
+            self.n_guards += 1
+            self._count(_scan(node.cond)[0])
+            self.visit(node.then_case)
+            if node.else_case is not None:
+                self.visit(node.else_case)
+        elif t is Allocate:
+            self._visit_allocate(node)
+        else:
+            for f in fields(node):     # other statements: descend into nested statements
+                child = getattr(node, f.name)
+                for c in child if isinstance(child, tuple) else (child,):
+                    if isinstance(c, Stmt):
+                        self.visit(c)
+
+    def _visit_for(self, node: For) -> None:
+        self.n_loops += 1
+        extent = max(1, _const(node.extent))
+        self.loops.append(_Loop(node.loop_var, extent, node.kind))
+        self.visit(node.body)
+        self.loops.pop()
+
+    def _visit_allocate(self, node: Allocate) -> None:
+        size = node.buffer.size * dt.itemsize(node.buffer.dtype)
+        if node.buffer.scope is Scope.LOCAL:
+            self.local_bytes += size
+        else:
+            self.global_scratch_bytes += size
+        self.visit(node.body)
+
+    def _visit_store(self, node: Store) -> None:
+        self.n_stores += 1
+        loops = tuple(self.loops)
+        counts, loads = _scan(node.value)
+        self._add_access(loops, node.buffer, node.index, True)
+        for load in loads:
+            self._add_access(loops, load.buffer, load.index, False)
+        self._count(counts)
+
+    def _add_access(self, loops, buffer, index: E.Expr, is_store: bool) -> None:
+        used = self._vars.get(index)
+        if used is None:
+            used = self._vars[index] = _vars_of(index)
+        used_extents = tuple(loop.extent if loop.var in used else 1 for loop in loops)
+        self.accesses.append(_Access(loops, buffer.name, dt.itemsize(buffer.dtype), index,
+                                     is_store, buffer.scope is Scope.LOCAL, used_extents))
+
+    def _count(self, counts: list[int]) -> None:
+        # trip counts are exact integers in a float, so count * trips adds exactly what
+        # `count` separate additions of `trips` would
+        trips = float(math.prod(loop.extent for loop in self.loops)) if self.loops else 1.0
+        for slot, count in enumerate(counts):
+            if count:
+                self.ops[slot] += count * trips
+
+
 def _stride(access: _Access, var: E.Var) -> float:
     """Elements the access moves when `var` goes from 0 to 1 (others at 0)."""
     lo, hi = _eval(access.index, {var: 0}), _eval(access.index, {var: 1})
     if lo is None or hi is None:
         return 0.0
     return abs(hi - lo)
-
-
-def _footprint(access: _Access, inner: tuple[_Loop, ...]) -> float:
-    """Distinct elements touched by `access` while the loops `inner` run (a product bound)."""
-    return float(math.prod(loop.extent for loop in inner if loop.var in access.used))
 
 
 def _log(x: float) -> float:
@@ -225,12 +311,15 @@ def _memory_features(accesses: list[_Access], nest: tuple[_Loop, ...]) -> list[f
     contiguous = strided = invariant = 0.0
     per_buffer: dict[str, float] = {}
     for access in accesses:
-        if access.loops != nest[:len(access.loops)] or not access.loops:
+        depth = len(access.loops)
+        if not depth or access.loops != nest[:depth]:
             continue
         target = reuse_local if access.local else reuse_global
+        footprint = 1     # of the innermost `level + 1` loops, growing outwards
         for level in range(REUSE_LEVELS):
-            inner = access.loops[max(0, len(access.loops) - level - 1):]
-            target[level] += _footprint(access, inner) * access.itemsize
+            if level < depth:
+                footprint *= access.used_extents[depth - 1 - level]
+            target[level] += float(footprint) * access.itemsize
         stride = _stride(access, access.loops[-1].var)
         if stride == 0:
             invariant += 1
@@ -238,7 +327,7 @@ def _memory_features(accesses: list[_Access], nest: tuple[_Loop, ...]) -> list[f
             contiguous += 1
         else:
             strided += 1
-        total = _footprint(access, access.loops) * access.itemsize
+        total = float(math.prod(access.used_extents)) * access.itemsize
         per_buffer[access.buffer_name] = max(per_buffer.get(access.buffer_name, 0.0), total)
     out = [_log(x) for x in reuse_global] + [_log(x) for x in reuse_local]
     out += [contiguous, strided, invariant, _log(sum(per_buffer.values())),
@@ -249,9 +338,19 @@ def _memory_features(accesses: list[_Access], nest: tuple[_Loop, ...]) -> list[f
 def _tile_working_set(accesses: list[_Access], nest: tuple[_Loop, ...]) -> float:
     """Bytes touched per iteration of the outermost parallel (or outermost) loop."""
     start = next((i for i, l in enumerate(nest) if l.kind is ForKind.PARALLEL), 0) + 1
-    inner = nest[start:]
-    return sum(_footprint(a, tuple(l for l in a.loops if l in inner)) * a.itemsize
-               for a in accesses if not a.local)
+    inner = frozenset(nest[start:])
+    total = 0.0
+    for a in accesses:
+        if not a.local:
+            footprint = math.prod(e for l, e in zip(a.loops, a.used_extents) if l in inner)
+            total += float(footprint) * a.itemsize
+    return total
+
+
+def _max_kind_product(accesses: list[_Access], kind: ForKind) -> int:
+    """The largest product of `kind` loop extents around any access (1 when none)."""
+    return max((math.prod(l.extent for l in a.loops if l.kind is kind) for a in accesses),
+               default=1)
 
 
 FEATURE_NAMES: tuple[str, ...] = tuple(
@@ -272,23 +371,22 @@ FEATURE_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdi
 def extract_features(func: PrimFunc) -> np.ndarray:
     """A float32 vector of length N_FEATURES describing `func` (same for equal IR)."""
     collector = _Collector()
-    collector(func.body)
-    nest = _busiest(collector.accesses)
-    vector = max((l.extent for a in collector.accesses for l in a.loops
+    collector.visit(func.body)
+    accesses = collector.accesses
+    nest = _busiest(accesses)
+    vector = max((l.extent for a in accesses for l in a.loops
                   if l.kind is ForKind.VECTORIZED), default=1)
-    parallel = max((math.prod(l.extent for l in a.loops if l.kind is ForKind.PARALLEL)
-                    for a in collector.accesses), default=1)
-    unrolled = max((math.prod(l.extent for l in a.loops if l.kind is ForKind.UNROLLED)
-                    for a in collector.accesses), default=1)
+    parallel = _max_kind_product(accesses, ForKind.PARALLEL)
+    unrolled = _max_kind_product(accesses, ForKind.UNROLLED)
     total_trips = float(math.prod(l.extent for l in nest)) if nest else 1.0
-    flops = float(collector.ops[:6].sum())
+    flops = float(sum(collector.ops[:6]))
     param_bytes = sum(b.size * dt.itemsize(b.dtype) for b in func.params)
     values = (_level_features(nest) + [_log(x) for x in collector.ops]
-              + _memory_features(collector.accesses, nest)
+              + _memory_features(accesses, nest)
               + [float(vector), _log(parallel), _log(unrolled), float(collector.n_stores),
                  float(collector.n_guards), float(collector.n_loops),
                  _log(collector.local_bytes), _log(collector.global_scratch_bytes),
-                 _log(_tile_working_set(collector.accesses, nest)), _log(total_trips),
+                 _log(_tile_working_set(accesses, nest)), _log(total_trips),
                  math.log2((1.0 + flops) / (1.0 + param_bytes))])
     assert len(values) == N_FEATURES, "feature layout out of sync with FEATURE_NAMES"
     return np.asarray(values, dtype=np.float32)
