@@ -70,12 +70,16 @@ class XGBCostModel:
         self.n_trained = len(y)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Scores (higher = predicted faster); zeros before the first fit."""
+        """Scores (higher = predicted faster); zeros before the first fit.
+
+        In-place prediction on the array: the same scores as through a DMatrix, but the
+        search scores a few dozen rows at a time, where building a DMatrix and its predictor
+        cache cost ~12 ms a call against ~0.3 ms.
+        """
         X = np.asarray(X, dtype=np.float32)
         if self.booster is None:
             return np.zeros(len(X), dtype=np.float32)
-        import xgboost as xgb
-        return self.booster.predict(xgb.DMatrix(X))
+        return np.asarray(self.booster.inplace_predict(X), dtype=np.float32).reshape(len(X))
 
     def save(self, path: str) -> None:
         if self.booster is None:

@@ -2,8 +2,10 @@
 
 The parent computes the task's inputs and reference outputs once; each candidate goes to a
 long-lived worker (spawned, recreated after a crash or a timeout) as an explicit payload: the
-pickled task, the config JSON, the target, the timeout and the timing settings. The worker
-rebuilds everything itself, checks the answer, and times the kernel one candidate at a time.
+config JSON, the target, the timeout and the timing settings, plus the pickled task and its
+data the first time this worker sees them (the worker keeps the last few tasks it was sent,
+with their search space, under a token the parent names in every payload). The worker
+rebuilds the schedule itself, checks the answer, and times the kernel one candidate at a time.
 """
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import enum
 import itertools
 import logging
 import math
-import subprocess
-import sys
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
@@ -28,7 +31,7 @@ from ..schedule.lower import lower
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te import tensor as T
-from ..te.errors import KilnError, ScheduleError
+from ..te.errors import InternalError, KilnError, ScheduleError
 from ..te.reference import evaluate
 from ..te.tensor import ComputeOp
 from ..te.visit import walk
@@ -161,15 +164,52 @@ def _time_kernel(kernel, arrays, options: MeasureOptions,
     return tuple(costs)
 
 
-def run_payload(payload: dict) -> MeasureResult:
-    """Build, check and time one candidate from an explicit payload (runs in the worker)."""
+@dataclass
+class _HeldTask:
+    """A task the worker was sent, with its data and (once built) its search space."""
+
+    task: Task
+    inputs: list
+    expected: list
+    space: SearchSpace | None = None
+
+
+def _held_task(payload: dict, held: dict[int, _HeldTask] | None) -> _HeldTask:
+    """The payload's task: unpickled when the payload carries it (and then kept in `held`
+    under the payload's token), else the one kept earlier under that token."""
+    token = payload.get("token")
+    if "task" in payload:
+        task: Task = pickle.loads(payload["task"])
+        _reserve_uids(task)
+        entry = _HeldTask(task, payload["inputs"], payload["expected"])
+        if held is not None and token is not None:
+            held[token] = entry
+    elif held is not None and token in held:
+        entry = held[token]
+    else:
+        raise InternalError(f"measurement payload names task token {token!r}, which this "
+                            "worker does not hold; this is a bug in Kiln's Runner")
+    if held is not None and "held" in payload:      # the parent's list is the truth
+        for stale in set(held) - set(payload["held"]):
+            del held[stale]
+    return entry
+
+
+def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> MeasureResult:
+    """Build, check and time one candidate from an explicit payload (runs in the worker).
+
+    `held` is the worker's store of tasks sent earlier (see Runner); without it the payload
+    must carry the pickled task and its data.
+    """
     clock = _PhaseClock()
-    task: Task = pickle.loads(payload["task"])
-    _reserve_uids(task)
+    entry = _held_task(payload, held)
+    task = entry.task
     options: MeasureOptions = payload["options"]
     _fault(payload.get("test_fault"))
     try:
-        sch, args = SearchSpace(task).apply(payload["config"])
+        if entry.space is None:
+            entry.space = SearchSpace(task)
+        sch, args = entry.space.apply(payload["config"])
     except ScheduleError as exc:
         return clock.result(MeasureStatus.INVALID_CONFIG, error_text=str(exc))
     clock.lap("setup")
@@ -181,12 +221,12 @@ def run_payload(payload: dict) -> MeasureResult:
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
         return clock.result(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
     arrays = [a.copy() if a is not None else _poisoned(t) for a, t in
-              zip(payload["inputs"], task.args)]
+              zip(entry.inputs, task.args)]
     try:
         kernel(*arrays)
     except Exception:  # noqa: BLE001 - the kernel raised: record the traceback
         return clock.result(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
-    wrong = _compare(task, arrays, payload["expected"], options)
+    wrong = _compare(task, arrays, entry.expected, options)
     clock.lap("check")
     if wrong:
         return clock.result(MeasureStatus.WRONG_ANSWER, error_text=wrong)
@@ -243,6 +283,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     inbox = Connection(read_fd, writable=False)
     outbox = Connection(write_fd, readable=False)
     outbox.send("ready")
+    held: dict[int, _HeldTask] = {}
     while True:
         try:
             payload = inbox.recv()
@@ -251,7 +292,7 @@ def serve(read_fd: int, write_fd: int) -> None:
         if payload is None:
             return
         try:
-            result = run_payload(payload)
+            result = run_payload(payload, held)
         except Exception:  # noqa: BLE001 - never let one candidate kill the worker loop
             result = MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
         outbox.send(result)
@@ -259,16 +300,27 @@ def serve(read_fd: int, write_fd: int) -> None:
 
 # ----------------------------------------------------------------------------- parent side
 
+HELD_TASKS = 4      # tasks (with their data) a worker keeps between candidates
+
+
 @dataclass
 class Runner:
     """Runs candidates one at a time in a spawned worker; kills and respawns it on a hang or
-    a crash, so a broken candidate costs one trial and never the run."""
+    a crash, so a broken candidate costs one trial and never the run.
+
+    The task and its data (megabytes for a large GEMM) cross the pipe once per worker, not
+    once per candidate: the Runner remembers which (task, data) objects the current worker
+    holds, under a token, and the worker drops those the Runner no longer lists.
+    """
 
     options: MeasureOptions = field(default_factory=MeasureOptions)
     start_timeout: float = 120.0
     _process: subprocess.Popen | None = None
     _conn: Connection | None = None     # results from the worker
     _send: Connection | None = None     # payloads to the worker
+    # token -> (task, data) the current worker holds, least recently used first
+    _held: OrderedDict = field(default_factory=OrderedDict)
+    _tokens: itertools.count = field(default_factory=itertools.count)
 
     def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -315,6 +367,19 @@ class Runner:
         self._send.close()
         self._conn.close()
         self._process = self._conn = self._send = None
+        self._held.clear()          # a new worker holds nothing
+
+    def _token(self, task: Task, data: TaskData) -> tuple[int, bool]:
+        """The token of (task, data) in the current worker, and whether it must be sent."""
+        for token, (held_task, held_data) in self._held.items():
+            if held_task is task and held_data is data:
+                self._held.move_to_end(token)
+                return token, False
+        token = next(self._tokens)
+        self._held[token] = (task, data)
+        if len(self._held) > HELD_TASKS:
+            self._held.popitem(last=False)
+        return token, True
 
     def close(self) -> None:
         self._stop(kill=False)
@@ -333,10 +398,13 @@ class Runner:
             if self._process is not None:
                 self._stop(kill=True)
             self._start()
-        payload = {"workload_key": task.workload_key, "task": pickle.dumps(task),
-                   "config": config, "target": target, "options": self.options,
-                   "inputs": data.inputs, "expected": data.expected, "test_fault": test_fault,
+        token, fresh = self._token(task, data)
+        payload = {"workload_key": task.workload_key, "token": token,
+                   "held": tuple(self._held), "config": config, "target": target,
+                   "options": self.options, "test_fault": test_fault,
                    "best_seconds": best_seconds}
+        if fresh:
+            payload.update(task=pickle.dumps(task), inputs=data.inputs, expected=data.expected)
         try:
             self._send.send(payload)
             if self._conn.poll(self.options.timeout):

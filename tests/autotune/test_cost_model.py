@@ -91,3 +91,18 @@ def test_normalize_throughput():
 def test_fit_rejects_mismatched_arrays():
     with pytest.raises(ValueError, match=r"X of shape \(n, f\) and y of shape \(n,\)"):
         XGBCostModel().fit(np.zeros((3, 4)), np.zeros(5))
+
+
+def test_predict_matches_dmatrix_prediction():
+    """The in-place fast path scores exactly like the booster's DMatrix prediction."""
+    import xgboost as xgb
+    rng = np.random.default_rng(3)
+    X = rng.random((64, 12)).astype(np.float32)
+    y = X[:, 0] * 2 + X[:, 1] + rng.random(64).astype(np.float32) * 0.1
+    model = XGBCostModel(n_rounds=10)
+    model.fit(X, y)
+    held_out = rng.random((9, 12)).astype(np.float32)
+    fast = model.predict(held_out)
+    assert fast.shape == (9,) and fast.dtype == np.float32
+    np.testing.assert_array_equal(fast, model.booster.predict(xgb.DMatrix(held_out)))
+    assert model.predict(held_out[:1]).shape == (1,)

@@ -113,3 +113,48 @@ def test_task_defined_only_for_positive_inputs_gets_checkable_data():
 
 def test_signed_task_data_stays_signed(task, data):
     assert (data.inputs[0] < 0).any()
+
+
+def test_worker_keeps_the_task_between_payloads(task, data, simple_config):
+    """A payload without the task runs the one held under its token; an unknown token is a
+    Runner bug reported as such; tokens the parent no longer lists are dropped."""
+    import pickle
+
+    from kiln.autotune.measure import _HeldTask
+    from kiln.te.errors import InternalError
+    held: dict = {}
+    fast = MeasureOptions(repeat=1, min_repeat_seconds=0.0)
+    first = {"token": 0, "held": (0,), "task": pickle.dumps(task), "inputs": data.inputs,
+             "expected": data.expected, "config": simple_config, "target": "native",
+             "options": fast}
+    assert run_payload(first, held).status is MeasureStatus.OK
+    assert set(held) == {0} and isinstance(held[0], _HeldTask) and held[0].space is not None
+    later = {k: v for k, v in first.items() if k not in ("task", "inputs", "expected")}
+    assert run_payload(later, held).status is MeasureStatus.OK
+    wrong = dict(first, token=1, held=(1,), expected=[data.expected[0] + 1.0])
+    assert run_payload(wrong, held).status is MeasureStatus.WRONG_ANSWER
+    assert set(held) == {1}                         # token 0 was no longer listed
+    with pytest.raises(InternalError, match="token 0"):
+        run_payload(later, held)
+
+
+def test_runner_sends_each_task_once_per_worker(runner, task, data, simple_config):
+    """Alternating tasks on one worker: each (task, data) pair keeps its own token, so the
+    second task's data never answers for the first, and a changed data object is resent."""
+    other = Task.from_op("matmul", (5, 7, 3))
+    other_data = TaskData.make(other)
+    other_config = SearchSpace(other).default_config()
+    tokens = []
+    for _ in range(2):
+        assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+        assert runner.run(other, other_data, other_config,
+                          "native").status is MeasureStatus.OK
+        tokens.append(list(runner._held)[-2:])
+    assert tokens[0] == tokens[1]                   # the second round sent no task
+    pairs = [runner._held[t] for t in tokens[1]]
+    assert pairs[0][0] is task and pairs[0][1] is data
+    assert pairs[1][0] is other and pairs[1][1] is other_data
+    wrong = TaskData(data.inputs, [data.expected[0] + 1.0])
+    assert runner.run(task, wrong, simple_config,
+                      "native").status is MeasureStatus.WRONG_ANSWER
+    assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
