@@ -4,7 +4,8 @@ Tables: `targets`, `tasks` (workload key, description, shapes JSON), `records` (
 measured candidate) and `features` (the cost-model feature vector of a record, keyed by record
 id, so later runs can train on tasks whose DAGs the log does not hold; created when missing, so
 older logs open unchanged). WAL mode and a commit after every record, so a killed tuning run
-loses at most the trial in flight and a reader can follow a writer.
+loses at most the trial in flight and a reader can follow a writer. The jsonl exchange format
+carries a record's feature vector too, as an optional `features` field.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 import sqlite_utils
 
 from ..te.errors import TuningDatabaseError
+from .features import FEATURE_VERSION, N_FEATURES
 
 SCHEMA_VERSION = 1
 OK_STATUS = "OK"
@@ -234,41 +236,73 @@ class Database:
 
     # ------------------------------------------------------------------ exchange
 
+    def feature_vectors(self, task_key: str, target: str,
+                        version: str) -> dict[str, np.ndarray]:
+        """The stored feature vectors of `task_key`'s records on `target` with layout
+        `version`, by config key (a resumed run need not lower its measured configs again)."""
+        rows = self._db.conn.execute(
+            "SELECT r.config_key, f.vector FROM records r JOIN features f ON f.record_id = r.id "
+            "WHERE r.task_key = ? AND r.target = ? AND f.version = ? AND r.schema_version = ? "
+            "ORDER BY r.id", (task_key, target, version, SCHEMA_VERSION))
+        return {key: np.frombuffer(vector, dtype=np.float32) for key, vector in rows}
+
+    # ------------------------------------------------------------------ exchange
+
     def export_jsonl(self, path: str | Path) -> int:
-        """Write every record as one JSON object per line (plus task rows); returns the count."""
+        """Write every record as one JSON object per line (plus task rows); returns the count.
+
+        A record with a stored feature vector gets a `features` field: {"version": layout
+        version, "vector": [floats]} (float32 values, so they read back bit for bit).
+        """
         n = 0
         with open(path, "w") as fh:
             for row in self._db.query("SELECT * FROM tasks ORDER BY workload_key"):
                 task = dict(row)
                 task["shapes"] = json.loads(task["shapes"])
                 fh.write(json.dumps({"kind": "task", **task}, sort_keys=True) + "\n")
-            for row in self._db.query("SELECT * FROM records ORDER BY id"):
-                fh.write(json.dumps({"kind": "record", **self._to_record(row).to_json()},
-                                    sort_keys=True) + "\n")
+            rows = self._db.query(
+                "SELECT r.*, f.version AS feature_version, f.vector AS feature_vector "
+                "FROM records r LEFT JOIN features f ON f.record_id = r.id ORDER BY r.id")
+            for row in rows:
+                obj = {"kind": "record", **self._to_record(row).to_json()}
+                if row["feature_vector"] is not None:
+                    vector = np.frombuffer(row["feature_vector"], dtype=np.float32)
+                    obj["features"] = {"version": row["feature_version"] or "",
+                                       "vector": [float(x) for x in vector]}
+                fh.write(json.dumps(obj, sort_keys=True) + "\n")
                 n += 1
         return n
 
     def import_jsonl(self, path: str | Path, target: str | None = None) -> int:
-        """Append the records of a jsonl log; reject the whole file on any bad line.
+        """Append the records of a jsonl log (and their feature vectors, when the lines carry
+        them); reject the whole file on any bad line.
 
         With `target`, every record must be for that target. Raises TuningDatabaseError naming
-        the file, the line and the reason (malformed JSON, missing field, foreign schema).
+        the file, the line and the reason (malformed JSON, missing field, foreign schema, a
+        feature vector of the wrong length for its version).
         """
         tasks, records = [], []
+        lengths: dict[str, tuple[int, int]] = {FEATURE_VERSION: (N_FEATURES, 0)}
         for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
             if not line.strip():
                 continue
-            tasks_or_records = _parse_line(path, lineno, line, target)
-            (tasks if tasks_or_records[0] == "task" else records).append(tasks_or_records[1])
+            kind, parsed = _parse_line(path, lineno, line, target, lengths)
+            (tasks if kind == "task" else records).append(parsed)
         for task in tasks:
             self.commit_task(task["workload_key"], task.get("description", ""),
                              task.get("shapes"), task.get("flops") or 0.0)
-        for record in records:
-            self.commit_record(record)
+        for record, features in records:
+            if features is None:
+                self.commit_record(record)
+            else:
+                self.commit_record(record, features[1], features[0])
         return len(records)
 
 
-def _parse_line(path, lineno: int, line: str, target: str | None) -> tuple[str, Any]:
+def _parse_line(path, lineno: int, line: str, target: str | None,
+                lengths: dict[str, tuple[int, int]]) -> tuple[str, Any]:
+    """One jsonl line: ("task", dict) or ("record", (Record, (version, vector) or None)).
+    `lengths` maps a feature version to (its vector length, the line that set it)."""
     where = f"{path}, line {lineno}"
     try:
         obj = json.loads(line)
@@ -294,12 +328,44 @@ def _parse_line(path, lineno: int, line: str, target: str | None) -> tuple[str, 
             "another target are never applied here (import without target= to keep them apart)")
     if not isinstance(obj["config"], dict) or not isinstance(obj["costs"], list):
         raise TuningDatabaseError(f"{where}: 'config' must be an object and 'costs' a list")
-    return "record", Record(task_key=obj["task_key"], target=obj["target"],
-                            config=obj["config"], costs=tuple(float(c) for c in obj["costs"]),
-                            status=obj["status"], error_text=obj.get("error_text", ""),
-                            kiln_version=obj.get("kiln_version", "0+unknown"),
-                            schema_version=obj["schema_version"],
-                            timestamp=obj.get("timestamp", time.time()))
+    features = _parse_features(where, obj["features"], lineno, lengths) \
+        if obj.get("features") is not None else None
+    record = Record(task_key=obj["task_key"], target=obj["target"], config=obj["config"],
+                    costs=tuple(float(c) for c in obj["costs"]), status=obj["status"],
+                    error_text=obj.get("error_text", ""),
+                    kiln_version=obj.get("kiln_version", "0+unknown"),
+                    schema_version=obj["schema_version"],
+                    timestamp=obj.get("timestamp", time.time()))
+    return "record", (record, features)
+
+
+def _parse_features(where: str, value: Any, lineno: int,
+                    lengths: dict[str, tuple[int, int]]) -> tuple[str, np.ndarray]:
+    """A record line's optional `features` field: (layout version, float32 vector).
+
+    The current layout must have N_FEATURES values; any other version must keep one length
+    across the file (the first line of that version sets it), so the prior never stacks
+    vectors of different layouts.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("version"), str) \
+            or not isinstance(value.get("vector"), list):
+        raise TuningDatabaseError(
+            f"{where}: 'features' must be an object with 'version' (text) and 'vector' (a "
+            "list of numbers); fix it or drop the field (the record imports without it)")
+    version, vector = value["version"], value["vector"]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+               for x in vector):
+        raise TuningDatabaseError(f"{where}: feature vector of version '{version}' holds a "
+                                  "value that is not a finite number")
+    expected, first_line = lengths.setdefault(version, (len(vector), lineno))
+    if len(vector) != expected:
+        origin = ("this Kiln's feature layout" if version == FEATURE_VERSION
+                  else f"line {first_line}, the first vector of that version")
+        raise TuningDatabaseError(
+            f"{where}: feature vector has {len(vector)} values, but version '{version}' has "
+            f"{expected} ({origin}); drop the 'features' field of this line (the record "
+            "imports without it) or export the log again")
+    return version, np.asarray(vector, dtype=np.float32)
 
 
 def iter_ok(records: Iterable[Record]) -> list[Record]:

@@ -109,8 +109,20 @@ class TaskTuner:
         self.best: Record | None = min((r for r in past if r.status == "OK"),
                                        key=lambda r: r.mean_cost, default=None)
         if past:
+            self._reuse_stored_features()
             self.search.update([r.config for r in past], [r.mean_cost for r in past])
         self.timer = TrialTimer()
+
+    def _reuse_stored_features(self) -> None:
+        """Seed the featurizer with the vectors stored for this task's records (same feature
+        layout), so resuming a long log does not apply and lower every measured config again
+        (10-20 ms each) before the first new trial. The stored vector describes the schedule
+        that was measured, which is what the model should learn from."""
+        if self.featurize is None:
+            return
+        stored = self.db.feature_vectors(self.task.workload_key, self.target, FEATURE_VERSION)
+        for key, vector in stored.items():
+            self.featurize.cache.setdefault(key, vector)
 
     @property
     def best_seconds(self) -> float:

@@ -135,6 +135,81 @@ def test_import_with_target_rejects_other_targets(db, tmp_path):
         db.import_jsonl(path, target="cpu-a")
 
 
+def _vector(seed, n=None):
+    import numpy as np
+    from kiln.autotune.features import N_FEATURES
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n or N_FEATURES) * 100).astype(np.float32)
+
+
+def test_export_import_jsonl_keeps_feature_vectors_bit_for_bit(db, tmp_path):
+    import numpy as np
+    from kiln.autotune.features import FEATURE_VERSION
+    with_features = [_record(2e-3), _record(1e-3)]
+    for i, r in enumerate(with_features):
+        db.commit_record(r, _vector(i), FEATURE_VERSION)
+    db.commit_record(_record(0, "INVALID_CONFIG", config={"bad": 1}))   # no vector
+    db.commit_record(_record(5e-3), _vector(9, n=7), "v0-older-layout")
+    path = tmp_path / "log.jsonl"
+    assert db.export_jsonl(path) == 4
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    records = [x for x in lines if x["kind"] == "record"]
+    assert "features" not in records[2]
+    assert records[0]["features"]["version"] == FEATURE_VERSION
+    other = Database(tmp_path / "other.db")
+    assert other.import_jsonl(path) == 4
+    back = other.feature_vectors(KEY, "cpu-a", FEATURE_VERSION)
+    assert list(back) == [config_key(r.config) for r in with_features]
+    for i, vector in enumerate(back.values()):
+        np.testing.assert_array_equal(vector, _vector(i))
+    old = other.feature_vectors(KEY, "cpu-a", "v0-older-layout")
+    np.testing.assert_array_equal(next(iter(old.values())), _vector(9, n=7))
+    rows = other.feature_rows("cpu-a", FEATURE_VERSION)
+    assert rows[KEY][0].shape == (2, len(_vector(0)))
+
+
+def test_import_of_jsonl_without_features_still_works(db, tmp_path):
+    """Files exported before vectors were part of the format import as before."""
+    from kiln.autotune.features import FEATURE_VERSION
+    path = tmp_path / "old.jsonl"
+    _write_lines(path, [{"kind": "record", **_record(1e-3).to_json()},
+                        {"kind": "record", **_record(2e-3).to_json(), "features": None}])
+    assert db.import_jsonl(path) == 2
+    assert len(db.records(KEY, "cpu-a")) == 2
+    assert db.feature_vectors(KEY, "cpu-a", FEATURE_VERSION) == {}
+
+
+def test_import_rejects_feature_vector_of_wrong_length_naming_line(db, tmp_path):
+    from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
+    good = {"kind": "record", **_record(1e-3).to_json(),
+            "features": {"version": FEATURE_VERSION, "vector": _vector(0).tolist()}}
+    short = dict(good, features={"version": FEATURE_VERSION, "vector": [1.0, 2.0]})
+    path = tmp_path / "short.jsonl"
+    _write_lines(path, [good, short])
+    with pytest.raises(TuningDatabaseError,
+                       match=rf"short.jsonl, line 2: feature vector has 2 values, but version "
+                             rf"'{FEATURE_VERSION}' has {N_FEATURES} .*drop the 'features'"):
+        db.import_jsonl(path)
+    assert db.records(KEY, "cpu-a") == []   # nothing of a rejected file is imported
+    # another layout: the first vector of that version sets its length for the file
+    other = [dict(good, features={"version": "v0-x", "vector": [1.0, 2.0, 3.0]}),
+             dict(good, features={"version": "v0-x", "vector": [1.0, 2.0]})]
+    _write_lines(path, other)
+    with pytest.raises(TuningDatabaseError, match=r"line 2: .*has 2 values.*'v0-x' has 3 "
+                                                  r"\(line 1, the first vector"):
+        db.import_jsonl(path)
+
+
+@pytest.mark.parametrize("features", [[1.0, 2.0], {"version": 3, "vector": [1.0]},
+                                      {"version": "v1", "vector": [1.0, "x"]},
+                                      {"version": "v1", "vector": [float("nan")]}])
+def test_import_rejects_malformed_features_field(db, tmp_path, features):
+    path = tmp_path / "bad_features.jsonl"
+    _write_lines(path, [{"kind": "record", **_record(1e-3).to_json(), "features": features}])
+    with pytest.raises(TuningDatabaseError, match=r"line 1: .*(features|feature vector)"):
+        db.import_jsonl(path)
+
+
 def test_commit_rejects_foreign_schema_record(db):
     record = Record(KEY, "cpu-a", {}, (1.0,), "OK", schema_version=SCHEMA_VERSION + 5)
     with pytest.raises(TuningDatabaseError, match="schema version"):

@@ -14,6 +14,7 @@ import pytest
 from kiln.autotune.database import Database, Record, config_key
 from kiln.autotune.measure import MeasureOptions
 from kiln.autotune.scheduler import tune_tasks
+from kiln.autotune.search import Featurizer
 from kiln.autotune.space import SearchSpace
 from kiln.autotune.task import Task
 from kiln.autotune.tuner import apply_best, build_best, canonical_target, tune_task
@@ -202,3 +203,25 @@ def test_remeasure_best_appends_the_default_and_the_leaders_again(tmp_path):
     assert len(after) == len(before) + len(added)          # appended, nothing removed
     assert db.best(task.workload_key, target)[0].mean_cost == min(
         r.mean_cost for r in after if r.status == "OK")
+
+
+def test_resume_reuses_stored_feature_vectors_instead_of_lowering_again(tmp_path):
+    """Records with a vector of the current layout seed the featurizer; a vector of another
+    layout is ignored and the config is featurized from its lowering."""
+    from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
+    from kiln.autotune.tuner import TaskTuner
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    space = SearchSpace(task)
+    stored, foreign = space.default_config(), dict(space.default_config(), **{"C/unroll": 0})
+    sentinel = np.full(N_FEATURES, 7.0, np.float32)
+    db.commit_record(Record(task.workload_key, target, stored, (1e-3,), "OK"), sentinel,
+                     FEATURE_VERSION)
+    db.commit_record(Record(task.workload_key, target, foreign, (2e-3,), "OK"), sentinel,
+                     "v0-older-layout")
+    tuner = TaskTuner(task, "native", db, search="xgb", transfer=False)
+    cache = tuner.featurize.cache
+    np.testing.assert_array_equal(cache[config_key(stored)], sentinel)
+    assert not np.array_equal(cache[config_key(foreign)], sentinel)
+    np.testing.assert_array_equal(cache[config_key(foreign)],
+                                  Featurizer(space)(foreign))
