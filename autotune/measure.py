@@ -23,6 +23,7 @@ import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Callable
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from ..te.reference import evaluate
 from ..te.tensor import ComputeOp
 from ..te.visit import walk
 from ..te.workload import topo_ops
+from .features import extract_features
 from .space import SearchSpace
 from .task import Task
 
@@ -238,6 +240,23 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
     return clock.result(MeasureStatus.OK, costs=costs)
 
 
+def features_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> list:
+    """Feature vectors of the payload's configs (None for a config that cannot be lowered),
+    computed the way the parent's Featurizer does: apply, lower, extract. The worker runs
+    this while the parent proposes, when it would otherwise sit idle."""
+    entry = _held_task(payload, held)
+    out: list[np.ndarray | None] = []
+    for config in payload["configs"]:
+        try:
+            if entry.space is None:
+                entry.space = SearchSpace(entry.task)
+            sch, args = entry.space.apply(config)
+            out.append(extract_features(lower(sch, args, name=entry.task.name)))
+        except KilnError:
+            out.append(None)
+    return out
+
+
 class _PhaseClock:
     """perf_counter laps of the worker's phases, attached to the result it returns."""
 
@@ -292,7 +311,10 @@ def serve(read_fd: int, write_fd: int) -> None:
         if payload is None:
             return
         try:
-            result = run_payload(payload, held)
+            if payload.get("kind") == "features":
+                result = features_payload(payload, held)
+            else:
+                result = run_payload(payload, held)
         except Exception:  # noqa: BLE001 - never let one candidate kill the worker loop
             result = MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
         outbox.send(result)
@@ -346,6 +368,13 @@ class Runner:
             raise KilnError(f"the measurement worker exited at start-up (exit code {code}); "
                             "run `python -c 'import kiln.autotune.measure'` to see why") from None
 
+    def start(self) -> None:
+        """Start the worker now if it is not running (otherwise the next call starts it)."""
+        if not self._alive():
+            if self._process is not None:
+                self._stop(kill=True)
+            self._start()
+
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -394,10 +423,7 @@ class Runner:
             test_fault: str | None = None, best_seconds: float = math.inf) -> MeasureResult:
         """Measure one config of `task`; every outcome is a MeasureResult (never raises for
         a bad candidate)."""
-        if not self._alive():
-            if self._process is not None:
-                self._stop(kill=True)
-            self._start()
+        self.start()
         token, fresh = self._token(task, data)
         payload = {"workload_key": task.workload_key, "token": token,
                    "held": tuple(self._held), "config": config, "target": target,
@@ -416,6 +442,50 @@ class Runner:
         self._stop(kill=True)
         return MeasureResult(MeasureStatus.TIMEOUT, error_text=(
             f"candidate did not finish within {self.options.timeout:.1f} s; worker killed"))
+
+    def features(self, task: Task, data: TaskData, configs: list[dict],
+                 meanwhile: Callable[[], None]) -> list | None:
+        """Feature vectors of `configs` computed in the worker while `meanwhile()` runs here;
+        None (and `meanwhile` still run) when the worker cannot answer, so the caller
+        computes them itself. Never raises for a worker failure."""
+        sent = False
+        try:
+            self.start()
+            token, fresh = self._token(task, data)
+            payload = {"kind": "features", "token": token, "held": tuple(self._held),
+                       "configs": configs}
+            if fresh:
+                payload.update(task=pickle.dumps(task), inputs=data.inputs,
+                               expected=data.expected)
+            self._send.send(payload)
+            sent = True
+        except (KilnError, EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+            log.debug("worker featurization not started: %s", exc)
+            self._stop(kill=True)
+        try:
+            meanwhile()
+        except BaseException:       # Ctrl-C included: do not wait for the worker's answer
+            if sent:
+                self._stop(kill=True)
+            raise
+        return self._features_reply(len(configs)) if sent else None
+
+    def _features_reply(self, n: int) -> list | None:
+        try:
+            if self._conn.poll(self.options.timeout):
+                reply = self._conn.recv()
+                if isinstance(reply, list) and len(reply) == n:
+                    return reply
+                log.debug("worker featurization failed: %s",
+                          getattr(reply, "error_text", reply))
+                return None
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        except BaseException:       # Ctrl-C: an answer left in the pipe would be misread
+            self._stop(kill=True)
+            raise
+        self._stop(kill=True)       # dead or hung: the next candidate starts a fresh one
+        return None
 
     def _died(self) -> MeasureResult:
         try:

@@ -158,3 +158,36 @@ def test_runner_sends_each_task_once_per_worker(runner, task, data, simple_confi
     assert runner.run(task, wrong, simple_config,
                       "native").status is MeasureStatus.WRONG_ANSWER
     assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+
+
+def test_worker_features_equal_the_parents(runner, task, data):
+    """The worker featurizes while the parent works: same vectors as the parent's
+    Featurizer, None for a config that cannot be applied, and `meanwhile` ran."""
+    from kiln.autotune.search import Featurizer
+    import random
+    space = SearchSpace(task)
+    rng = random.Random(5)
+    configs = [space.default_config()] + [space.sample(rng) for _ in range(4)]
+    configs.append({"C/no_such_knob": 1})
+    ran = []
+    vectors = runner.features(task, data, configs, lambda: ran.append(True))
+    assert ran == [True] and vectors is not None and len(vectors) == len(configs)
+    local = Featurizer(space)
+    for config, vector in zip(configs[:-1], vectors[:-1]):
+        np.testing.assert_array_equal(vector, local(config))
+    assert vectors[-1] is None
+
+
+def test_worker_features_fall_back_when_the_worker_dies(task, data, simple_config):
+    """A worker killed while featurizing answers None (the caller computes the vectors
+    itself) and the next candidate runs in a fresh worker."""
+    import os
+    import signal
+    with Runner(MeasureOptions(timeout=20.0, repeat=1, min_repeat_seconds=0.0)) as runner:
+        assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+
+        def kill_worker():
+            os.kill(runner._process.pid, signal.SIGKILL)
+            runner._process.wait()
+        assert runner.features(task, data, [simple_config] * 3, kill_worker) is None
+        assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK

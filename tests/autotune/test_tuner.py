@@ -225,3 +225,33 @@ def test_resume_reuses_stored_feature_vectors_instead_of_lowering_again(tmp_path
     assert not np.array_equal(cache[config_key(foreign)], sentinel)
     np.testing.assert_array_equal(cache[config_key(foreign)],
                                   Featurizer(space)(foreign))
+
+
+@pytest.mark.slow
+def test_shared_featurizer_proposes_exactly_what_the_local_one_does(tmp_path):
+    """Half of the new candidates are lowered in the measurement worker: the vectors, and so
+    the model's proposals, are the same as when the parent lowers them all."""
+    import random
+
+    from kiln.autotune.measure import Runner, TaskData
+    from kiln.autotune.search import SearchConfig
+    from kiln.autotune.tuner import SharedFeaturizer, TaskTuner
+    task = Task.from_op("matmul", (32, 16, 48))
+    space = SearchSpace(task)
+    rng = random.Random(0)
+    history = [space.sample(rng) for _ in range(12)]
+    costs = [1e-3 * (1 + i % 5) for i in range(len(history))]
+    proposals, answered = {}, []
+    for share in (True, False):
+        with Runner(FAST) as runner:
+            tuner = TaskTuner(task, "native", Database(tmp_path / f"{share}.db"), "xgb",
+                              runner, SearchConfig(seed=1), transfer=False,
+                              share_features=share)
+            assert isinstance(tuner.search.featurize, SharedFeaturizer) == share
+            tuner._data = TaskData.make(tuner.task)
+            features = runner.features
+            runner.features = lambda *args: answered.append(features(*args)) or answered[-1]
+            tuner.search.update(history, costs)
+            proposals[share] = [config_key(c) for c in tuner.search.propose(set(), 8)]
+    assert answered and all(a is not None for a in answered)    # the worker did its share
+    assert len(proposals[True]) == 8 and proposals[True] == proposals[False]
