@@ -39,7 +39,8 @@ MAX_MID = 64              # middle (cache) tile
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
-MAX_WHOLE_REDUCE = 256    # a single reduce axis at most this long is one register-tile loop
+MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
+GEMM_MAX_ROWS = 4         # rows of a GEMM's register tile on AVX2 (see _anchor_defaults)
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
@@ -362,7 +363,8 @@ class SearchSpace:
     def default_config(self) -> dict:
         """A sensible schedule without tuning: a register tile sized to the vector register
         file (see `_anchor_defaults`), local accumulator, one parallel level, vectorised and
-        unrolled; operands packed for GEMM-sized anchors."""
+        unrolled; the vector operand packed for GEMM-sized anchors; row groups and joined
+        epilogues on."""
         config = {}
         anchor_values = {}
         for anchor in self.anchors:
@@ -436,8 +438,13 @@ class SearchSpace:
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:
+                # GEMM-like (one reduce axis) on AVX2: LLVM keeps the accumulators of at
+                # most 4 unrolled rows in registers; from 5 rows on they are stored back
+                # every k (840x128x256: 4x16 82 GFLOPS, 5x16 29, 6x16 29)
+                gemm_like = len(op.reduce_axis) == 1 and not _window_axes(op)
+                max_rows = GEMM_MAX_ROWS if gemm_like and target.vector_bits < 512 else None
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
-                                                        inner[-1], lanes, budget)
+                                                        inner[-1], lanes, budget, max_rows)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
@@ -464,27 +471,30 @@ class SearchSpace:
         for pos, axis in enumerate(op.axis):
             knob = self._by_name[f"{label}/tile/{pos}:{axis.name}"]
             values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
-        # one reduce axis of at most MAX_WHOLE_REDUCE (a GEMM's K): the register tile
-        # accumulates all of it, its accumulators loaded and stored once, not once per block
-        # of 16 (BERT's 128x256x256 linear 64 -> 72 GFLOPS, its attention matmuls ~10%)
-        whole = (not streaming and len(op.reduce_axis) == 1 and not _window_axes(op)
-                 and op.reduce_axis[0].extent <= MAX_WHOLE_REDUCE)
+        # one reduce axis (a GEMM's K): the register tile accumulates all of it when it is at
+        # most MAX_WHOLE_REDUCE long, else blocks of about 128, so its accumulators are
+        # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
+        # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
+        gemm_k = (not streaming and len(op.reduce_axis) == 1 and not _window_axes(op))
         for pos, axis in enumerate(op.reduce_axis):
             knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
-            want = 1 if streaming else axis.extent if axis.extent <= 7 or whole else 16
+            if gemm_k:
+                want = _reduce_block(axis.extent)
+            else:
+                want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
         # packing pays when the copy is amortised over much reuse (a GEMM-sized tile loop):
         # 1024^3 GEMM 0.39x -> 1.08x numpy at 1 thread with both operands packed
         heavy = (n and not streaming and math.prod(extents) >= 4096
                  and math.prod(a.extent for a in op.reduce_axis) >= 64)
         for pack in anchor.packs:
-            # with the whole reduction in the register tile, each row of the broadcast
-            # operand (A) is one K-long sequential stream the prefetcher follows: its
-            # strided panel copy costs more than it saves (128x256x256 72 -> 81 GFLOPS,
-            # BERT's batched attention matmuls 15-30% faster unpacked)
+            # with long reduce blocks, each row of the broadcast operand (A) is a sequential
+            # stream the prefetcher follows: its strided panel copy costs more than it saves
+            # (128x256x256 72 -> 81 GFLOPS, 1024^3 61 -> 69, BERT's batched attention
+            # matmuls 15-30% faster unpacked); the vector operand's panel stays packed
             rows_operand = pack.axis_pos != n - 1
             values[pack.knob] = int(bool(heavy) and math.prod(pack.tensor.shape) >= 16384
-                                    and not (whole and rows_operand))
+                                    and not (gemm_k and rows_operand))
         return values
 
     def _axis_extent(self, label: str, pos: int) -> int:
@@ -714,6 +724,15 @@ def _nearest_scalar(choices: tuple, want: int):
     return min(choices, key=lambda c: (abs(math.log2(max(c, 1)) - math.log2(want)), c))
 
 
+def _reduce_block(extent: int) -> int:
+    """The reduce tile of a GEMM-like anchor: the whole axis up to MAX_WHOLE_REDUCE, else
+    the largest divisor in [32, 128] (a guarded tail in the register tile's k loop costs
+    more than a shorter block), else 128."""
+    if extent <= MAX_WHOLE_REDUCE:
+        return extent
+    return max((d for d in range(32, 129) if extent % d == 0), default=128)
+
+
 def _vector_tile(extent: int, lanes: int) -> int:
     """Two vectors or one, whichever divides `extent` (a guarded tail in the register tile
     costs more than a narrower tile); a short axis is taken whole."""
@@ -743,18 +762,21 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
 
 
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
-                   budget: int) -> tuple[int, int]:
+                   budget: int, max_rows: int | None = None) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
-    vector registers, rows dividing the axis; ties keep the wider vector. One vector wide
-    can win for short rows: 7 rows x 1 vector beats 2 rows x 2 vectors on a 14-wide axis
-    (and 7 x 2 vectors would spill: 14 accumulators + operands > 16 registers)."""
+    vector registers and at most `max_rows` rows, rows dividing the axis; ties keep the
+    wider vector. One vector wide can win for short rows: 7 rows x 1 vector beats 2 rows x
+    2 vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
+    > 16 registers)."""
+    def row_cap(vectors):
+        return max(1, min(budget // vectors, max_rows or budget))
     widths = [width]
     if width == 2 * lanes or (width > lanes and width % lanes == 0):
         widths.append(lanes)
     best = None
     for w in widths:
         vectors = -(-w // lanes)
-        cap = max(1, budget // vectors)
+        cap = row_cap(vectors)
         rows = _rows_tile(rows_extent, cap)
         if rows > cap:                      # _rows_tile may take one more row than asked
             rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
@@ -762,7 +784,10 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
         if best is None or score > best[0]:
             best = (score, rows, w)
     if vec_extent % best[2]:
-        return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
+        cap = row_cap(-(-width // lanes))
+        rows = _rows_tile(rows_extent, cap)
+        return (rows if rows <= cap or max_rows is None else
+                max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)), width
     return best[1], best[2]
 
 

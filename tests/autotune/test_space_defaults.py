@@ -150,3 +150,16 @@ def test_default_cache_tiles_divide_the_axes(width):
         extent = space.anchors[0].op.axis[pos].extent
         if extent % inner == 0:
             assert (extent // inner) % mid == 0, (name, extent, mid, inner)
+
+
+def test_gemm_register_tile_has_at_most_four_rows_on_avx2():
+    # LLVM keeps only up to 4 unrolled rows of accumulators in registers (5+ rows are
+    # stored back every k: 3x slower); AVX-512 keeps the register budget alone
+    for shape in [(96, 64, 96), (840, 128, 256), (48, 32, 40)]:
+        rows, _ = _register_tile(SearchSpace(Task.from_op("matmul", shape, target=AVX2)), "C")
+        assert rows <= 4 and shape[0] % rows == 0, shape
+    rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", (96, 64, 96),
+                                                         target=AVX512)), "C")
+    assert rows * cols // 16 > 8
+    conv = SearchSpace(Task.from_op("conv2d", (1, 64, 28, 28, 64, 3, 3, 1, 1), target=AVX2))
+    assert _register_tile(conv, "conv") == [1, 1, 7, 8]     # convs keep longer rows
