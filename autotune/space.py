@@ -13,7 +13,8 @@ Rules, per stage of the DAG:
     contiguous axis into [rows, 1]) may be computed row by row, each reduction split into a
     vectorised partial and a final reduction at the row loop (`rows` knob).
 An epilogue reached through stages that branch and rejoin (GELU) is fused under the anchor's
-`epilogue` knob. A config is a JSON-able dict knob name -> choice; `apply(config)` rebuilds the schedule.
+`epilogue` knob. A config is a JSON-able dict knob name -> choice; `apply(config)` rebuilds
+the schedule.
 """
 from __future__ import annotations
 
@@ -547,10 +548,31 @@ class SearchSpace:
         remap, packed, parts = self._rewrite(config)
         new = {t: remap.get(t.op, t.op).output() for t in self.task.args}
         sch = create_schedule([new[t] for t in self.task.outputs])
-        deferred: dict[ComputeOp, list[Stage]] = {}     # anchor -> producers computed at it
-        rows = self._active_rows(config)
-        per_row = {op: [] for op in (g.out for g in rows)}  # stages computed at each row
-        row_of = {op: g.out for g in rows for op in g.stages}
+        groups = self._active_rows(config)
+        per_row = {g.out: [] for g in groups}   # group output -> stages computed per row
+        deferred = self._schedule_producers(sch, config, remap, groups, per_row)
+        for tensor, panel in packed:
+            _schedule_elementwise(sch[tensor.op], panel if panel > 1 else 1, 1)
+        fused = self._schedule_anchors(sch, config, remap, groups, deferred)
+        for op in self.elementwise:
+            if op in fused or op in per_row:
+                continue
+            label = self._stage_label(op)
+            _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
+                                  config[f"{label}/parallel"])
+        for group in groups:
+            _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
+                                [parts[op] for op in group.members], per_row[group.out],
+                                _vector_lanes(self.task.target, group.out.dtype), True)
+        return sch, [new[t] for t in self.task.args]
+
+    def _schedule_producers(self, sch: Schedule, config: dict, remap: dict,
+                            groups: list[_RowGroup], per_row: dict) -> dict:
+        """Inline, materialise or defer each injective non-output stage by its `inline`
+        mode; a stage of an active row group that is not inlined joins `per_row`. Returns
+        anchor -> the producers to compute at its tile loop."""
+        deferred: dict[ComputeOp, list[Stage]] = {}
+        row_of = {op: g.out for g in groups for op in g.stages}
         for op in self.inlined:
             mode = config[f"{self._stage_label(op)}/inline"] if op in self.optional_inline \
                 else INLINE
@@ -568,10 +590,14 @@ class SearchSpace:
                 _schedule_rows(stage)
             else:
                 stage.compute_inline()
-        for tensor, panel in packed:
-            _schedule_elementwise(sch[tensor.op], panel if panel > 1 else 1, 1)
-        fused = set()       # joined epilogues scheduled at their anchor
-        members = {op for g in rows for op in g.members}
+        return deferred
+
+    def _schedule_anchors(self, sch: Schedule, config: dict, remap: dict,
+                          groups: list[_RowGroup], deferred: dict) -> set:
+        """Schedule every anchor not in an active row group, and the producers deferred to
+        it; returns the joined epilogues it fused (their own knobs are then unused)."""
+        fused = set()
+        members = {op for g in groups for op in g.members}
         for anchor in self.anchors:
             if anchor.op in members:
                 continue
@@ -589,17 +615,7 @@ class SearchSpace:
                     _schedule_rows(stage)
                 else:
                     stage.compute_at(parent, loop)
-        for op in self.elementwise:
-            if op in fused or op in per_row:
-                continue
-            label = self._stage_label(op)
-            _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
-                                  config[f"{label}/parallel"])
-        for group in rows:
-            _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
-                                [parts[op] for op in group.members], per_row[group.out],
-                                _vector_lanes(self.task.target, group.out.dtype), True)
-        return sch, [new[t] for t in self.task.args]
+        return fused
 
     def _active_rows(self, config: dict) -> list[_RowGroup]:
         return [g for g in self.row_groups if config[g.knob]]

@@ -66,6 +66,16 @@ def shared_max_task(m, n):
     return Task(f"shared_{m}x{n}", (M, Y), (X, M, Y))
 
 
+def row_sum_silu_task(m, n):
+    """s * sigmoid(s) of a row sum: a joined epilogue of the sum and a row group at once."""
+    X = te.placeholder((m, n), name="X")
+    r = te.reduce_axis(n, "r")
+    S = te.compute((m, 1), lambda i, z: te.sum(X[i, r], axis=[r]), name="rowsum")
+    G = te.compute(S.shape, lambda *i: te.sigmoid(S(*i)), name="sigmoid")
+    Y = te.compute(S.shape, lambda *i: S(*i) * G(*i), name="silu")
+    return Task(f"rowsum_silu_{m}x{n}", (Y,), (X, Y))
+
+
 def _inputs(task, seed=0):
     rng = np.random.default_rng(seed)
     return {t: rng.uniform(-2, 2, t.shape).astype(t.dtype)
@@ -192,3 +202,20 @@ def test_matmul_into_one_column_is_a_row_group_and_correct():
     for config in configs:
         (got,) = _run(task, space, config, inputs, compiled=True)
         np.testing.assert_allclose(got, expected[0], rtol=1e-4, atol=1e-5, err_msg=str(config))
+
+
+def test_row_group_of_a_joined_epilogue_every_knob_combination():
+    task = row_sum_silu_task(5, 21)
+    space = SearchSpace(task)
+    (anchor,) = space.anchors
+    (group,) = space.row_groups
+    assert anchor.joined and anchor.epilogue.name == "silu" and group.out.name == "silu"
+    inputs = _inputs(task, seed=2)
+    expected = evaluate(list(task.outputs), inputs)
+    default = space.default_config()
+    for rows in (0, 1, 2):
+        for epilogue in (0, 1):
+            config = dict(default, **{group.knob: rows, "rowsum/epilogue": epilogue})
+            (got,) = _run(task, space, config, inputs, compiled=True)
+            np.testing.assert_allclose(got, expected[0], rtol=1e-4, atol=1e-5,
+                                       err_msg=str(config))
