@@ -12,9 +12,11 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-# exclusive parts: together (plus "other") they are the wall time of the tuning steps
+# exclusive parts: together (plus "other") they are the wall time of the tuning steps;
+# worker_timeout is the whole round trip of a candidate that hit the timeout (it was being
+# built or timed, so it is measurement, not overhead)
 PARTS = ("propose", "worker_setup", "worker_lower", "worker_compile", "worker_check",
-         "worker_run", "ipc", "db_commit", "model_update", "other")
+         "worker_run", "worker_timeout", "ipc", "db_commit", "model_update", "other")
 # sub-parts, contained in propose / model_update
 SUB_PARTS = ("features", "score", "fit")
 # overhead: everything but lowering, compiling, checking and timing the candidate
@@ -40,9 +42,13 @@ class TrialTimer:
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, seconds)
 
-    def add_measurement(self, wall: float, phases: dict) -> None:
+    def add_measurement(self, wall: float, phases: dict, timed_out: bool = False) -> None:
         """One candidate's round trip: the worker's own phases, the rest is IPC (pickling,
-        pipes, worker start-up or restart after a crash)."""
+        pipes, worker start-up or restart after a crash). A candidate that timed out reports
+        no phases: its round trip is `worker_timeout`, not IPC."""
+        if timed_out:
+            self.add("worker_timeout", wall)
+            return
         inside = 0.0
         for phase, seconds in phases.items():
             self.add(f"worker_{phase}", seconds)

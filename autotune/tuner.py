@@ -237,7 +237,8 @@ class TaskTuner:
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
                                      best_seconds=self.best_seconds)
-            timer.add_measurement(time.perf_counter() - sent, result.phases)
+            timer.add_measurement(time.perf_counter() - sent, result.phases,
+                                  timed_out=result.status is MeasureStatus.TIMEOUT)
             record = Record(self.task.workload_key, self.target, config, result.costs,
                             result.status.value, result.error_text)
             with timer.part("db_commit"):

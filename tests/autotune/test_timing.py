@@ -20,18 +20,21 @@ def test_timer_summary_splits_wall_time_into_parts():
     timer.add_measurement(2.0, {"setup": 0.1, "lower": 0.2, "compile": 1.0, "check": 0.1,
                                 "run": 0.4})
     timer.add_measurement(1.0, {"setup": 0.1})              # a config the worker refused
+    timer.add_measurement(0.3, {}, timed_out=True)           # killed at the timeout
     timer.add_counters({"features": 1.0, "fit": 0.0}, {"features": 1.25, "fit": 0.1})
     timer.add("db_commit", 0.1)
     timer.trials, timer.wall = 2, 4.0
     s = timer.summary()
     assert s["seconds"]["ipc"] == pytest.approx(0.2 + 0.9)  # round trip minus worker phases
+    assert s["seconds"]["worker_timeout"] == pytest.approx(0.3)
     assert s["seconds"]["worker_compile"] == 1.0 and s["seconds"]["features"] == 0.25
-    assert s["seconds"]["other"] == pytest.approx(4.0 - 3.6)
+    assert s["seconds"]["other"] == pytest.approx(4.0 - 3.9)
     assert sum(s["seconds"][p] for p in PARTS) == pytest.approx(4.0)
     assert s["per_trial"]["worker_run"] == pytest.approx(0.2)
     assert s["candidates_per_minute"] == pytest.approx(30.0)
-    # overhead: everything but lower, compile, check and run (0.2 + 1.0 + 0.1 + 0.4)
-    assert s["overhead_share"] == pytest.approx((4.0 - 1.7) / 4.0)
+    # overhead: everything but lower, compile, check and run (0.2 + 1.0 + 0.1 + 0.4) and the
+    # candidate that timed out (0.3)
+    assert s["overhead_share"] == pytest.approx((4.0 - 1.7 - 0.3) / 4.0)
     both = merge_summaries([timer, timer])
     assert both["trials"] == 4 and both["seconds"]["worker_compile"] == 2.0
     assert TrialTimer().summary()["candidates_per_minute"] == 0.0
