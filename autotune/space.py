@@ -41,6 +41,7 @@ MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left roll
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
+REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
 GEMM_MAX_ROWS = 4         # rows of a GEMM's register tile on AVX2 (see _anchor_defaults)
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
@@ -477,10 +478,14 @@ class SearchSpace:
         # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
         # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
         gemm_k = (not streaming and len(op.reduce_axis) == 1 and not _window_axes(op))
+        nested = (_nested_reduce_tiles(op) if len(op.reduce_axis) > 1 and not streaming
+                  else None)
         for pos, axis in enumerate(op.reduce_axis):
             knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
             if gemm_k:
                 want = _reduce_block(axis.extent)
+            elif nested is not None:
+                want = nested[pos]
             else:
                 want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
@@ -587,7 +592,7 @@ class SearchSpace:
                 _schedule_elementwise(stage, min(lanes, op.axis[-1].extent) if op.axis
                                       else 1, 1)
             elif mode in (ROOT_ROWS, AT_ANCHOR):
-                _schedule_rows(stage)
+                _schedule_rows(stage, _vector_lanes(self.task.target, op.dtype))
             else:
                 stage.compute_inline()
         return deferred
@@ -611,10 +616,12 @@ class SearchSpace:
                 sch, _Anchor(remap.get(anchor.op, anchor.op), remap.get(epi, epi) if epi
                              else None, anchor.is_output), config, label)
             for stage in deferred.get(anchor.op, ()):
+                lanes = _vector_lanes(self.task.target, stage.op.dtype)
                 if loop is None:
-                    _schedule_rows(stage)
+                    _schedule_rows(stage, lanes)
                 else:
                     stage.compute_at(parent, loop)
+                    _vectorize_copy_row(stage, lanes)
         return fused
 
     def _active_rows(self, config: dict) -> list[_RowGroup]:
@@ -747,6 +754,24 @@ def _reduce_block(extent: int) -> int:
     if extent <= MAX_WHOLE_REDUCE:
         return extent
     return max((d for d in range(32, 129) if extent % d == 0), default=128)
+
+
+def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
+    """Inner tiles of several reduce axes (a conv's channels and window, a blocked conv's
+    channel blocks, window and in-block channels): taken whole from the innermost axis out
+    while the register tile's reduction stays within `steps` multiply-adds, so the weights one
+    cache tile reads per visit stay cache-sized whatever the layout splits channels into."""
+    tiles = [1] * len(op.reduce_axis)
+    budget = steps
+    for pos in range(len(op.reduce_axis) - 1, -1, -1):
+        extent = op.reduce_axis[pos].extent
+        if extent <= budget:
+            tiles[pos], budget = extent, budget // extent
+        else:
+            tiles[pos] = max(1, max((f for f in range(1, budget + 1) if extent % f == 0),
+                                    default=1))
+            budget = 1
+    return tiles
 
 
 def _vector_tile(extent: int, lanes: int) -> int:
@@ -995,13 +1020,50 @@ def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> IterVar:
     return outer[-1]
 
 
-def _schedule_rows(stage: Stage) -> None:
+def _schedule_rows(stage: Stage, lanes: int = 1) -> None:
     """A materialised injective stage (padding) as rows: the outer axes fused into one
     parallel loop, each row a plain loop: its clamped, selected loads do not vectorise (they
-    would be lane-by-lane gathers), and there is no div/mod of a flat index per element."""
+    would be lane-by-lane gathers), and there is no div/mod of a flat index per element.
+    A row that is a plain copy (the channel block of a blocked-layout pad) is vectorised."""
     axes = list(stage.op.axis)
     if len(axes) >= 2:
         stage.parallel(stage.fuse(*axes[:-1]))
+    _vectorize_copy_row(stage, lanes)
+
+
+def _vectorize_copy_row(stage: Stage, lanes: int) -> None:
+    """Vectorise the innermost axis of an injective stage when it is a plain copy axis."""
+    axis = stage.op.axis[-1] if stage.op.axis else None
+    if axis is None or lanes <= 1 or axis.extent < lanes // 2 or not _is_copy_axis(stage.op):
+        return
+    if axis.extent <= 2 * lanes:
+        stage.vectorize(axis)
+    else:
+        stage.vectorize(stage.split(axis, factor=lanes)[1])
+
+
+class _HideLastIndex(ExprMutator):
+    """Replaces `var` where it is the last index of a load (to see where else it occurs)."""
+
+    def __init__(self, var):
+        super().__init__()
+        self.var = var
+
+    def visit_TensorLoad(self, node: TensorLoad) -> E.Expr:
+        indices = [self.visit(i) for i in node.indices]
+        if node.indices and node.indices[-1] == self.var:
+            indices[-1] = E.const(0, "int32")
+        return TensorLoad(node.dtype, node.tensor, tuple(indices))
+
+
+def _is_copy_axis(op: ComputeOp) -> bool:
+    """True when the innermost axis of `op` only ever indexes the last dimension of the
+    tensors it loads (no condition, offset or other index uses it): its lanes are then
+    contiguous loads and stores, as for the channel block of a blocked-layout pad; the
+    padded W axis of an NCHW pad is not one."""
+    var = op.axis[-1].var
+    hidden = _HideLastIndex(var).visit(op.body)
+    return all(node != var for node in walk(hidden))
 
 
 def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:
