@@ -31,7 +31,9 @@ def test_same_operator_same_key_different_shape_different_key():
 def test_every_operator_builds_a_task_with_outputs_last(name):
     shapes = {"matmul": (4, 5, 6), "dense": (4, 5, 6), "batch_matmul": (2, 3, 4, 5),
               "conv2d": (1, 2, 6, 6, 3, 3, 3, 1, 1), "depthwise_conv2d": (1, 2, 6, 6, 3, 3),
-              "softmax": (3, 7), "pooling": (1, 2, 6, 6, 2)}
+              "softmax": (3, 7), "pooling": (1, 2, 6, 6, 2),
+              "conv2d_nchwc": (1, 16, 6, 6, 8, 3, 3, 1, 1, 8, 8),
+              "depthwise_conv2d_nchwc": (1, 16, 6, 6, 3, 3, 1, 1, 8)}
     task = Task.from_op(name, shapes[name])
     assert task.args[-1] == task.outputs[0] and task.output_positions == (len(task.args) - 1,)
     assert task.flops > 0 and task.name.startswith(name)
