@@ -43,6 +43,7 @@ MIN_CACHE_WORK = 64       # output points below which no local accumulator is of
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
 REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
 GEMM_MAX_ROWS = 4         # rows of a GEMM's register tile on AVX2 (see _anchor_defaults)
+MIN_PARALLEL_POINTS = 1 << 16  # elementwise outputs smaller than this default to one loop
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
@@ -371,6 +372,8 @@ class SearchSpace:
         anchor_values = {}
         for anchor in self.anchors:
             anchor_values.update(self._anchor_defaults(anchor))
+        for op in self.elementwise:
+            anchor_values.update(self._elementwise_defaults(op))
         for knob in self.knobs:
             kind = knob.name.split("/")[1]
             if knob.name in anchor_values:
@@ -407,6 +410,24 @@ class SearchSpace:
             return AT_ANCHOR if len(readers) > 1 else INLINE
         reader = self._sole_anchor_reader(op)
         return AT_ANCHOR if reader is not None and _window_axes(reader) else ROOT_ROWS
+
+    def _elementwise_defaults(self, op: ComputeOp) -> dict:
+        """The widest vector of at most MAX_VECTOR_TILE lanes (and at least one register)
+        that divides the last axis, and a parallel loop only above MIN_PARALLEL_POINTS
+        points: `parallel` fuses every loop, the vector axis's outer part included, so each
+        vector's indices are recovered by div/mod, and a small kernel pays more for that
+        and for the fork than it gains (BERT's 32K-point elementwise groups at 1 thread:
+        vector 8 and parallel 10-25 us, vector 64 serial 4-9 us)."""
+        label = self._stage_label(op)
+        knob = self._by_name[f"{label}/vector"]
+        inner = op.axis[-1].extent if op.axis else 1
+        lanes = _vector_lanes(self.task.target, op.dtype)
+        dividing = [c for c in knob.choices if inner % c == 0 and c >= lanes]
+        vector = max(dividing) if dividing else _nearest_scalar(knob.choices, 8)
+        points = math.prod(op.shape) if op.shape else 1
+        parallel = self._by_name[f"{label}/parallel"].choices[-1]
+        return {knob.name: vector,
+                f"{label}/parallel": parallel if points >= MIN_PARALLEL_POINTS else 0}
 
     def _rows_default(self, knob_name: str) -> int:
         """Partials two vectors wide when they divide every row (two accumulator chains:

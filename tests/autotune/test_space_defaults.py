@@ -163,3 +163,25 @@ def test_gemm_register_tile_has_at_most_four_rows_on_avx2():
     assert rows * cols // 16 > 8
     conv = SearchSpace(Task.from_op("conv2d", (1, 64, 28, 28, 64, 3, 3, 1, 1), target=AVX2))
     assert _register_tile(conv, "conv") == [1, 1, 7, 8]     # convs keep longer rows
+
+
+@pytest.mark.parametrize("shape,vector,parallel", [
+    ((128, 256), 64, 0),          # BERT's 32K-point groups: one loop, whole 64-lane runs
+    ((512, 512), 64, 1),          # big enough for the fork
+    ((6, 13), 13, 0),             # the whole odd row is one vector, no tail
+    ((4, 5), 5, 0),               # narrower than a vector: the nearest choice to 8
+])
+def test_elementwise_default_vector_and_parallel(shape, vector, parallel):
+    from kiln.codegen import build
+    X = te.placeholder(shape, name="X")
+    Y = te.compute(shape, lambda i, j: te.exp(X[i, j]) * 2.0, name="y")
+    task = Task(f"ew_{shape}", (Y,), (X, Y), AVX2)
+    space = SearchSpace(task)
+    config = space.default_config()
+    assert config["y/vector"] == vector and config["y/parallel"] == parallel
+    native = SearchSpace(Task(f"ew_{shape}", (Y,), (X, Y)))
+    sch, args = native.apply(native.default_config())
+    x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    build(lower(sch, args, name="ew"), target="native")(x, y)
+    np.testing.assert_allclose(y, np.exp(x) * 2.0, rtol=1e-5)
