@@ -589,7 +589,8 @@ class SearchSpace:
         for group in groups:
             _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
                                 [parts[op] for op in group.members], per_row[group.out],
-                                _vector_lanes(self.task.target, group.out.dtype), True)
+                                _vector_lanes(self.task.target, group.out.dtype),
+                                _row_group_points(group) >= MIN_PARALLEL_POINTS)
         return sch, [new[t] for t in self.task.args]
 
     def _schedule_producers(self, sch: Schedule, config: dict, remap: dict,
@@ -930,6 +931,13 @@ def _row_split(op: ComputeOp, body: E.Reduce, width: int) -> tuple[Tensor, Tenso
                                                     part(*iv[:-1], lane.var), (lane,), None),
                     name=op.name, tag=op.tag)
     return part, final
+
+
+def _row_group_points(group: _RowGroup) -> int:
+    """Points a row group visits: its rows times the longest row it reads or writes (the
+    rows run in parallel only from MIN_PARALLEL_POINTS on, like elementwise outputs)."""
+    width = max([group.out.shape[-1]] + [op.reduce_axis[0].extent for op in group.members])
+    return math.prod(group.out.shape[:-1]) * width
 
 
 def _schedule_row_group(sch: Schedule, out: Stage, parts: list, stages: list[Stage],

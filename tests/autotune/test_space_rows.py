@@ -141,7 +141,10 @@ def test_row_schedule_splits_the_reductions_and_vectorises():
     assert "allocate softmax_max_rf: float32[1, 8] (local)" in text or \
         "allocate softmax_max_rf: float32[1, 16] (local)" in text
     assert "allocate softmax_exp: float32[1, 64] (local)" in text    # one row of exp
-    assert "parallel(4)" in text and "vectorized" in text
+    assert "vectorized" in text and "parallel" not in text          # too small to fork
+    big = SearchSpace(softmax_task(512, 128))
+    sch, args = big.apply(big.default_config())
+    assert "parallel(512)" in str(lower(sch, args, name="softmax"))
 
 
 def test_stored_configs_without_the_knob_keep_the_old_schedule():
