@@ -471,8 +471,10 @@ class Runner:
         return self._features_reply(len(configs)) if sent else None
 
     def _features_reply(self, n: int) -> list | None:
+        # a lowering takes milliseconds; the candidate timeout plus a second per config
+        # only catches a worker that hangs, even on a loaded machine
         try:
-            if self._conn.poll(self.options.timeout):
+            if self._conn.poll(self.options.timeout + 1.0 * n):
                 reply = self._conn.recv()
                 if isinstance(reply, list) and len(reply) == n:
                     return reply
