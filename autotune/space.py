@@ -29,6 +29,7 @@ from ..schedule.schedule import Schedule, Stage
 from ..te.errors import ScheduleError
 from ..te import expr as E
 from ..te.expr import IterVar
+from ..te.ops.tags import PAD
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad, compute, reduce_axis
 from ..te.visit import ExprMutator, substitute, walk
 from ..te.workload import topo_ops
@@ -1061,9 +1062,12 @@ def _schedule_rows(stage: Stage, lanes: int = 1) -> None:
 
 
 def _vectorize_copy_row(stage: Stage, lanes: int) -> None:
-    """Vectorise the innermost axis of an injective stage when it is a plain copy axis."""
+    """Vectorise the innermost axis of a pad stage when it is a plain copy axis (only pads:
+    stored configs of other materialised stages, layer norm's and softmax's, keep the
+    scalar rows they were measured with)."""
     axis = stage.op.axis[-1] if stage.op.axis else None
-    if axis is None or lanes <= 1 or axis.extent < lanes // 2 or not _is_copy_axis(stage.op):
+    if (axis is None or lanes <= 1 or axis.extent < lanes // 2 or stage.op.tag != PAD
+            or not _is_copy_axis(stage.op)):
         return
     if axis.extent <= 2 * lanes:
         stage.vectorize(axis)
