@@ -142,6 +142,7 @@ class SearchSpace:
 
     def __init__(self, task: Task):
         self.task = task
+        self._default: dict | None = None     # default_config(), cached by validate()
         self.ops = [op for op in topo_ops(task.outputs) if isinstance(op, ComputeOp)]
         outputs = {t.op for t in task.outputs}
         consumers = {op: [c for c in self.ops if op in {t.op for t in c.input_tensors}]
@@ -555,7 +556,9 @@ class SearchSpace:
         if unknown:
             raise ScheduleError(f"config for task '{self.task.name}' has unknown knob(s) "
                                 f"{unknown}; it was made for another version of the space")
-        full = self.default_config()
+        if self._default is None:           # deterministic per space; most of apply's cost
+            self._default = self.default_config()
+        full = {k: list(v) if isinstance(v, list) else v for k, v in self._default.items()}
         for name in set(full) - set(config):
             kind = name.split("/")[1]
             if kind in LEGACY:      # a stored config older than the knob keeps its schedule
