@@ -40,3 +40,27 @@ def matmul_dag(m, k, n, dtype="float32"):
     r = kiln.te.reduce_axis((0, k), name="k")
     C = kiln.te.compute((m, n), lambda i, j: kiln.te.sum(A[i, r] * B[r, j], axis=r), name="C")
     return A, B, C
+
+
+def task_inputs(task, seed: int = 0, low: float = -1.0, high: float = 1.0) -> dict:
+    """Uniform random arrays for every input tensor of an autotune Task."""
+    rng = np.random.default_rng(seed)
+    return {t: rng.uniform(low, high, t.shape).astype(t.dtype)
+            for t in task.args if t not in task.outputs}
+
+
+def run_config(task, space, config, inputs: dict, compiled: bool = True) -> list[np.ndarray]:
+    """The task's outputs under one search-space config: compiled with LLVM, or run by the
+    loop-IR interpreter. Outputs start as NaN so a point the kernel never writes shows."""
+    from kiln.codegen import build
+    from kiln.schedule.interpret import interpret
+    from kiln.schedule.lower import lower
+    sch, args = space.apply(config)
+    func = lower(sch, args, name="k")
+    arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
+              for t in args]
+    if compiled:
+        build(func, target="native")(*arrays)
+    else:
+        interpret(func, *arrays)
+    return [arrays[p] for p in task.output_positions]

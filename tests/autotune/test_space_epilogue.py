@@ -8,11 +8,11 @@ import pytest
 from kiln import te
 from kiln.autotune.space import LEGACY, SearchSpace
 from kiln.autotune.task import Task
-from kiln.codegen import build
-from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind
 from kiln.te.reference import evaluate
+
+from ..util import run_config, task_inputs
 
 
 def _linear(m, k, n, batched):
@@ -66,22 +66,6 @@ def two_matmul_task(m, k, n):
     return Task(f"twomm_{m}x{k}x{n}", (Y,), (A, B, B2, Y))
 
 
-def _inputs(task, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t: rng.uniform(-1, 1, t.shape).astype(t.dtype)
-            for t in task.args if t not in task.outputs}
-
-
-def _run(task, space, config, inputs, compiled):
-    sch, args = space.apply(config)
-    func = lower(sch, args, name=task.name)
-    arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
-              for t in args]
-    if compiled:
-        build(func, target="native")(*arrays)
-    else:
-        interpret(func, *arrays)
-    return [arrays[p] for p in task.output_positions]
 
 
 def test_gelu_diamond_is_the_anchors_joined_epilogue():
@@ -141,14 +125,14 @@ SHAPES = [(7, 13, 5), (1, 37, 19), (1, 5, 3), (6, 9, 40), (12, 4, 17)]
 def test_gelu_configs_match_reference(m, k, n, batched):
     task = gelu_task(m, k, n, batched)
     space = SearchSpace(task)
-    inputs = _inputs(task)
+    inputs = task_inputs(task)
     expected = evaluate(list(task.outputs), inputs)
     rng = random.Random(m * 1000 + k * 10 + n + batched)
     default = space.default_config()
     configs = [default, dict(default, **{"matmul/epilogue": 0})]
     configs += [space.sample(rng) for _ in range(6)]
     for config in configs:
-        for got, want in zip(_run(task, space, config, inputs, compiled=True), expected):
+        for got, want in zip(run_config(task, space, config, inputs, compiled=True), expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=str(config))
 
 
@@ -157,9 +141,9 @@ def test_other_joined_shapes_match_reference_interpreted(make):
     task = make(7, 13, 5)
     space = SearchSpace(task)
     assert space.anchors[0].joined == (make is silu_task)
-    inputs = _inputs(task, seed=3)
+    inputs = task_inputs(task, seed=3)
     expected = evaluate(list(task.outputs), inputs)
     rng = random.Random(11)
     for config in [space.default_config()] + [space.sample(rng) for _ in range(4)]:
-        for got, want in zip(_run(task, space, config, inputs, compiled=False), expected):
+        for got, want in zip(run_config(task, space, config, inputs, compiled=False), expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=str(config))

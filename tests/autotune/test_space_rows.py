@@ -9,11 +9,11 @@ import pytest
 from kiln import te
 from kiln.autotune.space import AT_ANCHOR, INLINE, LEGACY, SearchSpace
 from kiln.autotune.task import Task
-from kiln.codegen import build
-from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
 from kiln.te import ops
 from kiln.te.reference import evaluate
+
+from ..util import run_config, task_inputs
 
 
 def softmax_task(*shape):
@@ -77,21 +77,7 @@ def row_sum_silu_task(m, n):
 
 
 def _inputs(task, seed=0):
-    rng = np.random.default_rng(seed)
-    return {t: rng.uniform(-2, 2, t.shape).astype(t.dtype)
-            for t in task.args if t not in task.outputs}
-
-
-def _run(task, space, config, inputs, compiled):
-    sch, args = space.apply(config)
-    func = lower(sch, args, name="k")
-    arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
-              for t in args]
-    if compiled:
-        build(func, target="native")(*arrays)
-    else:
-        interpret(func, *arrays)
-    return [arrays[p] for p in task.output_positions]
+    return task_inputs(task, seed, -2.0, 2.0)
 
 
 def _names(ops_):
@@ -187,7 +173,8 @@ def test_row_configs_match_reference(make, shape):
     rng = random.Random(sum(shape) + len(shape))
     configs += [space.sample(rng) for _ in range(4)]
     for k, config in enumerate(configs):
-        for got, want in zip(_run(task, space, config, inputs, compiled=k % 3 != 2), expected):
+        got_all = run_config(task, space, config, inputs, compiled=k % 3 != 2)
+        for got, want in zip(got_all, expected):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=str(config))
 
 
@@ -203,7 +190,7 @@ def test_matmul_into_one_column_is_a_row_group_and_correct():
     configs = [default, dict(default, **{group.knob: 2})]
     configs += [space.sample(rng) for _ in range(4)]
     for config in configs:
-        (got,) = _run(task, space, config, inputs, compiled=True)
+        (got,) = run_config(task, space, config, inputs, compiled=True)
         np.testing.assert_allclose(got, expected[0], rtol=1e-4, atol=1e-5, err_msg=str(config))
 
 
@@ -219,6 +206,6 @@ def test_row_group_of_a_joined_epilogue_every_knob_combination():
     for rows in (0, 1, 2):
         for epilogue in (0, 1):
             config = dict(default, **{group.knob: rows, "rowsum/epilogue": epilogue})
-            (got,) = _run(task, space, config, inputs, compiled=True)
+            (got,) = run_config(task, space, config, inputs, compiled=True)
             np.testing.assert_allclose(got, expected[0], rtol=1e-4, atol=1e-5,
                                        err_msg=str(config))

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from kiln import te
 from kiln.autotune.space import SearchSpace
 from kiln.autotune.task import Task
-from kiln.codegen import build
-from kiln.schedule.lower import lower
 from kiln.te import ops
 from kiln.te.errors import TEError
 from kiln.te.reference import evaluate
+
+from ..util import run_config, task_inputs
 
 R = np.random.default_rng(3)
 
@@ -104,16 +104,9 @@ TASKS = [("conv2d_nchwc", (1, 16, 7, 5, 16, 3, 3, 1, 1, 8, 16)),
 def test_sampled_schedules_of_blocked_convs_compile_to_correct_kernels(op_name, shape):
     task = Task.from_op(op_name, shape)
     space = SearchSpace(task)
-    rng_in = np.random.default_rng(2)
-    inputs = {t: rng_in.uniform(-1, 1, t.shape).astype(t.dtype)
-              for t in task.args if t not in task.outputs}
+    inputs = task_inputs(task, seed=2)
     (want,) = evaluate(list(task.outputs), inputs)
     rng = random.Random(len(shape) + shape[2])
     for config in [space.default_config()] + [space.sample(rng) for _ in range(4)]:
-        sch, args = space.apply(config)
-        kernel = build(lower(sch, args, name=task.name), target="native")
-        arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
-                  for t in args]
-        kernel(*arrays)
-        np.testing.assert_allclose(arrays[task.output_positions[0]], want, rtol=1e-4,
-                                   atol=1e-4, err_msg=str(config))
+        (got,) = run_config(task, space, config, inputs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(config))
