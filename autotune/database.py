@@ -6,6 +6,10 @@ id, so later runs can train on tasks whose DAGs the log does not hold; created w
 older logs open unchanged). WAL mode and a commit after every record, so a killed tuning run
 loses at most the trial in flight and a reader can follow a writer. The jsonl exchange format
 carries a record's feature vector too, as an optional `features` field.
+
+A record also stores the thread count it was measured at (`threads`; NULL in logs written
+before it existed): the fastest schedule at 1 thread is often not the fastest at 2 (the
+parallel loop's split decides), so `best(..., threads=T)` ranks records measured at T first.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ class Record:
     kiln_version: str = field(default_factory=kiln_version)
     schema_version: int = SCHEMA_VERSION
     timestamp: float = field(default_factory=time.time)
+    threads: int | None = None      # threads the kernel ran with when measured; None: unknown
 
     @property
     def mean_cost(self) -> float:
@@ -65,7 +70,8 @@ class Record:
         return {"task_key": self.task_key, "target": self.target, "config": self.config,
                 "costs": list(self.costs), "status": self.status,
                 "error_text": self.error_text, "kiln_version": self.kiln_version,
-                "schema_version": self.schema_version, "timestamp": self.timestamp}
+                "schema_version": self.schema_version, "timestamp": self.timestamp,
+                "threads": self.threads}
 
 
 _RECORD_FIELDS = ("task_key", "target", "config", "costs", "status")
@@ -105,9 +111,11 @@ class Database:
             db["records"].create({"id": int, "task_key": str, "target": str, "config": str,
                                   "config_key": str, "costs": str, "mean_cost": float,
                                   "status": str, "error_text": str, "kiln_version": str,
-                                  "schema_version": int, "timestamp": float}, pk="id",
-                                 if_not_exists=True)
+                                  "schema_version": int, "timestamp": float,
+                                  "threads": int}, pk="id", if_not_exists=True)
             db["records"].create_index(["task_key", "target"], if_not_exists=True)
+        elif "threads" not in db["records"].columns_dict:
+            db["records"].add_column("threads", int)        # a log from before thread counts
         if "features" not in db.table_names():
             db["features"].create({"record_id": int, "version": str, "vector": bytes},
                                   pk="record_id", foreign_keys=[("record_id", "records", "id")],
@@ -150,7 +158,8 @@ class Database:
             "config_key": config_key(record.config), "costs": json.dumps(list(record.costs)),
             "mean_cost": mean if math.isfinite(mean) else None, "status": record.status,
             "error_text": record.error_text, "kiln_version": record.kiln_version,
-            "schema_version": record.schema_version, "timestamp": record.timestamp})
+            "schema_version": record.schema_version, "timestamp": record.timestamp,
+            "threads": record.threads})
         record_id = int(table.last_pk)
         if features is not None:
             vector = np.ascontiguousarray(features, dtype=np.float32)
@@ -168,7 +177,7 @@ class Database:
                       config=json.loads(row["config"]), costs=tuple(json.loads(row["costs"])),
                       status=row["status"], error_text=row["error_text"] or "",
                       kiln_version=row["kiln_version"], schema_version=row["schema_version"],
-                      timestamp=row["timestamp"])
+                      timestamp=row["timestamp"], threads=row.get("threads"))
 
     def records(self, task_key: str, target: str) -> list[Record]:
         """Every record of `task_key` on exactly `target`, oldest first (all statuses)."""
@@ -177,12 +186,20 @@ class Database:
             "ORDER BY id", [task_key, target, SCHEMA_VERSION])
         return [self._to_record(r) for r in rows]
 
-    def best(self, task_key: str, target: str, k: int = 1) -> list[Record]:
-        """The k fastest OK records of `task_key` on `target` (never another target's)."""
+    def best(self, task_key: str, target: str, k: int = 1,
+             threads: int | None = None) -> list[Record]:
+        """The k fastest OK records of `task_key` on `target` (never another target's).
+
+        With `threads`, records measured at that thread count come first, then those of
+        unknown thread count (older logs), then the rest, each tier fastest first: a schedule
+        measured at 1 thread is no evidence of its speed at 2, so it only fills in when the
+        task was never measured at the count asked for."""
         rows = self._db.query(
             "SELECT * FROM records WHERE task_key = ? AND target = ? AND status = ? "
-            "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY mean_cost, id LIMIT ?",
-            [task_key, target, OK_STATUS, SCHEMA_VERSION, int(k)])
+            "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY "
+            "CASE WHEN ? IS NULL OR threads = ? THEN 0 WHEN threads IS NULL THEN 1 ELSE 2 END, "
+            "mean_cost, id LIMIT ?",
+            [task_key, target, OK_STATUS, SCHEMA_VERSION, threads, threads, int(k)])
         return [self._to_record(r) for r in rows]
 
     def feature_rows(self, target: str, version: str, exclude_task: str | None = None,
@@ -215,7 +232,8 @@ class Database:
         return row
 
     def summary(self) -> list[dict]:
-        """One row per (task, target) for `kiln logs`: trials by status, best time, GFLOPS."""
+        """One row per (task, target) for `kiln logs`: trials by status, best time, GFLOPS,
+        and the thread counts measured (None: records from before counts were stored)."""
         out = []
         groups = self._db.query(
             "SELECT r.task_key, r.target, t.description, t.flops, MAX(r.timestamp) AS last, "
@@ -226,9 +244,13 @@ class Database:
             counts = {row["status"]: row["n"] for row in self._db.query(
                 "SELECT status, COUNT(*) AS n FROM records WHERE task_key = ? AND target = ? "
                 "GROUP BY status", [g["task_key"], g["target"]])}
+            threads = [row["threads"] for row in self._db.query(
+                "SELECT DISTINCT threads FROM records WHERE task_key = ? AND target = ? "
+                "ORDER BY threads", [g["task_key"], g["target"]])]
             best, flops = g["best"], g["flops"] or 0.0
             out.append({"task_key": g["task_key"], "description": g["description"] or "?",
-                        "target": g["target"], "trials": sum(counts.values()),
+                        "target": g["target"], "threads": threads,
+                        "trials": sum(counts.values()),
                         "by_status": counts, "best_seconds": best,
                         "best_gflops": flops / best / 1e9 if best and flops else None,
                         "last_time": g["last"]})
@@ -335,8 +357,19 @@ def _parse_line(path, lineno: int, line: str, target: str | None,
                     error_text=obj.get("error_text", ""),
                     kiln_version=obj.get("kiln_version", "0+unknown"),
                     schema_version=obj["schema_version"],
-                    timestamp=obj.get("timestamp", time.time()))
+                    timestamp=obj.get("timestamp", time.time()),
+                    threads=_parse_threads(where, obj.get("threads")))
     return "record", (record, features)
+
+
+def _parse_threads(where: str, value: Any) -> int | None:
+    """A record line's optional `threads` field: a positive integer, or null (unknown)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TuningDatabaseError(f"{where}: 'threads' must be a positive integer or null, "
+                                  f"got {value!r}")
+    return value
 
 
 def _parse_features(where: str, value: Any, lineno: int,

@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .. import codegen
+from ..codegen.runtime_config import num_threads_from_env
 from ..schedule.lower import lower
 from ..te import dtype as dt
 from ..te import expr as E
@@ -64,6 +65,7 @@ class MeasureOptions:
     rtol: float = 1e-3
     atol: float = 1e-3
     early_stop: float = 3.0        # one timed run only when it is this many times the best
+    threads: int | None = None     # threads a kernel runs with; None: KILN_NUM_THREADS / cores
 
 
 @dataclass(frozen=True)
@@ -344,13 +346,22 @@ class Runner:
     _held: OrderedDict = field(default_factory=OrderedDict)
     _tokens: itertools.count = field(default_factory=itertools.count)
 
+    @property
+    def threads(self) -> int:
+        """The thread count candidates run with (stored with every record)."""
+        return self.options.threads or num_threads_from_env()
+
     def _start(self) -> None:
+        if self.options.threads is not None and self.options.threads < 1:
+            raise KilnError(f"MeasureOptions(threads={self.options.threads}): the thread count "
+                            "must be >= 1 (None: KILN_NUM_THREADS, else every core)")
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
         code = ("import sys; from kiln.autotune.measure import serve; "
                 "serve(int(sys.argv[1]), int(sys.argv[2]))")
         process = subprocess.Popen([sys.executable, "-c", code, str(to_child_r),
-                                    str(to_parent_w)], pass_fds=(to_child_r, to_parent_w))
+                                    str(to_parent_w)], pass_fds=(to_child_r, to_parent_w),
+                                   env={**os.environ, "KILN_NUM_THREADS": str(self.threads)})
         os.close(to_child_r)
         os.close(to_parent_w)
         self._process = process

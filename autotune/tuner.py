@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import codegen
+from ..codegen.runtime_config import num_threads_from_env
 from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
@@ -240,7 +241,8 @@ class TaskTuner:
             timer.add_measurement(time.perf_counter() - sent, result.phases,
                                   timed_out=result.status is MeasureStatus.TIMEOUT)
             record = Record(self.task.workload_key, self.target, config, result.costs,
-                            result.status.value, result.error_text)
+                            result.status.value, result.error_text,
+                            threads=self.runner.threads)
             with timer.part("db_commit"):
                 self.db.commit_record(record, vector, FEATURE_VERSION)
             self.seen.add(config_key(config))
@@ -310,22 +312,25 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     while another process held a core can trail a worse one measured in a quiet moment.
     Re-measuring the leaders (and the default, which every tuned result must beat) when the
     machine is quiet lets the minimum over records pick the truly fastest; nothing is removed.
+    The leaders are the k best at any thread count and the k best at the runner's, all
+    measured at the runner's thread count (so a 1-thread log can be ranked for 2 threads).
     """
     target = canonical_target(target)
     task = dataclasses.replace(task, target=target, _key=[])
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
-    configs = [SearchSpace(task).default_config()]
-    configs += [r.config for r in db.best(task.workload_key, target, k)]
-    unique = list({config_key(c): c for c in configs}.values())
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())
+    configs = [SearchSpace(task).default_config()]
+    configs += [r.config for r in db.best(task.workload_key, target, k)]
+    configs += [r.config for r in db.best(task.workload_key, target, k, threads=runner.threads)]
+    unique = list({config_key(c): c for c in configs}.values())
     data = TaskData.make(task)
     records = []
     try:
         for config in unique:
             result = runner.run(task, data, config, target)
             record = Record(task.workload_key, target, config, result.costs,
-                            result.status.value, result.error_text)
+                            result.status.value, result.error_text, threads=runner.threads)
             db.commit_record(record)
             records.append(record)
     finally:
@@ -334,13 +339,17 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     return records
 
 
-def apply_best(task: Task, target: str, db: Database | None) -> tuple[Schedule, list, str]:
-    """The best known schedule of `task` on `target`, and where it came from: "database" or
-    "default (no tuning records)". Records of other targets are never used."""
+def apply_best(task: Task, target: str, db: Database | None,
+               threads: int | None = None) -> tuple[Schedule, list, str]:
+    """The best known schedule of `task` on `target` for running at `threads` (default:
+    KILN_NUM_THREADS, else every core), and where it came from: "database" or "default (no
+    tuning records)". Records of other targets are never used; records measured at another
+    thread count only when none was measured at `threads` (Database.best)."""
     target = canonical_target(target)
     task = dataclasses.replace(task, target=target, _key=[])
     space = SearchSpace(task)
-    best = db.best(task.workload_key, target) if db is not None else []
+    threads = threads or num_threads_from_env()
+    best = db.best(task.workload_key, target, threads=threads) if db is not None else []
     if best:
         sch, args = space.apply(best[0].config)
         return sch, args, "database"
@@ -348,9 +357,9 @@ def apply_best(task: Task, target: str, db: Database | None) -> tuple[Schedule, 
     return sch, args, "default (no tuning records)"
 
 
-def build_best(task: Task, target: str, db: Database | None):
-    """Compile the best known schedule of `task` (see apply_best) into a Kernel."""
-    sch, args, source = apply_best(task, target, db)
+def build_best(task: Task, target: str, db: Database | None, threads: int | None = None):
+    """Compile the best known schedule of `task` for `threads` (see apply_best) into a Kernel."""
+    sch, args, source = apply_best(task, target, db, threads)
     log.info("%s: building the schedule from the %s", task.name, source)
     func = lower(sch, args, name=task.name)
     return codegen.build(func, target=canonical_target(target))

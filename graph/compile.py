@@ -50,12 +50,13 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     return graph, fuse_operators(graph)
 
 
-def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None):
+def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
+                threads: int | None = None):
     """The kernel of `mt` (or what `build` makes of its PrimFunc) and where its schedule came
-    from ("database" or "default"). A database schedule that fails to build falls back to
-    the default one."""
+    from ("database" or "default"); the schedule is the best for `threads`. A database
+    schedule that fails to build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
-    sch, args, source = apply_best(mt.task, target, db)
+    sch, args, source = apply_best(mt.task, target, db, threads)
     kind = "database" if source == "database" else "default"
     try:
         kernel = build(lower(sch, args, name=mt.name))
@@ -71,16 +72,16 @@ def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None):
 
 
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
-                   jobs: int) -> tuple[dict, dict, dict]:
+                   jobs: int, threads: int) -> tuple[dict, dict, dict]:
     """Kernels and schedule sources by task name, and CPU seconds per worker: in `jobs`
     worker processes when that can help (several tasks, a C linker to join the object
-    files), else here."""
+    files), else here. Schedules are the best known for running at `threads`."""
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
-        return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task)
+        return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task, threads)
     kernels, sources = {}, {}
     cpu = time.process_time()
     for mt in tasks:
-        kernels[mt.name], sources[mt.name] = _build_task(mt, target, db)
+        kernels[mt.name], sources[mt.name] = _build_task(mt, target, db, threads=threads)
     return kernels, sources, {"workers": 1,
                               "worker_cpu_s": [round(time.process_time() - cpu, 3)]}
 
@@ -128,11 +129,15 @@ def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
 
 def compile_model(model, target: str = "native", db=None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  jobs: int | None = None, layout: str = "nchwc") -> CompiledModel:
+                  jobs: int | None = None, layout: str = "nchwc",
+                  threads: int | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path; each group uses its best record on `target` if there
     is one, else the default schedule of its search space (`summary()` says which).
+    threads: the thread count the model will run at (default KILN_NUM_THREADS, else every
+    core); records measured at that count are preferred (Database.best), and the kernels
+    are set to it.
     jobs: worker processes compiling distinct kernels at once (default KILN_NUM_THREADS, else
     the core count; 1 compiles in this process). The kernels are the same either way.
     layout: "nchwc" (default) or "nchw", see prepare_graph.
@@ -142,11 +147,15 @@ def compile_model(model, target: str = "native", db=None,
     database = _open_db(db)
     graph, groups = prepare_graph(model, input_shapes, layout)
     tasks, per_group = extract_tasks(graph, groups, target)
+    if threads is not None and threads < 1:
+        raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
+                        "at must be >= 1 (None: KILN_NUM_THREADS, else every core)")
+    threads = threads or num_threads_from_env()
     jobs = num_threads_from_env() if jobs is None else jobs
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
-    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs)
+    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -159,9 +168,10 @@ def compile_model(model, target: str = "native", db=None,
     buffers, arena_bytes, naive = _buffers(graph, groups, step_args)
     plan = build_plan(graph.name, [v.name for v in graph.inputs],
                       [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
-                      naive, {"target": target, "compile": {
+                      naive, {"target": target, "threads": threads, "compile": {
                           "seconds": round(time.perf_counter() - start, 3), **build_stats}})
     compiled = CompiledModel(plan, kernels, graph.constants)
+    compiled.set_num_threads(threads)
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)
     return compiled

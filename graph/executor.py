@@ -222,7 +222,9 @@ class CompiledModel:
     __call__ = run
 
     def set_num_threads(self, n: int) -> None:
-        """Threads for the kernels' parallel loops (default: KILN_NUM_THREADS)."""
+        """Threads for the kernels' parallel loops (default: the count compiled for). The
+        schedules stay those chosen for `plan.meta["threads"]`; to run best at another
+        count, compile for it (compile_model(threads=...))."""
         for kernel in self.kernels.values():
             kernel.set_num_threads(n)
 

@@ -47,7 +47,9 @@ class KnownRecords:
 
     records: dict[str, tuple[Record, ...]]
 
-    def best(self, task_key: str, target: str, k: int = 1) -> list[Record]:
+    def best(self, task_key: str, target: str, k: int = 1,
+             threads: int | None = None) -> list[Record]:
+        """The looked-up records (already ranked for the compile's thread count)."""
         return [r for r in self.records.get(task_key, ()) if r.target == target][:k]
 
 
@@ -142,11 +144,14 @@ def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> d
 
 
 def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | None, jobs: int,
-                     build_task: Callable) -> tuple[dict[str, Kernel], dict[str, str], dict]:
+                     build_task: Callable, threads: int | None = None
+                     ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     """Build every task in a pool of `jobs` processes, handed out in graph order; returns
     kernels and schedule sources by task name, and the CPU seconds each worker spent (on an
-    idle machine the busiest one bounds the wall time)."""
-    records = KnownRecords({mt.task.workload_key: tuple(db.best(mt.task.workload_key, target))
+    idle machine the busiest one bounds the wall time). Schedules are the best for running
+    at `threads` (Database.best)."""
+    records = KnownRecords({mt.task.workload_key: tuple(db.best(mt.task.workload_key, target,
+                                                                threads=threads))
                             for mt in tasks} if db is not None else {})
     known = records if db is not None else None
     # NOTE: no compile-cost model exists yet. FLOPs are a poor proxy: ResNet-18's max-pool

@@ -53,8 +53,9 @@ def _onnxruntime_session(model, threads: int):
 
 
 def compare_model(model, compiled, repeat: int = 20):
-    """Rows for a table ([runtime, ms, ratio, error]) and a dict of figures."""
-    threads = num_threads_from_env()
+    """Rows for a table ([runtime, ms, ratio, error]) and a dict of figures; the baselines
+    run at the thread count the model was compiled for."""
+    threads = compiled.plan.meta.get("threads") or num_threads_from_env()
     graph = fold_constants(simplify(load_onnx(model)))
     inputs = random_inputs(graph)
     kiln_out = compiled.run(inputs)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from datetime import datetime
@@ -150,7 +152,8 @@ def cmd_logs(args) -> int:
             print(json.dumps(row, sort_keys=True, default=str))
         return 0
     table = Table(title=f"tuning database {db.path}")
-    for col in ("task", "cpu", "trials", "ok", "failed", "best ms", "GFLOPS", "last"):
+    for col in ("task", "cpu", "threads", "trials", "ok", "failed", "best ms", "GFLOPS",
+                "last"):
         table.add_column(col, no_wrap=col in ("task", "last"))
     for r in rows:
         ok = r["by_status"].get("OK", 0)
@@ -160,12 +163,31 @@ def cmd_logs(args) -> int:
                    r["target"])
         when = datetime.fromtimestamp(r["last_time"]).strftime("%Y-%m-%d %H:%M") \
             if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
-        table.add_row(r["description"].split(":")[0], cpu, str(r["trials"]), str(ok),
+        threads = ",".join("?" if t is None else str(t) for t in r["threads"])
+        table.add_row(r["description"].split(":")[0], cpu, threads, str(r["trials"]), str(ok),
                       str(r["trials"] - ok), best, gflops, when)
     console.print(table)
     if not rows:
         console.print("the database holds no records yet: run `kiln tune`")
     return 0
+
+
+@contextlib.contextmanager
+def _thread_count(threads: int | None):
+    """--threads N: KILN_NUM_THREADS=N while the command runs (measurement workers, compiled
+    kernels and the comparison all read it), restored after (main may run in-process)."""
+    if threads is None:
+        yield
+        return
+    before = os.environ.get("KILN_NUM_THREADS")
+    os.environ["KILN_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KILN_NUM_THREADS", None)
+        else:
+            os.environ["KILN_NUM_THREADS"] = before
 
 
 # ----------------------------------------------------------------------------- parser
@@ -206,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--db", help=f"tuning database (default: {_default_db()})")
     for p in (tune, comp, bench):
         p.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
+        p.add_argument("--threads", type=int, metavar="N",
+                       help="threads to measure / run at (same as KILN_NUM_THREADS=N; default: "
+                            "KILN_NUM_THREADS, else every core); schedules measured at N are "
+                            "preferred when compiling")
         p.add_argument("--layout", default="nchwc", choices=("nchwc", "nchw"),
                        help="conv activations channel-blocked between convs (nchwc, the "
                             "default) or in the model's NCHW layout")
@@ -219,8 +245,13 @@ def main(argv=None) -> int:
     if getattr(args, "op", None) and getattr(args, "model", None):
         console.print("[red]error:[/] give a model or --op, not both")
         return 2
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        console.print(f"[red]error:[/] --threads {threads}: give a thread count >= 1")
+        return 2
     try:
-        return args.func(args)
+        with _thread_count(threads):
+            return args.func(args)
     except KilnError as exc:
         console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
         return 1

@@ -12,14 +12,15 @@ from .te.errors import KilnError
 
 
 def compile(model, target: str = "native", db=None,  # noqa: A001 - the public name
-            input_shapes=None, jobs: int | None = None, layout: str = "nchwc"
-            ) -> CompiledModel:
+            input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
+            threads: int | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db`
-    (a Database or path), falling back to default schedules. `jobs`: kernels compiled in
-    parallel worker processes (default: KILN_NUM_THREADS, else every core). `layout`:
-    "nchwc" keeps conv activations channel-blocked, "nchw" keeps the model's layout."""
+    (a Database or path) for running at `threads` (default: KILN_NUM_THREADS, else every
+    core), falling back to default schedules. `jobs`: kernels compiled in parallel worker
+    processes (default: KILN_NUM_THREADS, else every core). `layout`: "nchwc" keeps conv
+    activations channel-blocked, "nchw" keeps the model's layout."""
     return compile_model(model, target=target, db=db, input_shapes=input_shapes, jobs=jobs,
-                         layout=layout)
+                         layout=layout, threads=threads)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db=None,

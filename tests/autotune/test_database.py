@@ -1,4 +1,5 @@
 """The SQLite tuning database: roundtrip, WAL, concurrent readers, jsonl exchange, rejection."""
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -238,3 +239,58 @@ def test_summary_counts_statuses_and_gflops(db):
 def test_config_key_is_order_independent():
     assert config_key({"a": 1, "b": [2, 3]}) == config_key({"b": [2, 3], "a": 1})
     assert config_key({"a": 1}) != config_key({"a": 2})
+
+
+def _at(cost, threads, config=None):
+    return dataclasses.replace(_record(cost, config=config), threads=threads)
+
+
+def test_best_for_a_thread_count_ranks_records_measured_at_it_first(db):
+    db.commit_record(_at(1e-3, 1, {"one": 1}))          # fastest, but at 1 thread
+    db.commit_record(_at(2e-3, None, {"old": 1}))       # a record from before thread counts
+    db.commit_record(_at(4e-3, 2, {"two": 1}))
+    db.commit_record(_at(3e-3, 2, {"two": 2}))
+    assert [r.config for r in db.best(KEY, "cpu-a", k=3, threads=2)] == [
+        {"two": 2}, {"two": 1}, {"old": 1}]
+    # never measured at 4 threads: unknown-count records, then the other counts
+    assert [r.config for r in db.best(KEY, "cpu-a", k=4, threads=4)] == [
+        {"old": 1}, {"one": 1}, {"two": 2}, {"two": 1}]
+    # no count asked: the fastest of all, whatever it was measured at
+    assert db.best(KEY, "cpu-a")[0].config == {"one": 1}
+    assert db.best(KEY, "cpu-a", threads=1)[0].threads == 1
+
+
+def test_a_log_from_before_thread_counts_opens_and_gains_the_column(tmp_path):
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE records (id INTEGER PRIMARY KEY, task_key TEXT, target TEXT, "
+                 "config TEXT, config_key TEXT, costs TEXT, mean_cost FLOAT, status TEXT, "
+                 "error_text TEXT, kiln_version TEXT, schema_version INTEGER, timestamp FLOAT)")
+    conn.execute("INSERT INTO records VALUES (1, ?, 'cpu-a', '{\"a\": 1}', '{\"a\":1}', "
+                 "'[0.001]', 0.001, 'OK', '', '0.1', ?, 0.0)", (KEY, SCHEMA_VERSION))
+    conn.commit()
+    conn.close()
+    old = Database(path)
+    assert [(r.config, r.threads) for r in old.records(KEY, "cpu-a")] == [({"a": 1}, None)]
+    old.commit_record(_at(2e-3, 2, {"b": 1}))
+    assert old.best(KEY, "cpu-a", threads=2)[0].config == {"b": 1}
+    assert old.summary()[0]["threads"] == [None, 2]
+    old.close()
+
+
+def test_jsonl_carries_the_thread_count_and_rejects_a_bad_one(db, tmp_path):
+    db.commit_record(_at(1e-3, 2))
+    db.commit_record(_at(2e-3, None, {"x": 1}))
+    path = tmp_path / "log.jsonl"
+    db.export_jsonl(path)
+    other = Database(tmp_path / "other.db")
+    other.import_jsonl(path)
+    assert [r.threads for r in other.records(KEY, "cpu-a")] == [2, None]
+    lines = path.read_text().splitlines()
+    bad = json.loads(lines[-1])
+    bad["threads"] = 0
+    lines[-1] = json.dumps(bad)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TuningDatabaseError, match=rf"line {len(lines)}: 'threads' must be"):
+        other.import_jsonl(path)
+    other.close()

@@ -255,3 +255,36 @@ def test_shared_featurizer_proposes_exactly_what_the_local_one_does(tmp_path):
             proposals[share] = [config_key(c) for c in tuner.search.propose(set(), 8)]
     assert answered and all(a is not None for a in answered)    # the worker did its share
     assert len(proposals[True]) == 8 and proposals[True] == proposals[False]
+
+
+def test_records_carry_the_thread_count_and_apply_best_picks_per_count(tmp_path):
+    """Tuning at 1 thread stores threads=1; re-measuring at 2 stores threads=2; a compile for
+    2 threads takes the best 2-thread record even when a 1-thread record is faster."""
+    from kiln.autotune.tuner import remeasure_best
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    one = dataclasses.replace(FAST, threads=1)
+    tune_task(task, "native", trials=3, db=db, search="random", batch_size=3, options=one)
+    assert {r.threads for r in db.records(task.workload_key, target)} == {1}
+    added = remeasure_best(task, "native", db, k=1,
+                           options=dataclasses.replace(FAST, threads=2))
+    assert added and {r.threads for r in added} == {2}
+    slow_at_two = {"C/unroll": 0, "C/parallel": 0}
+    db.commit_record(Record(task.workload_key, target, slow_at_two, (1e-12,), "OK", threads=1))
+    assert db.best(task.workload_key, target)[0].config == slow_at_two
+    sch, _, _ = apply_best(task, "native", db, threads=1)
+    assert not any(step.primitive == "unroll" for step in sch.steps)   # the 1-thread record
+    best_two = db.best(task.workload_key, target, threads=2)[0]
+    assert best_two.threads == 2 and best_two.config != slow_at_two
+    sch2, args2, source = apply_best(task, "native", db, threads=2)
+    assert source == "database"
+    expected, _ = SearchSpace(dataclasses.replace(task, target=target, _key=[])).apply(
+        best_two.config)
+    assert [s.primitive for s in sch2.steps] == [s.primitive for s in expected.steps]
+
+
+def test_measurement_rejects_a_thread_count_below_one():
+    from kiln.autotune.measure import Runner
+    from kiln.te.errors import KilnError
+    with pytest.raises(KilnError, match="threads=0"):
+        Runner(dataclasses.replace(FAST, threads=0)).start()

@@ -17,7 +17,7 @@ def kiln(*args, timeout=300):
 def test_tune_op_then_logs_json(tmp_path):
     db = str(tmp_path / "t.db")
     code, out = kiln("tune", "--op", "matmul", "--shape", "32,16,24", "--trials", "6",
-                     "--db", db)
+                     "--db", db, "--threads", "1")
     assert code == 0, out
     assert "6 in the database" in out
     code, out = kiln("logs", "--db", db, "--json")
@@ -26,6 +26,7 @@ def test_tune_op_then_logs_json(tmp_path):
     assert len(rows) == 1
     assert rows[0]["trials"] == 6 and rows[0]["by_status"].get("OK", 0) >= 1
     assert rows[0]["best_gflops"] > 0
+    assert rows[0]["threads"] == [1]            # --threads 1 beat KILN_NUM_THREADS=2
     # a rerun with the same budget resumes: nothing new is measured
     code, out = kiln("tune", "--op", "matmul", "--shape", "32,16,24", "--trials", "6",
                      "--db", db)
@@ -41,6 +42,11 @@ def test_unknown_operator_is_a_clear_error(tmp_path):
 def test_bad_shape_is_a_clear_error(tmp_path):
     code, out = kiln("tune", "--op", "matmul", "--shape", "8,8", "--db", str(tmp_path / "t.db"))
     assert code == 1 and "operator 'matmul' got shape (8, 8)" in out
+
+
+def test_thread_count_below_one_is_refused(tmp_path):
+    code, out = kiln("bench", "--threads", "0", "--db", str(tmp_path / "t.db"))
+    assert code == 2 and "--threads 0" in out
 
 
 def test_logs_on_empty_database(tmp_path):

@@ -80,3 +80,14 @@ def test_tune_model_records_are_used_by_the_next_compile(tmp_path):
     feeds = _feeds(model)
     np.testing.assert_allclose(compiled.run(feeds)[0], ort_run(model, feeds)[0],
                                rtol=2e-4, atol=2e-4)
+
+
+def test_compile_for_a_thread_count_sets_and_records_it(monkeypatch):
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    model = SMALL["mlp"]()
+    compiled = compile_model(model, threads=1, jobs=1)
+    assert compiled.plan.meta["threads"] == 1
+    assert {k.num_threads for k in compiled.kernels.values()} == {1}
+    assert compile_model(model, jobs=1).plan.meta["threads"] == 2      # from the environment
+    with pytest.raises(KilnError, match=r"threads=0"):
+        compile_model(model, threads=0)
