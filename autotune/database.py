@@ -179,11 +179,13 @@ class Database:
                       kiln_version=row["kiln_version"], schema_version=row["schema_version"],
                       timestamp=row["timestamp"], threads=row.get("threads"))
 
-    def records(self, task_key: str, target: str) -> list[Record]:
-        """Every record of `task_key` on exactly `target`, oldest first (all statuses)."""
+    def records(self, task_key: str, target: str, threads: int | None = None) -> list[Record]:
+        """Every record of `task_key` on exactly `target`, oldest first (all statuses); with
+        `threads`, only those measured at that count or of unknown count (older logs)."""
         rows = self._db.query(
             "SELECT * FROM records WHERE task_key = ? AND target = ? AND schema_version = ? "
-            "ORDER BY id", [task_key, target, SCHEMA_VERSION])
+            "AND (? IS NULL OR threads IS NULL OR threads = ?) ORDER BY id",
+            [task_key, target, SCHEMA_VERSION, threads, threads])
         return [self._to_record(r) for r in rows]
 
     def best(self, task_key: str, target: str, k: int = 1,

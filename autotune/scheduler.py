@@ -55,8 +55,9 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                options: MeasureOptions | None = None,
                callback: Callable[[Progress], None] | None = None,
                share_model: bool = True, transfer: bool = True) -> list[TaskReport]:
-    """Tune the tasks until the database holds `trials` records of them in total (records
-    already there count, so a rerun resumes, as in tune_task); one report per task.
+    """Tune the tasks until the database holds `trials` records of them in total at the
+    measurement's thread count (records already there count, so a rerun resumes, as in
+    tune_task); one report per task.
 
     `share_model`: one cost model trained on every task's rows (model-guided search only);
     `transfer`: start it from the stored features of earlier tasks on `target`."""

@@ -117,7 +117,8 @@ def canonical_target(target: str | Target) -> str:
 
 
 class TaskTuner:
-    """Tuning state of one task on one target: search, seen set, best; resumable.
+    """Tuning state of one task on one target at one thread count (the runner's): search,
+    seen set, best; resumable.
 
     A model-guided search trains its cost model in `pool` (pass one to share it between the
     tasks of a run); without one, a pool of its own is made and, with `transfer`, primed with
@@ -158,7 +159,10 @@ class TaskTuner:
         self._data: TaskData | None = None
         self.db.commit_task(self.task.workload_key, self.task.description, self.task.shapes,
                             self.task.flops)
-        past = db.records(self.task.workload_key, self.target)
+        # the state is that of one thread count: a config measured at 1 thread is not yet
+        # measured at 2 (records of unknown count, from older logs, count for every one)
+        self.threads = runner.threads if runner is not None else num_threads_from_env()
+        past = db.records(self.task.workload_key, self.target, threads=self.threads)
         self.seen = {config_key(r.config) for r in past}
         self.n_records = len(past)
         self.best: Record | None = min((r for r in past if r.status == "OK"),
@@ -223,7 +227,7 @@ class TaskTuner:
 
     def _step(self, n: int, costs: list[float], callback, progress_base) -> None:
         if self.runner is None:
-            self.runner = Runner(MeasureOptions())
+            self.runner = Runner(MeasureOptions(threads=self.threads))
         if self._data is None:
             self._data = TaskData.make(self.task, self.data_seed)
         timer = self.timer
@@ -267,10 +271,11 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
               seed: int = 0, options: MeasureOptions | None = None,
               search_config: SearchConfig | None = None, transfer: bool = True,
               share_features: bool = True) -> TuneResult:
-    """Tune `task` until the database holds `trials` records of it on `target`.
+    """Tune `task` until the database holds `trials` records of it on `target` at the
+    measurement's thread count (`options.threads`, else KILN_NUM_THREADS, else every core).
 
     Records already in `db` count toward `trials` (a rerun after a crash measures only the
-    rest). Ctrl-C stops cleanly: everything measured so far is committed and returned. With
+    rest; records of unknown thread count, from older logs, count for every count). Ctrl-C stops cleanly: everything measured so far is committed and returned. With
     `transfer`, the cost model starts from the stored features of other tasks on `target`;
     with `share_features`, the idle measurement worker lowers half of the new candidates.
     """

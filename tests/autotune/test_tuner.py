@@ -288,3 +288,25 @@ def test_measurement_rejects_a_thread_count_below_one():
     from kiln.te.errors import KilnError
     with pytest.raises(KilnError, match="threads=0"):
         Runner(dataclasses.replace(FAST, threads=0)).start()
+
+
+def test_tuning_at_another_thread_count_measures_afresh_and_resumes_per_count(tmp_path):
+    """The trial budget, the seen set and the resume are per thread count: 3 trials at 1
+    thread do not count for 2 threads, and a rerun at either count measures nothing."""
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    one, two = (dataclasses.replace(FAST, threads=n) for n in (1, 2))
+    assert tune_task(task, "native", trials=3, db=db, search="random", batch_size=3,
+                     options=one).measured == 3
+    result = tune_task(task, "native", trials=3, db=db, search="random", batch_size=3,
+                       options=two)
+    assert result.measured == 3 and result.total_trials == 3
+    at_two = db.records(task.workload_key, target, threads=2)
+    assert len(at_two) == 3 and {r.threads for r in at_two} == {2}
+    assert len(db.records(task.workload_key, target)) == 6
+    for options in (one, two):
+        assert tune_task(task, "native", trials=3, db=db, search="random", batch_size=3,
+                         options=options).measured == 0
+    # a record of unknown count (an older log) counts for every thread count
+    db.commit_record(Record(task.workload_key, target, {"legacy": 1}, (1.0,), "OK"))
+    assert len(db.records(task.workload_key, target, threads=1)) == 4
