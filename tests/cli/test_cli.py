@@ -27,9 +27,9 @@ def test_tune_op_then_logs_json(tmp_path):
     assert rows[0]["trials"] == 6 and rows[0]["by_status"].get("OK", 0) >= 1
     assert rows[0]["best_gflops"] > 0
     assert rows[0]["threads"] == [1]            # --threads 1 beat KILN_NUM_THREADS=2
-    # a rerun with the same budget resumes: nothing new is measured
+    # a rerun with the same budget at the same thread count resumes: nothing new is measured
     code, out = kiln("tune", "--op", "matmul", "--shape", "32,16,24", "--trials", "6",
-                     "--db", db)
+                     "--db", db, "--threads", "1")
     assert code == 0 and "measured 0 new candidates" in out, out
 
 
