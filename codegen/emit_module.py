@@ -10,6 +10,7 @@ from ..schedule.ir import PrimFunc
 from ..te.errors import CodegenError
 from . import llvm_types as T
 from .emit_stmt import FunctionEmitter
+from .promote import promote_register_tiles
 from .target import Target
 
 FastMath = tuple[str, ...]
@@ -71,6 +72,12 @@ def threads_symbol(symbol: str) -> str:
     return f"{symbol}__num_threads"
 
 
+def register_file_bytes(target: Target) -> int:
+    """Bytes of the target's vector register file (16 registers, 32 with AVX-512): the
+    largest accumulator tile codegen promotes to registers."""
+    return (32 if target.vector_bits >= 512 else 16) * target.vector_bits // 8
+
+
 def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
                 parallel: bool) -> ir.Module:
     """Build the LLVM module of `func`: one external function `symbol_name(func.name)`."""
@@ -94,6 +101,6 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("captures(none)")
     fn.attributes.add("nounwind")
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
-    emitter.emit(func.body)
+    emitter.emit(promote_register_tiles(func.body, register_file_bytes(target)))
     emitter.finish()
     return module
