@@ -135,10 +135,11 @@ class ModelSearch(RandomSearch):
     name = "xgb"
 
     def __init__(self, space: SearchSpace, config: SearchConfig | None = None,
-                 model: XGBCostModel | None = None, pool: CostModelPool | None = None):
+                 model: XGBCostModel | None = None, pool: CostModelPool | None = None,
+                 featurizer: Featurizer | None = None):
         super().__init__(space, config)
         self.pool = pool or CostModelPool(model or XGBCostModel(seed=self.config.seed))
-        self.featurize = Featurizer(space)
+        self.featurize = featurizer or Featurizer(space)
         self.history: list[tuple[dict, float]] = []
         self.score_seconds = 0.0
         self.group = space.task.workload_key
@@ -208,12 +209,13 @@ STRATEGIES: dict[str, Callable[..., RandomSearch]] = {
 
 
 def make_search(name: str, space: SearchSpace, config: SearchConfig | None = None,
-                pool: CostModelPool | None = None):
+                pool: CostModelPool | None = None, featurizer: Featurizer | None = None):
     """The search strategy `name` (one of STRATEGIES) over `space`; `pool` is the (possibly
-    shared) cost model of a model-guided search."""
+    shared) cost model of a model-guided search and `featurizer` how it turns configs into
+    feature vectors (default: a Featurizer of its own)."""
     if name not in STRATEGIES:
         raise KilnError(f"unknown search strategy {name!r}; choose one of: "
                          f"{', '.join(STRATEGIES)}")
     if name == "xgb":
-        return ModelSearch(space, config, pool=pool)
+        return ModelSearch(space, config, pool=pool, featurizer=featurizer)
     return STRATEGIES[name](space, config)

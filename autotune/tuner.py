@@ -144,15 +144,12 @@ class TaskTuner:
             if transfer:
                 load_prior(pool, db, self.target, exclude_task=self.task.workload_key)
         self.pool = pool if search == "xgb" else None
-        self.search = make_search(search, self.space, search_config, pool=self.pool)
-        own = getattr(self.search, "featurize", None)
-        if own is not None or store_features:
-            featurizer = (SharedFeaturizer(self.space, self._remote_features) if share_features
-                          else Featurizer(self.space))
-            if own is not None:
-                self.search.featurize = featurizer      # the search scores through it
-            own = featurizer
-        self.featurize = own
+        self.featurize = None           # the search scores through it; records store its vectors
+        if search == "xgb" or store_features:
+            self.featurize = (SharedFeaturizer(self.space, self._remote_features)
+                              if share_features else Featurizer(self.space))
+        self.search = make_search(search, self.space, search_config, pool=self.pool,
+                                  featurizer=self.featurize)
         self.store_features = store_features
         self.runner = runner
         self.data_seed = data_seed
