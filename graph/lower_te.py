@@ -264,6 +264,22 @@ def _conv2d(node, args):
                             tuple(a["dilations"]), int(a["groups"]))]
 
 
+@_lowering("conv_transpose_weight")
+def _conv_transpose_weight(node, args):
+    a = node.attrs
+    return [ops.conv_transpose_weight(args[0], tuple(a["strides"]), tuple(a["dilations"]),
+                                      int(a["groups"]), a.get("block") or None)]
+
+
+@_lowering("conv2d_transpose")
+def _conv2d_transpose(node, args):
+    a = node.attrs
+    return [ops.conv2d_transpose_nchw_packed(args[0], args[1], tuple(a["kernel"]),
+                                             tuple(a["strides"]), tuple(a["pads"]),
+                                             tuple(a["dilations"]), tuple(a["output_padding"]),
+                                             int(a["groups"]))]
+
+
 @_lowering("conv2d_kpacked")
 def _conv2d_kpacked(node, args):
     a = node.attrs

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
 from .ir import Value
+from .passes.layout import conv_weight_block
 
 if TYPE_CHECKING:
     from .frontend import ConvertContext
@@ -165,6 +166,97 @@ def _conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_
     p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
     attrs = {"strides": strides, "dilations": dilations, "pads": p, "groups": int(group)}
     y = ctx.emit("conv2d", [x, w], attrs, final=b is None)
+    if b is None:
+        return y
+    bias = ctx.emit("reshape", [b], {"shape": (b.shape[0], 1, 1)})
+    return ctx.emit("add", [y, bias], final=True)
+
+
+def _window_ints(ctx, name: str, value, default: tuple[int, int], least: int
+                 ) -> tuple[int, int]:
+    """A 2-D window attribute (strides, dilations, output_padding): two ints >= `least`."""
+    items = tuple(default if value is None else value)
+    if len(items) != 2 or any(int(v) < least for v in items):
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): {name} {list(items)} "
+                               f"must be 2 ints >= {least} (one per spatial axis)")
+    return int(items[0]), int(items[1])
+
+
+def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, strides
+                    ) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    """(top, left, bottom, right) and extra zero rows/columns at the end of a ConvTranspose.
+
+    Explicit `pads` crop the full output (`full_hw`: stride * (in - 1) + output_padding +
+    dilated kernel). With output_shape, or SAME_* (target in * stride), the total padding is
+    full - target, split as onnxruntime does: the odd pixel at the end for SAME_UPPER, at the
+    beginning otherwise. An output_shape up to stride - 1 pixels past the full output is
+    reached with zero rows at the end (onnxruntime rejects more); a SAME_* target past it
+    (a kernel shorter than the stride) gives the full output, as in onnxruntime."""
+    where = f"node '{ctx.node_name}' ({ctx.op_type})"
+    if auto_pad not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ModelFormatError(f"{where}: unknown auto_pad {auto_pad!r}; expected NOTSET, "
+                               "VALID, SAME_UPPER or SAME_LOWER")
+    if pads is not None and any(pads) and auto_pad not in ("NOTSET", ""):
+        raise ModelFormatError(f"{where}: pads {list(pads)} cannot be used with auto_pad="
+                               f"{auto_pad}; give one or the other")
+    same = auto_pad in ("SAME_UPPER", "SAME_LOWER")
+    if output_shape is None and not same:
+        p = tuple(int(v) for v in pads) if pads is not None and auto_pad != "VALID" else (0,) * 4
+        if len(p) != 4 or min(p) < 0:
+            raise ModelFormatError(f"{where}: pads {list(p)} must be 4 non-negative ints "
+                                   "(top, left, bottom, right) for a 2-D window")
+        return p, (0, 0)
+    if output_shape is not None and len(output_shape) != 2:
+        raise ModelFormatError(f"{where}: output_shape {list(output_shape)} must give the 2 "
+                               "spatial extents (H, W) of the output")
+    targets = (tuple(int(v) for v in output_shape) if output_shape is not None
+               else tuple(i * s for i, s in zip(in_hw, strides)))
+    begin, end, extra = [], [], []
+    for target, full, stride in zip(targets, full_hw, strides):
+        total = full - target if output_shape is not None else max(full - target, 0)
+        if total <= -stride or target < 1:
+            raise ModelFormatError(f"{where}: output_shape {list(targets)} does not fit the "
+                                   f"input {list(in_hw)}: the transposed conv gives {full} "
+                                   f"along an axis where {target} was asked (at most "
+                                   f"{full + stride - 1}); fix output_shape or the pads")
+        total_pad = max(total, 0)
+        small, big = total_pad // 2, total_pad - total_pad // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else big)
+        end.append(big if auto_pad == "SAME_UPPER" else small)
+        extra.append(max(-total, 0))
+    return (begin[0], begin[1], end[0], end[1]), (extra[0], extra[1])
+
+
+@converter("ConvTranspose")
+def _conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
+                    kernel_shape=None, output_padding=None, output_shape=None, pads=None,
+                    strides=None):
+    """conv_transpose_weight (the ONNX weight as stride-phase sub-kernels, folded at compile
+    time when it is a constant) + conv2d_transpose + the bias add."""
+    _require_2d(ctx, x)
+    c = x.shape[1]
+    if len(w.shape) != 4 or w.shape[0] != c or group < 1 or c % group:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): weight "
+                               f"{list(w.shape)} must be [C={c}, M/group, kH, kW] with C "
+                               f"divisible by group={group}")
+    kernel = tuple(w.shape[2:])
+    if kernel_shape is not None and tuple(kernel_shape) != kernel:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): kernel_shape "
+                               f"{list(kernel_shape)} disagrees with the weight's "
+                               f"{list(kernel)}")
+    strides = _window_ints(ctx, "strides", strides, (1, 1), 1)
+    dilations = _window_ints(ctx, "dilations", dilations, (1, 1), 1)
+    out_pad = _window_ints(ctx, "output_padding", output_padding, (0, 0), 0)
+    full = tuple(s * (i - 1) + o + (k - 1) * d + 1 for i, s, o, k, d in
+                 zip(x.shape[2:], strides, out_pad, kernel, dilations))
+    p, extra = _transpose_pads(ctx, auto_pad, pads, output_shape, x.shape[2:], full, strides)
+    filters = w.shape[1] * group
+    block = conv_weight_block(strides[0] * strides[1] * filters) if group == 1 else None
+    packed = ctx.emit("conv_transpose_weight", [w], {
+        "strides": strides, "dilations": dilations, "groups": int(group), "block": block or 0})
+    attrs = {"strides": strides, "dilations": dilations, "pads": p, "groups": int(group),
+             "output_padding": tuple(o + e for o, e in zip(out_pad, extra)), "kernel": kernel}
+    y = ctx.emit("conv2d_transpose", [x, packed], attrs, final=b is None)
     if b is None:
         return y
     bias = ctx.emit("reshape", [b], {"shape": (b.shape[0], 1, 1)})

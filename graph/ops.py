@@ -5,6 +5,10 @@ The op set is a normalised subset of ONNX, chosen so each op maps onto one TE op
 - Gemm becomes `transpose` (if transA/transB) + `matmul` + `mul` (alpha) + `add` (beta * C).
 - Conv becomes `conv2d` (NCHW, explicit pads (top, left, bottom, right)) + `add` of the bias
   reshaped to (C, 1, 1). auto_pad is resolved to explicit pads.
+- ConvTranspose becomes `conv_transpose_weight` (the ONNX weight re-laid out into stride-phase
+  sub-kernels; constant folding does it at compile time for a constant weight) +
+  `conv2d_transpose` (explicit pads and output_padding; auto_pad and output_shape resolved)
+  + the bias `add`.
 - Flatten, Squeeze, Unsqueeze become `reshape`; Expand becomes `broadcast_to`.
 - GlobalAveragePool/GlobalMaxPool become `reduce_mean`/`reduce_max` over (2, 3), keepdims.
 - Relu stays `relu` (an elementwise max with 0); Clip carries its bounds as attrs.
@@ -21,7 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..te.errors import InternalError, ModelFormatError
+from ..te.errors import InternalError, ModelFormatError, TEError
+from ..te.ops.conv_transpose import transpose_geometry
 from .ir import FrozenDict, OpClass, Value
 
 Shape = tuple[int, ...]
@@ -311,6 +316,53 @@ def _to_blocked(ins, attrs):
 def _from_blocked(ins, attrs):
     n, co, h, w, b = ins[0].shape
     return [((n, co * b, h, w), ins[0].dtype)]
+
+
+def _transpose_geometry(x_shape, weight_shape, attrs, pads=0, output_padding=0):
+    """te's validated transposed-conv geometry; its TEError as a shape error of the node."""
+    try:
+        return transpose_geometry("conv2d_transpose", x_shape, weight_shape,
+                                  tuple(attrs["strides"]), pads, tuple(attrs["dilations"]),
+                                  output_padding, attrs["groups"])
+    except TEError as exc:
+        raise ValueError(str(exc)) from None
+
+
+@_register("conv_transpose_weight", OpClass.INJECTIVE)
+def _conv_transpose_weight(ins, attrs):
+    """ONNX weight [C, F / groups, KH, KW] -> [groups * s_h * s_w * F / groups, C / groups,
+    taps_h, taps_w], or with `block` [s_h * s_w * F / block, C, taps_h, taps_w, block]."""
+    (w,) = ins
+    if len(w.shape) != 4:
+        raise ValueError(f"weight {list(w.shape)} is not [C, F/groups, KH, KW]")
+    filters, cg, th, tw = _transpose_geometry((1, w.shape[0], 1, 1), w.shape, attrs).packed_shape
+    block = attrs.get("block", 0)
+    if not block:
+        return [((filters, cg, th, tw), w.dtype)]
+    if attrs["groups"] != 1 or filters % block:
+        raise ValueError(f"block={block} needs groups=1 and a block dividing {filters} filters")
+    return [((filters // block, cg, th, tw, block), w.dtype)]
+
+
+@_register("conv2d_transpose", OpClass.OUT_ELEMWISE_FUSABLE)
+def _conv2d_transpose(ins, attrs):
+    """x[N, C, H, W] and a conv_transpose_weight result for a kernel of attrs["kernel"]."""
+    x, w = ins
+    if len(x.shape) != 4 or len(w.shape) not in (4, 5):
+        raise ValueError(f"expects x[N, C, H, W] and a packed weight, got {list(x.shape)} and "
+                         f"{list(w.shape)}")
+    phases = attrs["strides"][0] * attrs["strides"][1] * attrs["groups"]
+    filters = w.shape[0] * (w.shape[4] if len(w.shape) == 5 else 1)
+    if filters % phases:
+        raise ValueError(f"packed weight {list(w.shape)} does not match strides "
+                         f"{attrs['strides']} and groups={attrs['groups']}")
+    onnx_shape = (x.shape[1], filters // phases) + tuple(attrs["kernel"])
+    geo = _transpose_geometry(x.shape, onnx_shape, attrs, tuple(attrs["pads"]),
+                              tuple(attrs["output_padding"]))
+    if (filters,) + tuple(w.shape[1:4]) != geo.packed_shape:
+        raise ValueError(f"packed weight {list(w.shape)} does not match x {list(x.shape)} and "
+                         f"a kernel {attrs['kernel']}: expected {list(geo.packed_shape)}")
+    return [((x.shape[0], geo.f, geo.h.out, geo.w.out), x.dtype)]
 
 
 @_register("matmul", OpClass.OUT_ELEMWISE_FUSABLE)

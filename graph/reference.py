@@ -15,8 +15,8 @@ from numpy.lib.stride_tricks import as_strided
 from scipy import special
 
 from ..te.errors import KernelArgumentError
-from ..te.ops import (unpack_conv_weight, unpack_conv_weight_blocked,
-                      unpack_depthwise_weight)
+from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
+                      unpack_conv_weight, unpack_conv_weight_blocked, unpack_depthwise_weight)
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -347,6 +347,45 @@ def _depthwise_conv2d_nchwc(node, x, w):
     out = _conv_nchw(_unblocked(x), unpack_depthwise_weight(w), attrs,
                      node.outputs[0].shape[2:4])
     return _blocked(out, x.shape[4])
+
+
+@_impl("conv_transpose_weight")
+def _conv_transpose_weight(node, w):
+    a = node.attrs
+    return pack_conv_transpose_weight(w, tuple(a["strides"]), tuple(a["dilations"]),
+                                      a["groups"], a.get("block") or None)
+
+
+@_impl("conv2d_transpose")
+def _conv2d_transpose(node, x, packed):
+    a = node.attrs
+    w = unpack_conv_transpose_weight(packed, a["kernel"], tuple(a["strides"]),
+                                     tuple(a["dilations"]), a["groups"])
+    return _conv_transpose_nchw(x, w, a, node.outputs[0].shape[2:4])
+
+
+def _conv_transpose_nchw(x, w, attrs, out_hw):
+    """ONNX ConvTranspose by scatter-add: each kernel tap (ky, kx) adds x[n, c] times
+    w[c, m, ky, kx] to the output pixels (iy * s_h + ky * d_h, ix * s_w + kx * d_w) of the
+    full (uncropped) output; the result is that canvas from (top, left) on, `out_hw` large
+    (output_padding rows past the last contribution stay 0)."""
+    n, c, h, wd = x.shape
+    g = attrs["groups"]
+    _, per_group, kh, kw = w.shape
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    top, left = attrs["pads"][0], attrs["pads"][1]
+    span_h, span_w = (h - 1) * sh + 1, (wd - 1) * sw + 1
+    canvas = np.zeros((n, g, per_group, max(top + out_hw[0], span_h + (kh - 1) * dh),
+                       max(left + out_hw[1], span_w + (kw - 1) * dw)), dtype=x.dtype)
+    xg = x.reshape(n, g, c // g, h, wd)
+    wg = w.reshape(g, c // g, per_group, kh, kw)
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            canvas[:, :, :, y0:y0 + span_h:sh, x0:x0 + span_w:sw] += np.einsum(
+                "ngchw,gcm->ngmhw", xg, wg[:, :, :, ky, kx])
+    out = canvas[:, :, :, top:top + out_hw[0], left:left + out_hw[1]]
+    return np.ascontiguousarray(out.reshape(n, g * per_group, out_hw[0], out_hw[1]))
 
 
 @_impl("matmul")

@@ -130,6 +130,20 @@ def conv2d_nchw_kpacked(x: Tensor, packed_weight: Tensor, stride=1, padding=0, d
     tensor unpacks it to NCHW, an injective stage the tuner inlines into the epilogue.
     """
     op = name or "conv2d_nchw_kpacked"
+    blocked = conv2d_nchw_kpacked_blocked(x, packed_weight, stride, padding, dilation,
+                                          out_dtype, op)
+    n, fo, oh, ow, kb = blocked.shape
+    return compute((n, fo * kb, oh, ow), lambda b, f, y, xx: blocked(b, f // kb, y, xx, f % kb),
+                   name=op, tag=INJECTIVE)
+
+
+def conv2d_nchw_kpacked_blocked(x: Tensor, packed_weight: Tensor, stride=1, padding=0,
+                                dilation=1, out_dtype: str | None = None,
+                                name: str | None = None) -> Tensor:
+    """The reduction of conv2d_nchw_kpacked alone: its channel-blocked result
+    [N, F / kb, OH, OW, kb] (named `name`_blocked), for an op that reads it in another order
+    than NCHW (a transposed conv interleaves its phases from it)."""
+    op = name or "conv2d_nchw_kpacked"
     check_tensor(op, x)
     check_tensor(op, packed_weight, "weight")
     if x.ndim != 4 or packed_weight.ndim != 5:
@@ -157,6 +171,4 @@ def conv2d_nchw_kpacked(x: Tensor, packed_weight: Tensor, stride=1, padding=0, d
         return te_sum(read(padded, b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw)
                       * read(packed_weight, ko, rc, ry, rx, ki), axis=[rc, ry, rx])
 
-    blocked = compute((n, fo, oh, ow, kb), body, name=f"{op}_blocked", tag=CONV2D_NCHW)
-    return compute((n, fo * kb, oh, ow), lambda b, f, y, xx: blocked(b, f // kb, y, xx, f % kb),
-                   name=op, tag=INJECTIVE)
+    return compute((n, fo, oh, ow, kb), body, name=f"{op}_blocked", tag=CONV2D_NCHW)
