@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..schedule.ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, Scope, Stmt,
                            Store, seq)
-from ..schedule.bound import const_interval
+from ..schedule.bound import const_interval, interval
 from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator, StmtVisitor
 from ..te import dtype as dt
@@ -64,21 +64,65 @@ class _Promoter(StmtMutator):
             self.ranges.pop(loop.loop_var, None)
 
     def _promote(self, loop: For) -> Stmt | None:
-        """`loop` wrapped in prologue/epilogue for each buffer it can promote, or None."""
+        """`loop` wrapped in prologue/epilogue for each buffer it can promote, or None. When
+        the tile is guarded (a tail), a guard-free copy runs for every tile it provably
+        holds for: a guard inside the unrolled tile is a branch per row per k step."""
         plans = [_plan(loop, buf, self.max_bytes, self.ranges)
                  for buf in _stored_buffers(loop) if buf not in self.skip]
         plans = [p for p in plans if p is not None]
         if not plans:
             return None
-        body = loop.body
+        for plan in plans:
+            self.skip |= {plan.buf, plan.reg}
+        proofs = [_full_tile_condition(plan) for plan in plans]
+        full = None if any(c is None for c in proofs) else simplify(E.all_of(*proofs))
+        if not any(p.guards for p in plans) or full is None or _is_false(full):
+            return self._wrap(loop, loop.body, plans)
+        dropped = [g for plan in plans for g in plan.guards]
+        fast = self._wrap(loop, _DropGuards(dropped)(loop.body),
+                          [plan.without_guards() for plan in plans])
+        if isinstance(full, E.IntImm):      # every tile is whole
+            return fast
+        return IfThenElse(full, fast, self._wrap(loop, loop.body, plans))
+
+    def _wrap(self, loop: For, body: Stmt, plans: list[_Plan]) -> Stmt:
         for plan in plans:
             body = _Redirect(plan)(body)
-            self.skip |= {plan.buf, plan.reg}
         result: Stmt = For(loop.loop_var, loop.min, loop.extent, loop.kind, self.visit(body))
         for plan in plans:
             result = Allocate(plan.reg, seq(plan.copy(into_reg=True), result,
                                             plan.copy(into_reg=False)))
         return result
+
+
+def _full_tile_condition(plan: _Plan) -> E.Expr | None:
+    """A condition, free of the tile's loop variables, under which every tile guard of
+    `plan` holds at every tile point; None when a guard is not a conjunction of `a < b`
+    terms whose maximum over the tile is known (lowering's guards all are)."""
+    ranges = {f.loop_var: _const_bounds(f) for f in plan.tile}
+    terms = []
+    for guard in plan.guards:
+        for term in _conjuncts(guard.cond):
+            if not free_vars(term) & set(ranges):
+                terms.append(term)
+                continue
+            if not isinstance(term, E.LT) or free_vars(term.b) & set(ranges):
+                return None
+            bounds = interval(term.a, ranges)
+            if bounds is None:
+                return None
+            terms.append(E.LT(term.dtype, bounds[1], term.b))
+    return E.all_of(*terms)
+
+
+def _is_false(cond: E.Expr) -> bool:
+    return isinstance(cond, E.IntImm) and not cond.value
+
+
+def _conjuncts(cond: E.Expr) -> list[E.Expr]:
+    if isinstance(cond, E.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
 
 
 def _const_bounds(loop: For) -> tuple[int, int] | None:
@@ -96,6 +140,23 @@ class _Plan:
     reg: Buffer
     reg_index: E.Expr
     frames: list[For | IfThenElse]     # the tile loops and the guards kept for the copies
+
+    @property
+    def guards(self) -> list[IfThenElse]:
+        """The kept guards that test the tile's own loops (a tail of the tile)."""
+        tile_vars = {f.loop_var for f in self.tile}
+        return [f for f in self.frames
+                if isinstance(f, IfThenElse) and free_vars(f.cond) & tile_vars]
+
+    @property
+    def tile(self) -> list[For]:
+        return [f for f in self.frames if isinstance(f, For)]
+
+    def without_guards(self) -> "_Plan":
+        """The plan for tiles its tile guards hold everywhere in (see _full_tile_condition)."""
+        guards = self.guards
+        return _Plan(self.buf, self.index, self.reg, self.reg_index,
+                     [f for f in self.frames if not any(f is g for g in guards)])
 
     def copy(self, into_reg: bool) -> Stmt:
         """The prologue (buf -> reg) or epilogue (reg -> buf) nest."""
@@ -298,6 +359,18 @@ def _linear_coefficients(e: E.Expr, inner: set) -> dict | None:
                     return None
                 return {v: c * k.value for v, c in inner_terms.items() if c * k.value}
     return None
+
+
+class _DropGuards(StmtMutator):
+    """The loop body with the given guard nodes (by identity) replaced by their then-case."""
+
+    def __init__(self, guards: list[IfThenElse]):
+        self.guards = guards
+
+    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        if any(node is g for g in self.guards):
+            return self.visit(node.then_case)
+        return self.generic_visit(node)
 
 
 class _Redirect(StmtMutator):

@@ -77,6 +77,22 @@ def test_a_guard_on_the_tile_is_kept_in_the_copies():
     assert text.count("if i * 8 + j < 30") == 3
 
 
+def test_a_tile_with_a_tail_gets_a_guard_free_copy_for_the_whole_tiles():
+    # 27 rows in tiles of 6: tiles 0-3 are whole, tile 4 has 3 rows
+    acc = buf("acc", "float32", [30 * 8], Scope.LOCAL)
+    X = buf("X", "float32", [3])
+    o, i, j, k = E.var("o"), E.var("i"), E.var("j"), E.var("k")
+    idx = o * 48 + i * 8 + j
+    update = IfThenElse(o * 6 + i < 27, loop(j, 8, Store(acc, idx, load(acc, idx) + load(X, k)),
+                                              ForKind.VECTORIZED))
+    body = Allocate(acc, loop(o, 5, loop(k, 3, loop(i, 6, update, ForKind.UNROLLED))))
+    lines = str(promote_register_tiles(body, AVX2_FILE)).splitlines()
+    assert lines[2] == "  if o * 6 + 5 < 27:"
+    split = lines.index("  else:")
+    assert not any("if " in line for line in lines[3:split])      # whole tiles: no guard
+    assert sum("if o * 6 + i < 27" in line for line in lines[split:]) == 3
+
+
 @pytest.mark.parametrize("case", [
     dict(index=lambda i, j, k: k * 32 + i * 8 + j),              # moves with the k loop
     dict(index=lambda i, j, k: i * 8 + j, extra_read=lambda i, j: i * 8 + j + 1),  # 2nd read
@@ -117,6 +133,7 @@ def test_promoted_hand_built_matmuls_match_numpy(tile):
     ((96, 256, 256), {"C/tile/0:i": [4, 6], "C/local": 0}),          # accumulates into C
     ((90, 100, 72), {"C/tile/0:i": [4, 6], "C/reduce/0:k": 48}),     # M and K tails
     ((37, 67, 40), {"C/tile/0:i": [2, 6], "C/tile/1:j": [1, 16], "C/reduce/0:k": 16}),
+    ((100, 64, 48), {"C/tile/0:i": [2, 6]}),                          # a 4-row tail tile
     ((64, 64, 48), {"C/tile/0:i": [2, 8], "C/unroll": 0}),           # rolled rows: not promoted
 ])
 def test_matmul_configs_match_numpy(shape, overrides):
