@@ -74,16 +74,24 @@ class _Promoter(StmtMutator):
             return None
         for plan in plans:
             self.skip |= {plan.buf, plan.reg}
-        proofs = [_full_tile_condition(plan) for plan in plans]
-        full = None if any(c is None for c in proofs) else simplify(E.all_of(*proofs))
-        if not any(p.guards for p in plans) or full is None or _is_false(full):
+        bounds = [_tile_conditions(plan) for plan in plans]
+        if not any(p.guards for p in plans) or any(b is None for b in bounds):
             return self._wrap(loop, loop.body, plans)
+        full = simplify(E.all_of(*(b[0] for b in bounds)))
+        guarded = self._wrap(loop, loop.body, plans)
+        some = simplify(bounds[0][1])
+        if len(plans) == 1 and _stored_buffers(loop) == [plans[0].buf] and not isinstance(
+                some, E.IntImm):
+            # the loop stores nothing else: a tile wholly out of range does nothing at all
+            guarded = IfThenElse(some, guarded)
+        if _is_false(full):
+            return guarded
         dropped = [g for plan in plans for g in plan.guards]
         fast = self._wrap(loop, _DropGuards(dropped)(loop.body),
                           [plan.without_guards() for plan in plans])
         if isinstance(full, E.IntImm):      # every tile is whole
             return fast
-        return IfThenElse(full, fast, self._wrap(loop, loop.body, plans))
+        return IfThenElse(full, fast, guarded)
 
     def _wrap(self, loop: For, body: Stmt, plans: list[_Plan]) -> Stmt:
         for plan in plans:
@@ -95,24 +103,27 @@ class _Promoter(StmtMutator):
         return result
 
 
-def _full_tile_condition(plan: _Plan) -> E.Expr | None:
-    """A condition, free of the tile's loop variables, under which every tile guard of
-    `plan` holds at every tile point; None when a guard is not a conjunction of `a < b`
-    terms whose maximum over the tile is known (lowering's guards all are)."""
+def _tile_conditions(plan: _Plan) -> tuple[E.Expr, E.Expr] | None:
+    """Two conditions free of the tile's loop variables: under the first, every tile guard
+    of `plan` holds at every tile point (a whole tile); unless the second holds, none holds
+    at any point (the tile is wholly out of range). None when a guard is not a conjunction
+    of `a < b` terms whose range over the tile is known (lowering's guards all are)."""
     ranges = {f.loop_var: _const_bounds(f) for f in plan.tile}
-    terms = []
+    whole, some = [], []
     for guard in plan.guards:
         for term in _conjuncts(guard.cond):
             if not free_vars(term) & set(ranges):
-                terms.append(term)
+                whole.append(term)
+                some.append(term)
                 continue
             if not isinstance(term, E.LT) or free_vars(term.b) & set(ranges):
                 return None
             bounds = interval(term.a, ranges)
             if bounds is None:
                 return None
-            terms.append(E.LT(term.dtype, bounds[1], term.b))
-    return E.all_of(*terms)
+            whole.append(E.LT(term.dtype, bounds[1], term.b))
+            some.append(E.LT(term.dtype, bounds[0], term.b))
+    return E.all_of(*whole), E.all_of(*some)
 
 
 def _is_false(cond: E.Expr) -> bool:
@@ -153,7 +164,7 @@ class _Plan:
         return [f for f in self.frames if isinstance(f, For)]
 
     def without_guards(self) -> "_Plan":
-        """The plan for tiles its tile guards hold everywhere in (see _full_tile_condition)."""
+        """The plan for tiles its tile guards hold everywhere in (see _tile_conditions)."""
         guards = self.guards
         return _Plan(self.buf, self.index, self.reg, self.reg_index,
                      [f for f in self.frames if not any(f is g for g in guards)])

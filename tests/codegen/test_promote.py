@@ -90,7 +90,22 @@ def test_a_tile_with_a_tail_gets_a_guard_free_copy_for_the_whole_tiles():
     assert lines[2] == "  if o * 6 + 5 < 27:"
     split = lines.index("  else:")
     assert not any("if " in line for line in lines[3:split])      # whole tiles: no guard
+    assert lines[split + 1] == "    if o * 6 < 27:"                # tiles wholly out: skipped
     assert sum("if o * 6 + i < 27" in line for line in lines[split:]) == 3
+
+
+def test_a_tile_out_of_range_is_not_skipped_when_its_loop_stores_something_else():
+    acc = buf("acc", "float32", [30 * 8], Scope.LOCAL)
+    X, Y = buf("X", "float32", [3]), buf("Y", "float32", [5 * 3])
+    o, i, j, k = E.var("o"), E.var("i"), E.var("j"), E.var("k")
+    idx = o * 48 + i * 8 + j
+    update = IfThenElse(o * 6 + i < 27, loop(j, 8, Store(acc, idx, load(acc, idx) + load(X, k)),
+                                              ForKind.VECTORIZED))
+    other = Store(Y, o * 3 + k, load(X, k))
+    body = Allocate(acc, loop(o, 5, loop(k, 3, seq(other, loop(i, 6, update,
+                                                                 ForKind.UNROLLED)))))
+    text = str(promote_register_tiles(body, AVX2_FILE))
+    assert "if o * 6 + 5 < 27:" in text and "if o * 6 < 27:" not in text
 
 
 @pytest.mark.parametrize("case", [
