@@ -43,7 +43,6 @@ MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel t
 MIN_CACHE_WORK = 64       # output points below which no local accumulator is offered
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
 REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
-GEMM_MAX_ROWS = 4         # rows of a GEMM's register tile on AVX2 (see _anchor_defaults)
 MIN_PARALLEL_POINTS = 1 << 16  # elementwise outputs smaller than this default to one loop
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
@@ -463,13 +462,11 @@ class SearchSpace:
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:
-                # GEMM-like (one reduce axis) on AVX2: LLVM keeps the accumulators of at
-                # most 4 unrolled rows in registers; from 5 rows on they are stored back
-                # every k (840x128x256: 4x16 82 GFLOPS, 5x16 29, 6x16 29)
-                gemm_like = len(op.reduce_axis) == 1 and not _window_axes(op)
-                max_rows = GEMM_MAX_ROWS if gemm_like and target.vector_bits < 512 else None
+                # with 16 vector registers, rows two vectors wide take the whole budget and
+                # a tail (codegen runs the whole tiles without guards), see _balanced_rows
+                tails = target.vector_bits < 512 and not _window_axes(op)
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
-                                                        inner[-1], lanes, budget, max_rows)
+                                                        inner[-1], lanes, budget, tails)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
@@ -829,33 +826,48 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
 
 
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
-                   budget: int, max_rows: int | None = None) -> tuple[int, int]:
+                   budget: int, tails: bool = False) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
-    vector registers and at most `max_rows` rows, rows dividing the axis; ties keep the
-    wider vector. One vector wide can win for short rows: 7 rows x 1 vector beats 2 rows x
-    2 vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
+    vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
+    `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
+    rows with a tail made an NCHW conv 0.75x); ties keep the wider vector. One vector wide
+    can win for short rows when rows must divide: 7 rows x 1 vector beats 2 rows x 2
+    vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
     > 16 registers)."""
-    def row_cap(vectors):
-        return max(1, min(budget // vectors, max_rows or budget))
     widths = [width]
     if width == 2 * lanes or (width > lanes and width % lanes == 0):
         widths.append(lanes)
     best = None
     for w in widths:
         vectors = -(-w // lanes)
-        cap = row_cap(vectors)
-        rows = _rows_tile(rows_extent, cap)
+        cap = max(1, budget // vectors)
+        if tails and w == 2 * lanes:
+            rows = _balanced_rows(rows_extent, cap)
+        else:
+            rows = _rows_tile(rows_extent, cap)
         if rows > cap:                      # _rows_tile may take one more row than asked
             rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
         score = rows * vectors
         if best is None or score > best[0]:
             best = (score, rows, w)
     if vec_extent % best[2]:
-        cap = row_cap(-(-width // lanes))
-        rows = _rows_tile(rows_extent, cap)
-        return (rows if rows <= cap or max_rows is None else
-                max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)), width
+        return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
     return best[1], best[2]
+
+
+def _balanced_rows(extent: int, cap: int) -> int:
+    """Rows of a register tile that may leave a tail: as few tiles as `cap` rows allow, each
+    as short as that count permits (7 rows: 4 + 3, not 6 + 1; 14: 6 + 6 + 2, 5 is not a
+    tile choice), a knob choice of the axis. A tail costs little since codegen runs every
+    whole tile without guards (codegen/promote.py), and fewer, fuller tiles load the
+    shared operand less often: at 1 thread, 6x16 over 4x16 on 1024^3 GEMM 1.09x, 512^3
+    1.07x; blocked 3x3 convs 4+3 x 16 over 7 x 8 at 7x7 1.28x, 6x16 at 14x14 1.2-1.27x,
+    at 28x28 over 4x16 1.07x."""
+    if extent <= cap:
+        return extent
+    tiles = -(-extent // cap)
+    choices = [r for r in _factor_candidates(extent, cap) if -(-extent // r) == tiles]
+    return min(choices) if choices else cap
 
 
 def _rows_tile(extent: int, want: int) -> int:

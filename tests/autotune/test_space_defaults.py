@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space import SearchSpace, _balanced_rows
 from kiln.autotune.task import Task
 from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
@@ -55,7 +55,7 @@ def test_many_spatial_axes_get_one_row_axis_not_a_product():
     tile = _register_tile(space, "Oc")
     assert tile[-1] == 16                            # ki: two AVX2 vectors
     assert [t > 1 for t in tile[:-1]] == [False, False, False, True]   # only x has rows
-    assert tile[3] * 2 <= 12 and 56 % tile[3] == 0   # budget, and no guarded tail
+    assert tile[3] == 6                              # the budget: 6 x 2 vectors, a tail of 2
 
 
 def test_tail_free_vector_and_row_tiles_are_preferred():
@@ -129,14 +129,22 @@ def test_default_config_is_in_the_space_for_odd_shapes():
         space.validate(space.default_config())
 
 
-@pytest.mark.parametrize("width,rows,vector", [(56, 4, 16), (28, 4, 16), (14, 7, 8),
-                                               (7, 7, 8)])
-def test_short_rows_trade_a_vector_for_more_rows(width, rows, vector):
-    """Within 12 of AVX2's 16 registers: 7 pixels x 2 vectors would spill, 2 x 2 wastes the
-    register file; 7 x 1 vector gives the most accumulators on 14- and 7-wide rows."""
+@pytest.mark.parametrize("width,rows,vector", [(56, 6, 16), (28, 6, 16), (14, 6, 16),
+                                               (7, 4, 16), (6, 6, 16)])
+def test_short_rows_fill_the_budget_in_as_few_balanced_tiles_as_it_allows(width, rows, vector):
+    """12 of AVX2's 16 registers hold 6 rows x 2 vectors (7 x 2 would spill); a row that 6
+    does not divide leaves a tail (codegen runs the whole tiles unguarded): 7 pixels as 4 + 3
+    (1.28x the old 7 x 1 vector at 512->512 @7), 14 as 6 + 6 + 2 (5 is no tile choice)."""
     space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
     tile = _register_tile(space, "Oc")
     assert (tile[3], tile[4]) == (rows, vector)
+
+
+@pytest.mark.parametrize("extent,rows", [(7, 4), (8, 4), (14, 6), (13, 6), (6, 6), (3, 3),
+                                         (1024, 6), (96, 6)])
+def test_balanced_rows_take_as_few_tiles_as_the_cap_allows_and_no_longer_than_needed(
+        extent, rows):
+    assert _balanced_rows(extent, 6) == rows
 
 
 @pytest.mark.parametrize("width", [28, 14, 7, 13])
@@ -152,17 +160,20 @@ def test_default_cache_tiles_divide_the_axes(width):
             assert (extent // inner) % mid == 0, (name, extent, mid, inner)
 
 
-def test_gemm_register_tile_has_at_most_four_rows_on_avx2():
-    # LLVM keeps only up to 4 unrolled rows of accumulators in registers (5+ rows are
-    # stored back every k: 3x slower); AVX-512 keeps the register budget alone
-    for shape in [(96, 64, 96), (840, 128, 256), (48, 32, 40)]:
-        rows, _ = _register_tile(SearchSpace(Task.from_op("matmul", shape, target=AVX2)), "C")
-        assert rows <= 4 and shape[0] % rows == 0, shape
+def test_gemm_register_tile_takes_six_rows_on_avx2():
+    # (capped at 4 while LLVM stored 5+ unrolled rows of accumulators back every k; codegen
+    # now promotes them to registers, codegen/promote.py)
+    for shape in [(96, 64, 96), (840, 128, 256), (1024, 64, 64)]:
+        rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", shape, target=AVX2)), "C")
+        assert (rows, cols) == (6, 16), shape
+    rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", (48, 32, 40), target=AVX2)),
+                                "C")
+    assert (rows, cols) == (12, 8)                         # one vector wide: rows divide M
     rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", (96, 64, 96),
                                                          target=AVX512)), "C")
     assert rows * cols // 16 > 8
     conv = SearchSpace(Task.from_op("conv2d", (1, 64, 28, 28, 64, 3, 3, 1, 1), target=AVX2))
-    assert _register_tile(conv, "conv") == [1, 1, 7, 8]     # convs keep longer rows
+    assert _register_tile(conv, "conv") == [1, 1, 7, 8]     # one vector wide: no tail
 
 
 @pytest.mark.parametrize("shape,vector,parallel", [
