@@ -12,6 +12,7 @@ from .. import te
 from ..te import ops
 from ..te import expr as E
 from ..te.errors import TEError
+from ..te.ops.conv_transpose import transpose_geometry
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..te.visit import walk
 from ..te.workload import describe, topo_ops, workload_key
@@ -146,6 +147,21 @@ def _depthwise_conv2d_nchwc(N, C, H, W, R, S, stride=1, pad=0, block=8, dtype="f
     return X, Wt, ops.depthwise_conv2d_nchwc(X, Wt, stride=stride, padding=pad, name="dwconv")
 
 
+def _conv2d_transpose(N, C, H, W, F, R, S, stride=1, pad=0, output_padding=0, groups=1,
+                      dtype="float32"):
+    """ONNX ConvTranspose as models compile it: the weight a constant packed at compile time
+    (conv_transpose_weight), so the kernel reads the packed layout."""
+    geo = transpose_geometry("conv2d_transpose", (N, C, H, W), (C, F // groups, R, S), stride,
+                             pad, 1, output_padding, groups)
+    block = ops.phase_weight_block(geo.packed_shape[0], groups)
+    shape = geo.packed_shape if block is None else (
+        (geo.packed_shape[0] // block,) + geo.packed_shape[1:] + (block,))
+    X = te.placeholder((N, C, H, W), dtype, "X")
+    Wt = te.placeholder(shape, dtype, "W")
+    return X, Wt, ops.conv2d_transpose_nchw_packed(X, Wt, (R, S), stride, pad, 1,
+                                                   output_padding, groups, name="convt")
+
+
 def _softmax(rows, cols, dtype="float32"):
     X = te.placeholder((rows, cols), dtype, "X")
     return X, ops.softmax(X, axis=-1, name="softmax")
@@ -159,12 +175,15 @@ def _pooling(N, C, H, W, size, stride=None, dtype="float32"):
 OPERATORS = {"matmul": _matmul, "dense": _dense, "batch_matmul": _batch_matmul,
              "conv2d": _conv2d, "depthwise_conv2d": _depthwise_conv2d, "softmax": _softmax,
              "pooling": _pooling, "conv2d_nchwc": _conv2d_nchwc,
+             "conv2d_transpose": _conv2d_transpose,
              "depthwise_conv2d_nchwc": _depthwise_conv2d_nchwc}
 OPERATOR_SHAPES = {
     "matmul": "(M, K, N)", "dense": "(M, K, N) with W of shape (N, K), bias and relu",
     "batch_matmul": "(batch, M, K, N)", "conv2d": "(N, C, H, W, K, R, S[, stride, pad])",
     "depthwise_conv2d": "(N, C, H, W, R, S[, stride, pad])", "softmax": "(rows, cols)",
     "pooling": "(N, C, H, W, size[, stride])",
+    "conv2d_transpose": "(N, C, H, W, F, R, S[, stride, pad, output_padding, groups]): ONNX "
+                        "ConvTranspose, weight [C, F / groups, R, S] packed at compile time",
     "conv2d_nchwc": "(N, C, H, W, K, R, S[, stride, pad, in_block, block]), C and K divisible "
                     "by their blocks",
     "depthwise_conv2d_nchwc": "(N, C, H, W, R, S[, stride, pad, block]), C divisible by block"}

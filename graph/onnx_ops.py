@@ -16,7 +16,7 @@ import numpy as np
 
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
 from .ir import Value
-from .passes.layout import conv_weight_block
+from ..te.ops import phase_weight_block
 
 if TYPE_CHECKING:
     from .frontend import ConvertContext
@@ -182,16 +182,17 @@ def _window_ints(ctx, name: str, value, default: tuple[int, int], least: int
     return int(items[0]), int(items[1])
 
 
-def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, strides
-                    ) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, strides,
+                    out_pad) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
     """(top, left, bottom, right) and extra zero rows/columns at the end of a ConvTranspose.
 
     Explicit `pads` crop the full output (`full_hw`: stride * (in - 1) + output_padding +
     dilated kernel). With output_shape, or SAME_* (target in * stride), the total padding is
     full - target, split as onnxruntime does: the odd pixel at the end for SAME_UPPER, at the
-    beginning otherwise. An output_shape up to stride - 1 pixels past the full output is
-    reached with zero rows at the end (onnxruntime rejects more); a SAME_* target past it
-    (a kernel shorter than the stride) gives the full output, as in onnxruntime."""
+    beginning otherwise. An output_shape past the full output is reached with zero rows at
+    the end, up to stride - 1 - output_padding of them (onnxruntime's limit: the input size
+    it implies must be the real one); a SAME_* target past it (a kernel shorter than the
+    stride) gives the full output, as in onnxruntime."""
     where = f"node '{ctx.node_name}' ({ctx.op_type})"
     if auto_pad not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):
         raise ModelFormatError(f"{where}: unknown auto_pad {auto_pad!r}; expected NOTSET, "
@@ -212,13 +213,14 @@ def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, stri
     targets = (tuple(int(v) for v in output_shape) if output_shape is not None
                else tuple(i * s for i, s in zip(in_hw, strides)))
     begin, end, extra = [], [], []
-    for target, full, stride in zip(targets, full_hw, strides):
+    for target, full, stride, extra_max in zip(targets, full_hw, strides,
+                                               (s - 1 - o for s, o in zip(strides, out_pad))):
         total = full - target if output_shape is not None else max(full - target, 0)
-        if total <= -stride or target < 1:
+        if -total > extra_max or target < 1:
             raise ModelFormatError(f"{where}: output_shape {list(targets)} does not fit the "
                                    f"input {list(in_hw)}: the transposed conv gives {full} "
                                    f"along an axis where {target} was asked (at most "
-                                   f"{full + stride - 1}); fix output_shape or the pads")
+                                   f"{full + max(extra_max, 0)}); fix output_shape")
         total_pad = max(total, 0)
         small, big = total_pad // 2, total_pad - total_pad // 2
         begin.append(small if auto_pad == "SAME_UPPER" else big)
@@ -249,9 +251,10 @@ def _conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=
     out_pad = _window_ints(ctx, "output_padding", output_padding, (0, 0), 0)
     full = tuple(s * (i - 1) + o + (k - 1) * d + 1 for i, s, o, k, d in
                  zip(x.shape[2:], strides, out_pad, kernel, dilations))
-    p, extra = _transpose_pads(ctx, auto_pad, pads, output_shape, x.shape[2:], full, strides)
+    p, extra = _transpose_pads(ctx, auto_pad, pads, output_shape, x.shape[2:], full, strides,
+                               out_pad)
     filters = w.shape[1] * group
-    block = conv_weight_block(strides[0] * strides[1] * filters) if group == 1 else None
+    block = phase_weight_block(strides[0] * strides[1] * filters, group)
     packed = ctx.emit("conv_transpose_weight", [w], {
         "strides": strides, "dilations": dilations, "groups": int(group), "block": block or 0})
     attrs = {"strides": strides, "dilations": dilations, "pads": p, "groups": int(group),

@@ -8,7 +8,7 @@ from .conv import (conv2d_nchw, conv2d_nchw_kpacked, depthwise_conv2d_nchw, pack
                    unpack_conv_weight)
 from .conv_transpose import (conv2d_transpose_nchw, conv2d_transpose_nchw_packed,
                              conv_transpose_weight, pack_conv_transpose_weight,
-                             unpack_conv_transpose_weight)
+                             phase_weight_block, unpack_conv_transpose_weight)
 from .conv_blocked import (conv2d_nchwc, depthwise_conv2d_nchwc, from_blocked,
                            pack_conv_weight_blocked, pack_depthwise_weight, to_blocked,
                            unpack_conv_weight_blocked, unpack_depthwise_weight)

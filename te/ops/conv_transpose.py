@@ -141,6 +141,19 @@ def transpose_geometry(op: str, x_shape, weight_shape, stride=1, padding=0, dila
 
 # -- the weight re-layout ----------------------------------------------------------------------
 
+PHASE_BLOCKS = (16, 8)    # as graph.passes.layout packs conv weights: 16 = two AVX2 vectors
+
+
+def phase_weight_block(filters: int, groups: int = 1) -> int | None:
+    """The block a dense phase weight of `filters` phase filters (s_h * s_w * F) is packed
+    with, or None (grouped, or no block divides): the phase conv then vectorises over
+    output channels, not over its width, which is often one more than a multiple of the
+    vector (a 4x4 stride-2 kernel with pads 1 over 32 columns has 33 phase columns)."""
+    if groups != 1:
+        return None
+    return next((b for b in PHASE_BLOCKS if filters % b == 0), None)
+
+
 def pack_conv_transpose_weight(weight, stride=1, dilation=1, groups: int = 1,
                                block: int | None = None) -> np.ndarray:
     """ONNX weight [C, F / groups, KH, KW] -> the phase conv's weight [groups * s_h * s_w *
@@ -221,8 +234,8 @@ def conv_transpose_weight(weight: Tensor, stride=1, dilation=1, groups: int = 1,
     geo = _weight_geometry(op, weight.shape, stride, dilation, groups)
     filters = geo.packed_shape[0]
     if block is not None and (groups != 1 or block < 1 or filters % block):
-        raise TEError(f"{op}(): block={block} needs groups=1 and a block dividing the "
-                      f"{filters} phase filters, got groups={groups}")
+        raise TEError(f"{op}(): block={block} needs groups=1 (got {groups}) and a block "
+                      f"dividing the {filters} phase filters; pass block=None")
     cg, per_group = weight.shape[0] // groups, weight.shape[1]
 
     def source_tap(axis: PhaseAxis, phase, j):
