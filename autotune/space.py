@@ -860,9 +860,10 @@ def _balanced_rows(extent: int, cap: int) -> int:
     as short as that count permits (7 rows: 4 + 3, not 6 + 1; 14: 6 + 6 + 2, 5 is not a
     tile choice), a knob choice of the axis. A tail costs little since codegen runs every
     whole tile without guards (codegen/promote.py), and fewer, fuller tiles load the
-    shared operand less often: at 1 thread, 6x16 over 4x16 on 1024^3 GEMM 1.09x, 512^3
-    1.07x; blocked 3x3 convs 4+3 x 16 over 7 x 8 at 7x7 1.28x, 6x16 at 14x14 1.2-1.27x,
-    at 28x28 over 4x16 1.07x."""
+    shared operand less often. Old vs new default at 1 thread: ResNet-18's blocked 3x3
+    convs 1.05x (@56) to 1.53x (256->512/2 @14), 512->512 @7 (4+3 rows x 16 over 7 x 8)
+    1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Its 7x7/2 conv over 3 channels
+    (112-wide rows) is the exception: 4-row tiles stay ~10% faster there."""
     if extent <= cap:
         return extent
     tiles = -(-extent // cap)
