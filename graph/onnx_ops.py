@@ -200,8 +200,7 @@ def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, stri
     if pads is not None and any(pads) and auto_pad not in ("NOTSET", ""):
         raise ModelFormatError(f"{where}: pads {list(pads)} cannot be used with auto_pad="
                                f"{auto_pad}; give one or the other")
-    same = auto_pad in ("SAME_UPPER", "SAME_LOWER")
-    if output_shape is None and not same:
+    if output_shape is None and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
         p = tuple(int(v) for v in pads) if pads is not None and auto_pad != "VALID" else (0,) * 4
         if len(p) != 4 or min(p) < 0:
             raise ModelFormatError(f"{where}: pads {list(p)} must be 4 non-negative ints "
@@ -212,21 +211,24 @@ def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, stri
                                "spatial extents (H, W) of the output")
     targets = (tuple(int(v) for v in output_shape) if output_shape is not None
                else tuple(i * s for i, s in zip(in_hw, strides)))
-    begin, end, extra = [], [], []
-    for target, full, stride, extra_max in zip(targets, full_hw, strides,
-                                               (s - 1 - o for s, o in zip(strides, out_pad))):
+    splits = []
+    for target, full, most in zip(targets, full_hw, (s - 1 - o for s, o in zip(strides,
+                                                                                out_pad))):
         total = full - target if output_shape is not None else max(full - target, 0)
-        if -total > extra_max or target < 1:
+        if -total > most or target < 1:
             raise ModelFormatError(f"{where}: output_shape {list(targets)} does not fit the "
                                    f"input {list(in_hw)}: the transposed conv gives {full} "
                                    f"along an axis where {target} was asked (at most "
-                                   f"{full + max(extra_max, 0)}); fix output_shape")
-        total_pad = max(total, 0)
-        small, big = total_pad // 2, total_pad - total_pad // 2
-        begin.append(small if auto_pad == "SAME_UPPER" else big)
-        end.append(big if auto_pad == "SAME_UPPER" else small)
-        extra.append(max(-total, 0))
-    return (begin[0], begin[1], end[0], end[1]), (extra[0], extra[1])
+                                   f"{full + max(most, 0)}); fix output_shape")
+        splits.append(_split_pad(max(total, 0), auto_pad == "SAME_UPPER") + (max(-total, 0),))
+    (top, bottom, extra_h), (left, right, extra_w) = splits
+    return (top, left, bottom, right), (extra_h, extra_w)
+
+
+def _split_pad(total: int, odd_at_end: bool) -> tuple[int, int]:
+    """(begin, end) halves of `total` padding, the odd pixel at the end or the beginning."""
+    small, big = total // 2, total - total // 2
+    return (small, big) if odd_at_end else (big, small)
 
 
 @converter("ConvTranspose")

@@ -13,11 +13,12 @@ Kiln's scheduler already handles:
   output    out[n, f, oy, ox] = P[n, channel of (f, phase of oy, ox), q(oy), qx(ox)], an
             injective interleave (none at stride 1, where P is already the output).
 
-This does K_h * K_w * C / groups multiply-adds per output pixel set of s_h * s_w pixels, as the
-scatter form does; dilating the input with zeros and running one conv would do s_h * s_w times
-that. The sub-kernel weight is a re-layout of the ONNX weight [C, F / groups, KH, KW]: numpy
-(`pack_conv_transpose_weight`) when the weight is a constant, else a compute stage
-(`conv_transpose_weight`).
+Per s_h x s_w block of output pixels this does K_h * K_w * C / groups multiply-adds, as the
+scatter form does (plus zero taps when the stride does not divide the kernel, and P's one
+extra row and column when the pads are not a multiple of the stride); dilating the input with
+zeros and running one conv would do s_h * s_w times that. The sub-kernel weight is a
+re-layout of the ONNX weight [C, F / groups, KH, KW]: numpy (`pack_conv_transpose_weight`)
+when the weight is a constant, else a compute stage (`conv_transpose_weight`).
 """
 from __future__ import annotations
 

@@ -139,8 +139,10 @@ def test_a_model_mixing_conv_and_conv_transpose_compiles_in_the_blocked_layout()
     assert ops.get("conv2d_nchwc", 0) == 2 and ops["conv2d_transpose"] == 2
     # a transposed conv reads NCHW: each blocked conv output converts back before it
     assert ops["from_blocked"] >= 2
-    got = compile_model(model, jobs=1).run(feeds)[0]
-    np.testing.assert_allclose(got, ort_run(model, feeds)[0], rtol=2e-4, atol=2e-4)
+    want = ort_run(model, feeds)[0]
+    for layout in ("nchwc", "nchw"):
+        got = compile_model(model, jobs=1, layout=layout).run(feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, err_msg=layout)
 
 
 @st.composite
