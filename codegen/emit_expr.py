@@ -6,6 +6,7 @@ pick a contiguous vector load, a scalar load + splat, or a per-lane gather from 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
@@ -30,9 +31,17 @@ class Lanes:
     count: int
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _free_vars(e: E.Expr) -> frozenset:
+    """free_vars, remembered: every load and store asks it about its index and lane_stride
+    again about each sub-index, which made emitting a depthwise conv's unrolled body cost
+    ~300 ms of Python walks. Expressions hash once (cached), so the look-up is cheap."""
+    return frozenset(free_vars(e))
+
+
 def lane_stride(index: E.Expr, var: E.Var) -> int | None:
     """c when `index` is (terms free of var) + c*var, else None (a non-linear use)."""
-    if var not in free_vars(index):
+    if var not in _free_vars(index):
         return 0
     if isinstance(index, E.Var):
         return 1
@@ -72,7 +81,7 @@ class ExprEmitter:
             self._memo, self._index = saved
 
     def depends_on_lanes(self, e: E.Expr) -> bool:
-        return self.lanes is not None and self.lanes.var in free_vars(e)
+        return self.lanes is not None and self.lanes.var in _free_vars(e)
 
     def _emit(self, e: E.Expr) -> ir.Value:
         hit = self._memo.get(e)

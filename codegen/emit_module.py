@@ -6,8 +6,12 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
-from ..schedule.ir import PrimFunc
+from ..schedule.ir import For, ForKind, PrimFunc, Stmt
+from ..schedule.simplify import simplify
+from ..schedule.visitor import StmtMutator
+from ..te import expr as E
 from ..te.errors import CodegenError
+from ..te.visit import substitute
 from . import llvm_types as T
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
@@ -78,6 +82,39 @@ def register_file_bytes(target: Target) -> int:
     return (32 if target.vector_bits >= 512 else 16) * target.vector_bits // 8
 
 
+class _UnitLoopRemover(StmtMutator):
+    """Inlines the body of every non-parallel loop of extent 1, its variable bound to the
+    loop's start. Tiling leaves many such loops (a split by the whole extent, a fused axis of
+    one point); emitted as LLVM loops they deepen the nest that every SCEV-based loop pass
+    (IndVarSimplify, LICM, LoopIdiomRecognize, full unrolling) walks per level, for code that
+    runs once."""
+
+    def __init__(self):
+        self.mapping: dict[E.Var, E.Expr] = {}
+
+    def visit_expr(self, expr: E.Expr) -> E.Expr:
+        if not self.mapping:
+            return expr
+        new = substitute(expr, self.mapping)
+        return expr if new is expr else simplify(new)
+
+    def visit_For(self, loop: For) -> Stmt:
+        if (loop.kind is ForKind.PARALLEL or not isinstance(loop.extent, E.IntImm)
+                or loop.extent.value != 1):
+            return self.generic_visit(loop)
+        self.mapping[loop.loop_var] = self.visit_expr(loop.min)
+        try:
+            return self.visit(loop.body)
+        finally:
+            del self.mapping[loop.loop_var]
+
+
+def remove_unit_loops(stmt: Stmt) -> Stmt:
+    """`stmt` without its serial/unrolled/vectorized loops of extent 1 (see _UnitLoopRemover);
+    the same object when it has none."""
+    return _UnitLoopRemover()(stmt)
+
+
 def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
                 parallel: bool) -> ir.Module:
     """Build the LLVM module of `func`: one external function `symbol_name(func.name)`."""
@@ -101,6 +138,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("captures(none)")
     fn.attributes.add("nounwind")
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
-    emitter.emit(promote_register_tiles(func.body, register_file_bytes(target)))
+    body = promote_register_tiles(func.body, register_file_bytes(target))
+    emitter.emit(remove_unit_loops(body))
     emitter.finish()
     return module

@@ -1,0 +1,78 @@
+"""Compile-time measures in codegen: loops of extent 1 never reach LLVM, the pipeline
+variants and the pass-timing hook of jit.optimize. (Speed is measured only in
+benchmarks/kernel_compile_time.py.)"""
+import numpy as np
+import pytest
+
+from .cg_util import buf, load, loop, rand
+from kiln.codegen import Target, build, jit
+from kiln.codegen.emit_module import emit_module, remove_unit_loops
+from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store
+from kiln.schedule.printer import stmt_str
+from kiln.te import expr as E
+from kiln.te.errors import CodegenError
+
+RNG = np.random.default_rng(5)
+
+
+def _unit_loop_kernel():
+    """C[i*8 + j] = A[...] * 2 with unit loops of every removable kind, one starting at 3,
+    under a serial and a vectorized loop that stay."""
+    A, C = buf("A", "float32", [64]), buf("C", "float32", [64])
+    i, j, u, v, w = (E.var(n) for n in ("i", "j", "u", "v", "w"))
+    index = i * 8 + j + (u - 3) + v * 5 + w * 7
+    body = IfThenElse(index < 64, Store(C, index, load(A, index) * 2.0))
+    inner = loop(u, 1, loop(v, 1, loop(w, 1, body, ForKind.VECTORIZED), ForKind.UNROLLED),
+                 start=3)
+    return PrimFunc("unit_loops", (A, C), loop(i, 8, loop(j, 8, inner, ForKind.VECTORIZED)))
+
+
+def test_unit_loops_are_removed_and_others_kept():
+    func = _unit_loop_kernel()
+    text = stmt_str(remove_unit_loops(func.body))
+    assert text.strip() == "\n".join([
+        "for i in range(8):",
+        "  for j in vectorized(8):",
+        "    if i * 8 + j < 64:",
+        "      C[i * 8 + j] = A[i * 8 + j] * 2.0f"]), text
+
+
+def test_remove_unit_loops_is_identity_without_unit_loops():
+    A, C = buf("A", "float32", [16]), buf("C", "float32", [16])
+    i = E.var("i")
+    body = loop(i, 16, Store(C, i, load(A, i)))
+    assert remove_unit_loops(body) is body
+
+
+def test_parallel_unit_loop_is_kept():
+    A, C = buf("A", "float32", [4]), buf("C", "float32", [4])
+    i, j = E.var("i"), E.var("j")
+    body = loop(i, 1, loop(j, 4, Store(C, i * 4 + j, load(A, j))), ForKind.PARALLEL)
+    assert remove_unit_loops(body) is body
+
+
+def test_kernel_with_unit_loops_matches_numpy():
+    a = rand((64,), "float32", RNG)
+    c = np.zeros(64, np.float32)
+    build(_unit_loop_kernel())(a, c)
+    np.testing.assert_array_equal(c, a * 2)
+
+
+@pytest.mark.parametrize("pipeline", sorted(jit.PIPELINES))
+def test_every_pipeline_gives_valid_code(pipeline):
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    mod = jit.optimize(module, Target.native(), pipeline=pipeline)
+    assert "define" in str(mod)
+
+
+def test_pass_timing_report():
+    timing = []
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    jit.optimize(module, Target.native(), timing=timing)
+    assert len(timing) == 1 and "Pass execution timing report" in timing[0]
+
+
+def test_unknown_pipeline_names_the_choices():
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    with pytest.raises(CodegenError, match=r"unknown LLVM pipeline 'o4'.*o3.*o1"):
+        jit.optimize(module, Target.native(), pipeline="o4")
