@@ -44,6 +44,8 @@ MIN_CACHE_WORK = 64       # output points below which no local accumulator is of
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
 REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
 MIN_PARALLEL_POINTS = 1 << 16  # elementwise outputs smaller than this default to one loop
+MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this busy
+MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
@@ -464,7 +466,8 @@ class SearchSpace:
             if rows is not None:
                 # with 16 vector registers, rows two vectors wide take the whole budget and
                 # a tail (codegen runs the whole tiles without guards), see _balanced_rows
-                tails = target.vector_bits < 512 and not _window_axes(op)
+                tails = (target.vector_bits < 512 and not _window_axes(op)
+                         and not _taps_along_rows(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
                                                         inner[-1], lanes, budget, tails)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
@@ -487,6 +490,8 @@ class SearchSpace:
                 _ensure_parallel_work(extents, mid, inner, min(2, n),
                                       2 * max(2, target.num_cores))
             _tail_free_middles(extents, mid, inner)
+            if not streaming and not _window_axes(op):
+                _whole_short_axes(extents, mid, inner, rows, min(2, n))
         else:
             streaming = False
         values = {}
@@ -812,17 +817,31 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     """(inner, mid) of the vector axis of a GEMV-shaped anchor (no row axis: no reuse of
     the big operand): the loop order becomes k | column block | vector, so every k streams
     one contiguous run of the row B[k, :] per thread into accumulators that stay in L1.
-    The inner tile is the widest tail-free run of at most `budget` // 2 vectors; the middle
-    tile the smallest tail-free one that leaves at most one column block per core (a guarded
-    tail inside the vector loop costs more than the second core gains: 1000 columns stream
-    as one block)."""
-    inner = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
-                 if extent % w == 0), default=_vector_tile(extent, lanes))
-    blocks = -(-extent // inner)
-    mids = sorted({m for m, i in choices if i == inner}) or [1]
-    mid = next((m for m in mids if -(-blocks // m) <= cores and blocks % m == 0),
-               next((m for m in mids if -(-blocks // m) <= cores), mids[-1]))
-    return inner, mid
+    A run is the widest tail-free one of at most `budget` // 2 vectors; a column block the
+    most runs that keep the cores busy (`_core_balance` at least MIN_STREAM_BALANCE) and
+    divide the axis (a guarded tail inside the vector loop costs more than the second core
+    gains): 256 columns as 2 blocks of 4 runs of 32; 1000 columns (25 runs of 40, 25 =
+    5 x 5) as 25 one-run blocks the parallel loop deals out 13 + 12, not one block that
+    leaves the second core idle as before. A one-run block is `run / lanes` one-vector
+    steps: as a single 5-vector tile it ran at 0.5-0.6x (1 thread). Old vs new default,
+    MobileNetV2's classifier (1280 x 1000) and ResNet-18's (512 x 1000), weights in L3:
+    1 thread 1.0x, 2 threads (a busy machine) 1.2-1.3x."""
+    run = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
+               if extent % w == 0), default=_vector_tile(extent, lanes))
+    blocks = -(-extent // run)
+    mids = sorted({m for m, i in choices if i == run and blocks % m == 0}) or [1]
+    mid = max(mids, key=lambda m: (min(_core_balance(blocks // m, cores),
+                                       MIN_STREAM_BALANCE), m))
+    if mid == 1 and blocks > 1 and run > lanes and run % lanes == 0 and \
+            (run // lanes, lanes) in choices:
+        return lanes, run // lanes
+    return run, mid
+
+
+def _core_balance(count: int, cores: int) -> float:
+    """Share of the cores' time spent working when a parallel loop of `count` equal
+    iterations runs on `cores` threads (1.0: every core gets the same number)."""
+    return count / (cores * -(-count // cores))
 
 
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
@@ -862,8 +881,9 @@ def _balanced_rows(extent: int, cap: int) -> int:
     whole tile without guards (codegen/promote.py), and fewer, fuller tiles load the
     shared operand less often. Old vs new default at 1 thread: ResNet-18's blocked 3x3
     convs 1.05x (@56) to 1.53x (256->512/2 @14), 512->512 @7 (4+3 rows x 16 over 7 x 8)
-    1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Its 7x7/2 conv over 3 channels
-    (112-wide rows) is the exception: 4-row tiles stay ~10% faster there."""
+    1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Not used where the row axis
+    shares an operand index with the innermost taps (NCHW-input convs, the 7x7/2 stem over
+    3 channels among them): `_taps_along_rows`."""
     if extent <= cap:
         return extent
     tiles = -(-extent // cap)
@@ -902,6 +922,42 @@ def _tail_free_middles(extents, mid, inner) -> None:
         if i and extent % i == 0:
             q = extent // i
             mid[p] = max(d for d in range(1, min(m, q) + 1) if q % d == 0)
+
+
+def _whole_short_axes(extents, mid, inner, rows, depth: int) -> None:
+    """Take each cache-tile axis after the parallel ones (`depth`), other than the register
+    tile's rows and the vector axis, whole when it is at most MAX_WHOLE_CACHE_AXIS long:
+    its middle tile, half the axis rounded down to a divisor, is one row when the length is
+    prime, and a blocked conv's cache tile at 7x7 then re-reads its weights for each of the
+    7 output rows. Whole 7-row tiles, old vs new default at 1 thread (medians, two runs):
+    ResNet-18's blocked 3x3 512->512 @7 1.06-1.10x, 256->512/2 to 7 1.28-1.33x, the 1x1/2
+    to 7 1.0x; 14/28/56-wide layers keep their tiles (7, 7, 8 rows)."""
+    for p in range(depth, len(extents) - 1):
+        if p != rows and inner[p] == 1 and extents[p] <= MAX_WHOLE_CACHE_AXIS:
+            mid[p] = extents[p]
+
+
+def _taps_along_rows(op: ComputeOp, rows: int) -> bool:
+    """Whether the anchor's innermost reduce axis longer than 1 and its register tile's row
+    axis index the same dimension of an operand (an NCHW-input conv's x taps along its
+    output columns, x[.., s * xx + rx]): the unrolled rows then read overlapping windows
+    of that operand, and rows beyond a divisor (`_balanced_rows`) measured slower, not
+    faster. Old (6 rows with a tail) vs new (divisor rows) default at 1 thread: ResNet-18's
+    7x7/2 stem over 3 NCHW channels 1.00-1.15x (6-row tiles ran at 0.78x the 4-row ones
+    in one run; with its x taps outside the register tile, 6 and 4 rows ran alike), its
+    NCHW-layout 3x3 convs (conv2d_nchw_kpacked_blocked) 1.9-2.8x at 14-56, 1.07-1.18x at 7.
+    A blocked conv's innermost reduce axis is the channel block, indexed on its own."""
+    taps = [r for r in op.reduce_axis if r.extent > 1]
+    if not taps:
+        return False
+    row, tap = op.axis[rows].var, taps[-1].var      # (a 1x1 conv's unit taps do not count)
+    for node in walk(op.body):
+        if isinstance(node, TensorLoad):
+            for index in node.indices:
+                used = set(walk(index))
+                if row in used and tap in used:
+                    return True
+    return False
 
 
 def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):

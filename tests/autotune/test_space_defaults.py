@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import SearchSpace, _balanced_rows
+from kiln.autotune.space import SearchSpace, _balanced_rows, _taps_along_rows
 from kiln.autotune.task import Task
 from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
@@ -55,6 +55,11 @@ def test_many_spatial_axes_get_one_row_axis_not_a_product():
     tile = _register_tile(space, "Oc")
     assert tile[-1] == 16                            # ki: two AVX2 vectors
     assert [t > 1 for t in tile[:-1]] == [False, False, False, True]   # only x has rows
+    assert tile[3] == 4          # rows divide: its x taps run along them (_taps_along_rows)
+    blocked = SearchSpace(Task.from_op("conv2d_nchwc", (1, 64, 56, 56, 64, 3, 3, 1, 1, 16, 16),
+                                       target=AVX2))
+    tile = _register_tile(blocked, "conv")
+    assert [t > 1 for t in tile[:-1]] == [False, False, False, True]
     assert tile[3] == 6                              # the budget: 6 x 2 vectors, a tail of 2
 
 
@@ -135,9 +140,55 @@ def test_short_rows_fill_the_budget_in_as_few_balanced_tiles_as_it_allows(width,
     """12 of AVX2's 16 registers hold 6 rows x 2 vectors (7 x 2 would spill); a row that 6
     does not divide leaves a tail (codegen runs the whole tiles unguarded): 7 pixels as 4 + 3
     (1.28x the old 7 x 1 vector at 512->512 @7), 14 as 6 + 6 + 2 (5 is no tile choice)."""
+    space = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, width, width, 64, 3, 3, 1, 1, 16,
+                                                     16), target=AVX2))
+    tile = _register_tile(space, "conv")
+    assert (tile[3], tile[4]) == (rows, vector)
+
+
+@pytest.mark.parametrize("width,rows,vector", [(56, 4, 16), (28, 4, 16), (14, 7, 8),
+                                               (7, 7, 8)])
+def test_rows_that_taps_run_along_divide_the_axis(width, rows, vector):
+    """An NCHW-input conv's x taps index the input with the register tile's rows: tiles
+    with a tail there ran at 0.4-0.8x the divisor rows (ResNet-18's NCHW layout, old vs
+    new default 1.9-2.8x at 1 thread), so rows divide the axis as before _balanced_rows."""
     space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
     tile = _register_tile(space, "Oc")
     assert (tile[3], tile[4]) == (rows, vector)
+
+
+def test_taps_along_rows_only_when_the_innermost_long_tap_shares_the_rows_index():
+    nchw = SearchSpace(blocked_conv(1, 32, 14, 14, 64, 16)).anchors[0].op
+    assert _taps_along_rows(nchw, 3)                       # P[.., y + ry, x + rx], rows x
+    assert not _taps_along_rows(nchw, 2)                   # y meets ry, not the inner rx
+    blocked = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 64, 3, 3, 1, 1, 16, 16)))
+    assert not _taps_along_rows(blocked.anchors[0].op, 3)  # innermost: the channel block
+    stem = SearchSpace(Task.from_op("conv2d_nchwc", (1, 3, 32, 32, 64, 7, 7, 2, 3, 1, 16)))
+    assert _taps_along_rows(stem.anchors[0].op, 3)         # x[.., 2 * xx + rx]
+    one = SearchSpace(Task.from_op("conv2d", (1, 32, 14, 14, 64, 1, 1, 1, 0)))
+    assert not _taps_along_rows(one.anchors[0].op, 2)      # unit taps do not count
+    gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
+    assert not _taps_along_rows(gemm.anchors[0].op, 0)
+
+
+def test_first_conv_keeps_four_row_tiles():
+    """ResNet-18's 7x7/2 conv over 3 NCHW channels: 6-row tiles (with a tail) ran at 0.78x
+    the 4-row ones; its 4-row default is back (MobileNetV2's 3x3/2 is a window: untouched)."""
+    space = SearchSpace(Task.from_op("conv2d_nchwc", (1, 3, 224, 224, 64, 7, 7, 2, 3, 1, 16),
+                                     target=AVX2))
+    assert _register_tile(space, "conv")[3:] == [4, 16]
+
+
+@pytest.mark.parametrize("width,mid", [(7, 7), (14, 7), (28, 7), (56, 8)])
+def test_a_short_cache_tile_axis_is_taken_whole(width, mid):
+    """At 7x7 the cache tile's y axis was one row (half of 7 rounded down to a divisor), so a
+    blocked conv re-read its weights for every output row; it now covers the whole axis,
+    and 14/28/56-wide layers keep their tiles."""
+    space = SearchSpace(Task.from_op("conv2d_nchwc", (1, 64, width, width, 64, 3, 3, 1, 1, 16,
+                                                     16), target=AVX2))
+    config = space.default_config()
+    assert config["conv/tile/2:y"] == [mid, 1]
+    assert config["conv/parallel"] == 2                  # y is not one of the parallel axes
 
 
 @pytest.mark.parametrize("extent,rows", [(7, 4), (8, 4), (14, 6), (13, 6), (6, 6), (3, 3),

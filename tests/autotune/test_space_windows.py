@@ -130,13 +130,13 @@ def test_an_unknown_padding_mode_is_rejected():
         space.validate(dict(space.default_config(), **{f"{DW}_pad/inline": 7}))
 
 
-def gemv(k, n):
+def gemv(k, n, target="native"):
     A = te.placeholder((1, k), name="A")
     B = te.placeholder((k, n), name="B")
     b = te.placeholder((n,), name="b")
     M = ops.matmul(A, B, name="matmul")
     C = te.compute(M.shape, lambda i, j: M[i, j] + b[j], name="add")
-    return Task(f"gemv{k}x{n}", (C,), (A, B, b, C))
+    return Task(f"gemv{k}x{n}", (C,), (A, B, b, C), target)
 
 
 def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
@@ -151,10 +151,33 @@ def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
     assert f"for j.outer in range({mid})" in update.split("add[")[0]
 
 
-def test_gemv_default_splits_columns_across_cores_when_it_divides():
-    config = SearchSpace(gemv(784, 256)).default_config()
+def test_gemv_default_splits_columns_across_cores_when_it_divides(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    config = SearchSpace(gemv(784, 256, "llvm -mcpu=haswell")).default_config()
     mid, inner = config["matmul/tile/1:j"]
-    assert 256 // (mid * inner) == 2
+    assert 256 // (mid * inner) == 2 and inner == 32
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4])
+def test_gemv_column_blocks_keep_every_core_busy(monkeypatch, cores):
+    """1000 columns are 25 runs of 40 (25 = 5 x 5: no tail-free split in 2): one block
+    left the second core idle (MobileNetV2's classifier ran on one thread); 25 one-run
+    blocks, each 5 one-vector steps, go 13 + 12. One core keeps one block."""
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    task = gemv(1280, 1000, "llvm -mcpu=haswell")
+    config = SearchSpace(task).default_config()
+    mid, inner = config["matmul/tile/1:j"]
+    assert 1000 % (mid * inner) == 0
+    blocks = 1000 // (mid * inner)
+    if cores == 1:
+        assert (mid, inner) == (25, 40)
+    else:
+        assert (mid, inner) == (5, 8) and blocks == 25      # 5 blocks would idle cores
+    assert config["matmul/parallel"] >= 1
+    text = _text(task, config)
+    assert f"in parallel({blocks})" in text
+    update = text.split("for k.outer in range(1280)")[1]
+    assert f"for j.outer in range({mid})" in update.split("add[")[0]
 
 
 @pytest.mark.parametrize("shape", [(13, 1001), (1, 17), (7, 40), (300, 2)])
