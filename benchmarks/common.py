@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from contextlib import contextmanager
 
 from threadpoolctl import threadpool_limits
+
+from kiln.codegen.runtime_config import threads_env
 
 
 def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1) -> float:
@@ -23,18 +24,9 @@ def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1) -> flo
     return statistics.median(times)
 
 
-@contextmanager
 def kiln_threads(n: int):
     """Set KILN_NUM_THREADS for kernels loaded inside the block (the runtime reads it at load)."""
-    old = os.environ.get("KILN_NUM_THREADS")
-    os.environ["KILN_NUM_THREADS"] = str(n)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("KILN_NUM_THREADS", None)
-        else:
-            os.environ["KILN_NUM_THREADS"] = old
+    return threads_env(n)
 
 
 @contextmanager

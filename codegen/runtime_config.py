@@ -1,6 +1,7 @@
 """The one place the code generator's runtime reads the environment (KILN_NUM_THREADS)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -34,3 +35,21 @@ def num_threads_from_env() -> int:
 
 def runtime_config() -> RuntimeConfig:
     return RuntimeConfig(num_threads=num_threads_from_env())
+
+
+@contextlib.contextmanager
+def threads_env(n: int | None):
+    """KILN_NUM_THREADS=n inside the block (None: unchanged), restored after: the thread count
+    for measurement workers started and kernels loaded meanwhile."""
+    if n is None:
+        yield
+        return
+    before = os.environ.get("KILN_NUM_THREADS")
+    os.environ["KILN_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KILN_NUM_THREADS", None)
+        else:
+            os.environ["KILN_NUM_THREADS"] = before

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import os
 import sys
 import time
 from datetime import datetime
@@ -15,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .codegen.runtime_config import threads_env
 from .te.errors import KilnError
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # pipes get a wide table
@@ -172,24 +171,6 @@ def cmd_logs(args) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _thread_count(threads: int | None):
-    """--threads N: KILN_NUM_THREADS=N while the command runs (measurement workers, compiled
-    kernels and the comparison all read it), restored after (main may run in-process)."""
-    if threads is None:
-        yield
-        return
-    before = os.environ.get("KILN_NUM_THREADS")
-    os.environ["KILN_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("KILN_NUM_THREADS", None)
-        else:
-            os.environ["KILN_NUM_THREADS"] = before
-
-
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,7 +231,7 @@ def main(argv=None) -> int:
         console.print(f"[red]error:[/] --threads {threads}: give a thread count >= 1")
         return 2
     try:
-        with _thread_count(threads):
+        with threads_env(threads):      # --threads N is KILN_NUM_THREADS=N for the command
             return args.func(args)
     except KilnError as exc:
         console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
