@@ -23,6 +23,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from ..codegen.runtime_config import num_threads_from_env
 from ..codegen.target import Target
 from ..schedule import create_schedule
 from ..schedule.schedule import Schedule, Stage
@@ -485,7 +486,7 @@ class SearchSpace:
             streaming = rows is None and n and extents[-1] > 2 * lanes and not _window_axes(op)
             if streaming:
                 inner[-1], mid[-1] = _streaming_tile(knob_choices(n - 1), extents[-1], lanes,
-                                                     budget, max(1, target.num_cores))
+                                                     budget, _kernel_threads(target))
             else:
                 _ensure_parallel_work(extents, mid, inner, min(2, n),
                                       2 * max(2, target.num_cores))
@@ -818,14 +819,17 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     the big operand): the loop order becomes k | column block | vector, so every k streams
     one contiguous run of the row B[k, :] per thread into accumulators that stay in L1.
     A run is the widest tail-free one of at most `budget` // 2 vectors; a column block the
-    most runs that keep the cores busy (`_core_balance` at least MIN_STREAM_BALANCE) and
-    divide the axis (a guarded tail inside the vector loop costs more than the second core
-    gains): 256 columns as 2 blocks of 4 runs of 32; 1000 columns (25 runs of 40, 25 =
-    5 x 5) as 25 one-run blocks the parallel loop deals out 13 + 12, not one block that
-    leaves the second core idle as before. A one-run block is `run / lanes` one-vector
-    steps: as a single 5-vector tile it ran at 0.5-0.6x (1 thread). Old vs new default,
-    MobileNetV2's classifier (1280 x 1000) and ResNet-18's (512 x 1000), weights in L3:
-    1 thread 1.0x, 2 threads (a busy machine) 1.2-1.3x."""
+    most runs that keep the `cores` threads busy (`_core_balance` at least
+    MIN_STREAM_BALANCE) and divide the axis (a guarded tail puts a guard on every lane:
+    1000 columns as 3 blocks of 12 runs ran at 0.6x, weights from DRAM, 1 thread): 256
+    columns as 2 blocks of 4 runs of 32; 1000 columns (25 runs of 40, 25 = 5 x 5) as 25
+    one-run blocks dealt out 13 + 12 on 2 threads, one block on 1 thread. A one-run block
+    is `run / lanes` one-vector steps (as one 5-vector tile it ran at 0.4-0.6x). On one
+    thread the single block stays the fastest: 25 blocks ran at 0.78x with MobileNetV2's
+    classifier (1280 x 1000) streaming from DRAM, which is why `cores` is the kernel's
+    thread count (`_kernel_threads`). Old vs new default at 2 threads, weights in L3 (a
+    busy machine: libgomp's worker sometimes waits a time slice, ~8 ms, for any parallel
+    kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-1.7x."""
     run = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
                if extent % w == 0), default=_vector_tile(extent, lanes))
     blocks = -(-extent // run)
@@ -836,6 +840,15 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
             (run // lanes, lanes) in choices:
         return lanes, run // lanes
     return run, mid
+
+
+def _kernel_threads(target: Target) -> int:
+    """Threads the kernel will likely run on: the target's cores, or fewer when
+    KILN_NUM_THREADS (the count kernels load with, and compile_model's and apply_best's
+    default) asks for fewer. Only the GEMV column split reads it: its single block is the
+    fastest on one thread and leaves every other core idle. (compile_model(threads=2)
+    under KILN_NUM_THREADS=1 still gets the one-thread default.)"""
+    return max(1, min(target.num_cores or 1, num_threads_from_env()))
 
 
 def _core_balance(count: int, cores: int) -> float:

@@ -153,6 +153,7 @@ def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
 
 def test_gemv_default_splits_columns_across_cores_when_it_divides(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.delenv("KILN_NUM_THREADS", raising=False)
     config = SearchSpace(gemv(784, 256, "llvm -mcpu=haswell")).default_config()
     mid, inner = config["matmul/tile/1:j"]
     assert 256 // (mid * inner) == 2 and inner == 32
@@ -164,6 +165,7 @@ def test_gemv_column_blocks_keep_every_core_busy(monkeypatch, cores):
     left the second core idle (MobileNetV2's classifier ran on one thread); 25 one-run
     blocks, each 5 one-vector steps, go 13 + 12. One core keeps one block."""
     monkeypatch.setattr("os.cpu_count", lambda: cores)
+    monkeypatch.delenv("KILN_NUM_THREADS", raising=False)
     task = gemv(1280, 1000, "llvm -mcpu=haswell")
     config = SearchSpace(task).default_config()
     mid, inner = config["matmul/tile/1:j"]
@@ -178,6 +180,17 @@ def test_gemv_column_blocks_keep_every_core_busy(monkeypatch, cores):
     assert f"in parallel({blocks})" in text
     update = text.split("for k.outer in range(1280)")[1]
     assert f"for j.outer in range({mid})" in update.split("add[")[0]
+
+
+def test_gemv_keeps_one_column_block_when_kernels_run_on_one_thread(monkeypatch):
+    """On one thread 25 blocks ran at 0.78x one block (MobileNetV2's classifier, weights
+    from DRAM): the split follows KILN_NUM_THREADS, the count kernels load with."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    task = gemv(1280, 1000, "llvm -mcpu=haswell")
+    assert SearchSpace(task).default_config()["matmul/tile/1:j"] == [25, 40]
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    assert SearchSpace(task).default_config()["matmul/tile/1:j"] == [5, 8]
 
 
 @pytest.mark.parametrize("shape", [(13, 1001), (1, 17), (7, 40), (300, 2)])
