@@ -824,12 +824,12 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     1000 columns as 3 blocks of 12 runs ran at 0.6x, weights from DRAM, 1 thread): 256
     columns as 2 blocks of 4 runs of 32; 1000 columns (25 runs of 40, 25 = 5 x 5) as 25
     one-run blocks dealt out 13 + 12 on 2 threads, one block on 1 thread. A one-run block
-    is `run / lanes` one-vector steps (as one 5-vector tile it ran at 0.4-0.6x). On one
+    is `run / lanes` one-vector steps (as one 5-vector tile it ran at 0.3-0.7x). On one
     thread the single block stays the fastest: 25 blocks ran at 0.78x with MobileNetV2's
     classifier (1280 x 1000) streaming from DRAM, which is why `cores` is the kernel's
     thread count (`_kernel_threads`). Old vs new default at 2 threads, weights in L3 (a
     busy machine: libgomp's worker sometimes waits a time slice, ~8 ms, for any parallel
-    kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-1.7x."""
+    kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-2.0x."""
     run = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
                if extent % w == 0), default=_vector_tile(extent, lanes))
     blocks = -(-extent // run)
