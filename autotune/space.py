@@ -846,8 +846,8 @@ def _kernel_threads(target: Target) -> int:
     """Threads the kernel will likely run on: the target's cores, or fewer when
     KILN_NUM_THREADS (the count kernels load with, and compile_model's and apply_best's
     default) asks for fewer. Only the GEMV column split reads it: its single block is the
-    fastest on one thread and leaves every other core idle. (compile_model(threads=2)
-    under KILN_NUM_THREADS=1 still gets the one-thread default.)"""
+    fastest on one thread and leaves every other core idle. compile_model(threads=N), the
+    tuner and remeasure_best set KILN_NUM_THREADS to their count while they build defaults."""
     return max(1, min(target.num_cores or 1, num_threads_from_env()))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import codegen
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
@@ -197,7 +197,8 @@ class TaskTuner:
 
     def _propose(self, n: int) -> list[dict]:
         batch = []
-        default = self.space.default_config()
+        with threads_env(self.threads):     # the default for the count it is measured at
+            default = self.space.default_config()
         if config_key(default) not in self.seen:
             batch.append(default)   # the fallback schedule is always measured first
         taken = self.seen | {config_key(c) for c in batch}
@@ -322,7 +323,8 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())
-    configs = [SearchSpace(task).default_config()]
+    with threads_env(runner.threads):   # the default for the count it is measured at
+        configs = [SearchSpace(task).default_config()]
     configs += [r.config for r in db.best(task.workload_key, target, k)]
     configs += [r.config for r in db.best(task.workload_key, target, k, threads=runner.threads)]
     unique = list({config_key(c): c for c in configs}.values())
@@ -355,7 +357,8 @@ def apply_best(task: Task, target: str, db: Database | None,
     if best:
         sch, args = space.apply(best[0].config)
         return sch, args, "database"
-    sch, args = space.apply(space.default_config())
+    with threads_env(threads):
+        sch, args = space.apply(space.default_config())
     return sch, args, "default (no tuning records)"
 
 

@@ -12,7 +12,7 @@ from .. import codegen
 from ..autotune.database import Database
 from ..autotune.scheduler import TaskReport, tune_tasks
 from ..autotune.tuner import Progress, apply_best, canonical_target, remeasure_best
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
 from . import parallel_build
@@ -155,7 +155,8 @@ def compile_model(model, target: str = "native", db=None,
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
-    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
+    with threads_env(threads):      # default schedules are made for this thread count
+        kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:

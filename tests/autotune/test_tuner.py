@@ -310,3 +310,23 @@ def test_tuning_at_another_thread_count_measures_afresh_and_resumes_per_count(tm
     # a record of unknown count (an older log) counts for every thread count
     db.commit_record(Record(task.workload_key, target, {"legacy": 1}, (1.0,), "OK"))
     assert len(db.records(task.workload_key, target, threads=1)) == 4
+
+
+def test_default_schedules_are_made_for_the_thread_count_asked_for(monkeypatch):
+    """The GEMV default splits columns across threads only when it will run on several:
+    apply_best(threads=N) gives N's default whatever KILN_NUM_THREADS says."""
+    task = Task.from_op("dense", (1, 1280, 1000))
+
+    def ir(threads):
+        sch, args, source = apply_best(task, "native", None, threads=threads)
+        assert source.startswith("default")
+        return str(lower(sch, args, name="gemv"))
+
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    two_under_one = ir(2)
+    one = ir(None)
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    assert ir(None) == two_under_one
+    assert ir(1) == one
+    if (os.cpu_count() or 1) >= 2:
+        assert two_under_one != one
