@@ -15,7 +15,8 @@ from .conv_blocked import (conv2d_nchwc, depthwise_conv2d_nchwc, from_blocked,
 from .elementwise import (abs, cast, ceil, clip, erf, exp, floor, gelu, hard_sigmoid,
                           hard_swish, leaky_relu, log, neg, reciprocal, relu, round, rsqrt,
                           sigmoid, sign, sqrt, tanh)
-from .linalg import batch_matmul, dense, matmul
+from .linalg import (batch_matmul, dense, matmul, matmul_prepacked, pack_matmul_weight,
+                     unpack_matmul_weight)
 from .nn import batch_norm_inference, layer_norm, log_softmax, softmax
 from .pooling import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .reduction import l2_norm, max, mean, min, prod, sum

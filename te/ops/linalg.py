@@ -1,5 +1,8 @@
-"""Matrix products: matmul, dense (a fully connected layer) and broadcasting batch_matmul."""
+"""Matrix products: matmul, dense (a fully connected layer), broadcasting batch_matmul, and
+matmul_prepacked (a constant right operand laid out as column panels at compile time)."""
 from __future__ import annotations
+
+import numpy as np
 
 from .. import expr as E
 from ..errors import TEError
@@ -116,3 +119,60 @@ class _Shaped:
 
     def __init__(self, shape, name):
         self.shape, self.name = tuple(shape), name
+
+
+# the tag of matmul_prepacked: a matmul (fusion class and anchor) whose right operand is
+# column panels, which the search space recognises by the second item
+MATMUL_PREPACKED = f"{MATMUL},prepacked"
+
+
+def pack_matmul_weight(weight, block: int):
+    """W[K, N] -> Wp[ceil(N / block), K, block]: each panel holds `block` columns, k-major,
+    so a register tile of `block` columns reads one contiguous run per k (row-major W puts
+    consecutive k a whole row apart). A tail panel (block not dividing N) is zero-padded."""
+    weight = np.asarray(weight)
+    if weight.ndim != 2 or block < 1:
+        raise TEError(f"pack_matmul_weight(): expects weight[K, N] and block >= 1, got shape "
+                      f"{list(weight.shape)} and block={block}")
+    k, n = weight.shape
+    panels = -(-n // block)
+    padded = np.zeros((k, panels * block), weight.dtype)
+    padded[:, :n] = weight
+    return np.ascontiguousarray(padded.reshape(k, panels, block).transpose(1, 0, 2))
+
+
+def unpack_matmul_weight(packed, n: int):
+    """The inverse of pack_matmul_weight: [panels, K, block] -> W[K, n] (padding dropped)."""
+    packed = np.asarray(packed)
+    if packed.ndim != 3 or not (packed.shape[0] - 1) * packed.shape[2] < n <= (
+            packed.shape[0] * packed.shape[2]):
+        raise TEError(f"unpack_matmul_weight(): expects packed[panels, K, block] holding "
+                      f"n={n} columns, got shape {list(packed.shape)}")
+    panels, k, block = packed.shape
+    return np.ascontiguousarray(packed.transpose(1, 0, 2).reshape(k, panels * block)[:, :n])
+
+
+def matmul_prepacked(a: Tensor, packed: Tensor, n: int, name: str | None = None) -> Tensor:
+    """a[..., M, K] @ W[K, n] with W given as pack_matmul_weight panels [P, K, block]:
+    out[..., i, j] = sum_k a[..., i, k] * packed[j // block, k, j % block]. The leading
+    dims of `a` are kept (BERT's [1, seq, hidden] @ W needs no reshape)."""
+    check_tensor("matmul_prepacked", a)
+    check_tensor("matmul_prepacked", packed, "packed")
+    _check_dtypes("matmul_prepacked", a, packed, None)
+    if a.ndim < 2 or packed.ndim != 3:
+        raise TEError(f"matmul_prepacked(): expects a[..., M, K] and packed[panels, K, block], "
+                      f"got '{a.name}'{list(a.shape)} and '{packed.name}'"
+                      f"{list(packed.shape)}")
+    panels, k_w, block = packed.shape
+    if a.shape[-1] != k_w or not (panels - 1) * block < n <= panels * block:
+        raise TEError(f"matmul_prepacked(): '{a.name}'{list(a.shape)} @ '{packed.name}'"
+                      f"{list(packed.shape)} with n={n}: the reduction dims must match and "
+                      f"the panels must hold exactly ceil(n / block) = {-(-n // block)} panels")
+    k = reduce_axis(k_w, "k")
+
+    def body(*idx):
+        j = idx[-1]
+        return te_sum(a(*idx[:-1], k) * packed(j // block, k, j % block), axis=k)
+
+    return compute(tuple(a.shape[:-1]) + (n,), body, name=name or "matmul",
+                   tag=MATMUL_PREPACKED)
