@@ -343,6 +343,11 @@ def _matmul(node, args):
     return [compute(out, body, name="matmul", tag=tag)]
 
 
+@_lowering("matmul_prepacked")
+def _matmul_prepacked(node, args):
+    return [ops.matmul_prepacked(args[0], args[1], int(node.attrs["n"]))]
+
+
 # -- groups ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -383,6 +383,20 @@ def _matmul(ins, attrs):
     return [(out, a.dtype)]
 
 
+@_register("matmul_prepacked", OpClass.OUT_ELEMWISE_FUSABLE)
+def _matmul_prepacked(ins, attrs):
+    """x[..., M, K] @ W[K, n] with W as panels [ceil(n / block), K, block] (the constant
+    weight pre-packed at compile time, graph/passes/prepack_weights.py)."""
+    x, w = ins
+    n = int(attrs["n"])
+    if len(x.shape) < 2 or len(w.shape) != 3 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"expects x[..., M, K] and panels [P, K, block], got {list(x.shape)} "
+                         f"and {list(w.shape)}")
+    if not (w.shape[0] - 1) * w.shape[2] < n <= w.shape[0] * w.shape[2]:
+        raise ValueError(f"panels {list(w.shape)} do not hold n={n} columns")
+    return [(tuple(x.shape[:-1]) + (n,), x.dtype)]
+
+
 def make_outputs(op: str, inputs, attrs, names: list[str], node_name: str) -> tuple[Value, ...]:
     """Values for the outputs of `op`, named `names`, with inferred shapes and dtypes."""
     results = infer(op, inputs, attrs, node_name)

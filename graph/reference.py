@@ -16,7 +16,8 @@ from scipy import special
 
 from ..te.errors import KernelArgumentError
 from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
-                      unpack_conv_weight, unpack_conv_weight_blocked, unpack_depthwise_weight)
+                      unpack_conv_weight, unpack_conv_weight_blocked, unpack_depthwise_weight,
+                      unpack_matmul_weight)
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -391,6 +392,11 @@ def _conv_transpose_nchw(x, w, attrs, out_hw):
 @_impl("matmul")
 def _matmul(node, a, b):
     return np.matmul(a, b)
+
+
+@_impl("matmul_prepacked")
+def _matmul_prepacked(node, a, packed):
+    return np.matmul(a, unpack_matmul_weight(packed, node.attrs["n"]))
 
 
 # -- the executor ------------------------------------------------------------------------------

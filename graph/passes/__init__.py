@@ -15,6 +15,7 @@ from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .layout import pack_conv_weights
+from .prepack_weights import prepack_matmul_weights
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
 
@@ -30,6 +31,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
     ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
+    ("prepack matmul weights", prepack_matmul_weights),  # constant W -> column panels
 )
 
 

@@ -76,12 +76,13 @@ def test_bert_block_groups():
     groups = fuse_operators(graph)
     ops = [g.ops for g in groups]
     assert ops[0] == ("gather", "add") and ops[1] == ("layer_norm",)
-    assert ops[2:4] == [("matmul", "add"), ("reshape", "transpose")]  # Q projection, heads
+    # (linears read their constant weights as prepacked panels: matmul_prepacked)
+    assert ops[2:4] == [("matmul_prepacked", "add"), ("reshape", "transpose")]  # Q proj, heads
     assert ("matmul", "div") in ops  # scores scaled by 1/sqrt(d) in the matmul epilogue
     assert ("softmax",) in ops and ("transpose", "reshape") in ops
-    assert ("matmul", "add", "add") in ops  # output projection + bias + residual
+    assert ("matmul_prepacked", "add", "add") in ops  # output projection + bias + residual
     # FFN up-projection + bias + the whole GELU diamond (x feeds both x/sqrt(2) and x*0.5)
-    assert ("matmul", "add", "div", "erf", "mul", "add", "mul") in ops
+    assert ("matmul_prepacked", "add", "div", "erf", "mul", "add", "mul") in ops
     assert not any(g.ops in (("div", "erf", "add", "mul"), ("mul",)) for g in groups)
     assert ops.count(("layer_norm",)) == 3
     produced = set()
