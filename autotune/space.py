@@ -31,6 +31,8 @@ from ..te.errors import ScheduleError
 from ..te import expr as E
 from ..te.expr import IterVar
 from ..te.ops.tags import PAD
+from ..te.ops.winograd import INPUT_TAG as WINOGRAD_INPUT
+from ..te.ops.winograd import winograd_tag_m
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad, compute, reduce_axis
 from ..te.visit import ExprMutator, substitute, walk
 from ..te.workload import topo_ops
@@ -168,9 +170,30 @@ class SearchSpace:
         # `epilogue` knob is 0, as before that knob existed)
         self.elementwise = [op for op in self.ops if op in outputs and not op.reduce_axis
                             and op not in epilogues]
+        # Winograd transform outputs get their own schedule (unrolled transform axes)
+        self.transforms = {op: m for op in self.elementwise
+                           if (m := self._transform_tile(op)) is not None}
+        self.elementwise = [op for op in self.elementwise if op not in self.transforms]
         self.row_groups = self._row_groups(consumers, outputs)
         self.knobs = self._make_knobs()
         self._by_name = {k.name: k for k in self.knobs}
+
+    def _transform_tile(self, op: ComputeOp) -> int | None:
+        """0 for a Winograd input transform, the tile size m for an output that inlines a
+        Winograd output transform (the conv's epilogue is fused after it), else None."""
+        if op.tag == WINOGRAD_INPUT:
+            return 0
+        seen, stack = set(), [op]
+        while stack:
+            cur = stack.pop()
+            m = winograd_tag_m(cur.tag)
+            if m is not None:
+                return m
+            for tensor in cur.input_tensors:
+                if tensor.op in self.inlined and tensor.op not in seen:
+                    seen.add(tensor.op)
+                    stack.append(tensor.op)
+        return None
 
     def _epilogue_of(self, op, consumers, outputs) -> tuple[ComputeOp | None, bool]:
         """The output elementwise consumer of the same shape a reduction can be fused into,
@@ -353,6 +376,9 @@ class SearchSpace:
             # 0: every stage scheduled on its own (as before this knob); 1, 2: row by row,
             # the row reductions' partials that many vectors wide
             knobs.append(Knob(group.knob, (0, 1, 2)))
+        for op in self.transforms:
+            # 0: tiles outermost, channel blocks inside; 1: channel blocks outermost
+            knobs.append(Knob(f"{self._stage_label(op)}/transform", (0, 1)))
         for op in self.elementwise:
             label = self._stage_label(op)
             inner = op.axis[-1].extent if op.axis else 1
@@ -395,6 +421,8 @@ class SearchSpace:
             elif kind == "rows":
                 config[knob.name] = self._rows_default(knob.name)
             elif kind == "pack":
+                config[knob.name] = 0
+            elif kind == "transform":
                 config[knob.name] = 0
             else:
                 config[knob.name] = knob.choices[0]
@@ -593,6 +621,10 @@ class SearchSpace:
             label = self._stage_label(op)
             _schedule_elementwise(sch[remap.get(op, op)], config[f"{label}/vector"],
                                   config[f"{label}/parallel"])
+        for op, m in self.transforms.items():
+            lanes = _vector_lanes(self.task.target, op.dtype)
+            _schedule_transform(sch[remap.get(op, op)], m, lanes,
+                                config[f"{self._stage_label(op)}/transform"])
         for group in groups:
             _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
                                 [parts[op] for op in group.members], per_row[group.out],
@@ -1182,6 +1214,37 @@ def _is_copy_axis(op: ComputeOp) -> bool:
     var = op.axis[-1].var
     hidden = _HideLastIndex(var).visit(op.body)
     return all(node != var for node in walk(hidden))
+
+
+def _schedule_transform(stage: Stage, m: int, lanes: int, channels_outer: int) -> None:
+    """A Winograd transform: its transform axes unrolled, so each Select chain over them
+    folds to the branch of nonzero terms, the channel block vectorised, the rest parallel.
+    Input transform V[e1, e2, P, C] (m == 0): P, C / v, e1, e2 | C % v (or C / v first).
+    Output y[N, F / b, OH, OW, b] (tile size m): N, F / b, OH / m, OW / m, OH % m, OW % m | b
+    (or OH / m, OW / m before F / b); a crop tail of OH, OW is guarded."""
+    axes = list(stage.op.axis)
+    if m == 0:
+        e1, e2, tiles, chans = axes
+        width = max((w for w in (2 * lanes, lanes, 8, 4, 1) if chans.extent % w == 0
+                     and w <= chans.extent), default=1)
+        co, ci = stage.split(chans, factor=width)
+        outer = [co, tiles] if channels_outer else [tiles, co]
+        stage.reorder(*outer, e1, e2, ci)
+        stage.unroll(e1)
+        stage.unroll(e2)
+    else:
+        n, fo, oy, ox, fi = axes
+        oyo, oyi = stage.split(oy, factor=m)
+        oxo, oxi = stage.split(ox, factor=m)
+        outer = [n, oyo, oxo, fo] if channels_outer else [n, fo, oyo, oxo]
+        stage.reorder(*outer, oyi, oxi, fi)
+        stage.unroll(oyi)
+        stage.unroll(oxi)
+        ci = fi
+        outer = outer[:3]
+    if ci.extent > 1:
+        stage.vectorize(ci)
+    stage.parallel(stage.fuse(*outer[:2]) if m == 0 else stage.fuse(*outer))
 
 
 def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:

@@ -12,6 +12,7 @@ from .. import te
 from ..te import ops
 from ..te import expr as E
 from ..te.errors import TEError
+from ..te.ops import winograd
 from ..te.ops.conv_transpose import transpose_geometry
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..te.visit import walk
@@ -162,6 +163,27 @@ def _conv2d_transpose(N, C, H, W, F, R, S, stride=1, pad=0, output_padding=0, gr
                                                    output_padding, groups, name="convt")
 
 
+def _winograd_input(N, C, H, W, m, pad=1, block=16, dtype="float32"):
+    X = te.placeholder((N, C // block, H, W, block), dtype, "X")
+    return X, winograd.winograd_input_transform(X, m, pad, name="winograd_input")
+
+
+def _winograd_gemm(N, C, H, W, F, m, pad=1, block=16, dtype="float32"):
+    alpha = m + 2
+    tiles = (winograd.winograd_tiles(winograd.winograd_output_extent(H, pad, pad), m)
+             * winograd.winograd_tiles(winograd.winograd_output_extent(W, pad, pad), m))
+    V = te.placeholder((alpha, alpha, N * tiles, C), dtype, "V")
+    U = te.placeholder((alpha, alpha, F // block, C, block), dtype, "U")
+    return V, U, winograd.winograd_batch_matmul(V, U, name="winograd_gemm")
+
+
+def _winograd_output(N, F, OH, OW, m, block=16, dtype="float32"):
+    alpha = m + 2
+    tiles = winograd.winograd_tiles(OH, m) * winograd.winograd_tiles(OW, m)
+    M = te.placeholder((alpha, alpha, F // block, N * tiles, block), dtype, "M")
+    return M, winograd.winograd_output_transform(M, m, (OH, OW), N, name="winograd_output")
+
+
 def _softmax(rows, cols, dtype="float32"):
     X = te.placeholder((rows, cols), dtype, "X")
     return X, ops.softmax(X, axis=-1, name="softmax")
@@ -176,7 +198,10 @@ OPERATORS = {"matmul": _matmul, "dense": _dense, "batch_matmul": _batch_matmul,
              "conv2d": _conv2d, "depthwise_conv2d": _depthwise_conv2d, "softmax": _softmax,
              "pooling": _pooling, "conv2d_nchwc": _conv2d_nchwc,
              "conv2d_transpose": _conv2d_transpose,
-             "depthwise_conv2d_nchwc": _depthwise_conv2d_nchwc}
+             "depthwise_conv2d_nchwc": _depthwise_conv2d_nchwc,
+             "winograd_input_transform": _winograd_input,
+             "winograd_batch_matmul": _winograd_gemm,
+             "winograd_output_transform": _winograd_output}
 OPERATOR_SHAPES = {
     "matmul": "(M, K, N)", "dense": "(M, K, N) with W of shape (N, K), bias and relu",
     "batch_matmul": "(batch, M, K, N)", "conv2d": "(N, C, H, W, K, R, S[, stride, pad])",
@@ -186,4 +211,9 @@ OPERATOR_SHAPES = {
                         "ConvTranspose, weight [C, F / groups, R, S] packed at compile time",
     "conv2d_nchwc": "(N, C, H, W, K, R, S[, stride, pad, in_block, block]), C and K divisible "
                     "by their blocks",
-    "depthwise_conv2d_nchwc": "(N, C, H, W, R, S[, stride, pad, block]), C divisible by block"}
+    "depthwise_conv2d_nchwc": "(N, C, H, W, R, S[, stride, pad, block]), C divisible by block",
+    "winograd_input_transform": "(N, C, H, W, m[, pad, block]): a 3x3 stride-1 conv's input "
+                                "tiles, blocked x, tile size m in (2, 4)",
+    "winograd_batch_matmul": "(N, C, H, W, F, m[, pad, block]): the conv's per-point GEMMs "
+                             "(H, W: the input extent)",
+    "winograd_output_transform": "(N, F, OH, OW, m[, block]): the conv's output tiles"}

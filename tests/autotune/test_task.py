@@ -34,7 +34,10 @@ def test_every_operator_builds_a_task_with_outputs_last(name):
               "softmax": (3, 7), "pooling": (1, 2, 6, 6, 2),
               "conv2d_nchwc": (1, 16, 6, 6, 8, 3, 3, 1, 1, 8, 8),
               "depthwise_conv2d_nchwc": (1, 16, 6, 6, 3, 3, 1, 1, 8),
-              "conv2d_transpose": (1, 4, 5, 5, 4, 4, 4, 2, 1)}
+              "conv2d_transpose": (1, 4, 5, 5, 4, 4, 4, 2, 1),
+              "winograd_input_transform": (1, 16, 5, 5, 2),
+              "winograd_batch_matmul": (1, 16, 5, 5, 16, 2),
+              "winograd_output_transform": (1, 16, 5, 5, 4)}
     task = Task.from_op(name, shapes[name])
     assert task.args[-1] == task.outputs[0] and task.output_positions == (len(task.args) - 1,)
     assert task.flops > 0 and task.name.startswith(name)
