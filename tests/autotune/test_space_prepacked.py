@@ -1,0 +1,93 @@
+"""The rule-generated search space on matmul_prepacked tasks: the default's vector tile is one
+weight panel (a GEMM register tile, a GEMV accumulating whole panels over all of K), and the
+default, random and mutated configs all compute the product (a model's group with its bias
+and GELU epilogue included)."""
+import random
+
+import numpy as np
+import pytest
+
+from kiln import te
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.graph import models
+from kiln.graph.compile import prepare_graph
+from kiln.graph.reference import run_node
+from kiln.graph.tasks import extract_tasks
+from kiln.schedule.lower import lower
+from kiln.te import ops
+from tests.util import run_config
+
+
+def _task(a_shape, n, block):
+    a = te.placeholder(a_shape, "float32", "A")
+    p = te.placeholder((-(-n // block), a_shape[-1], block), "float32", "P")
+    c = ops.matmul_prepacked(a, p, n, name="C")
+    return Task("mmp", (c,), (a, p, c)), a, p
+
+
+def _configs(space, samples=4, mutations=2):
+    rng = random.Random(1)
+    default = space.default_config()
+    return ([default] + [space.sample(rng) for _ in range(samples)]
+            + [space.neighbors(default, rng, 3) for _ in range(mutations)])
+
+
+SHAPES = {"bert-linear": ((1, 48, 64), 96, 16), "gemv": ((1, 80), 200, 40),
+          "tail-panel": ((13, 24), 40, 16)}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_sampled_configs_compute_the_product(name):
+    a_shape, n, block = SHAPES[name]
+    task, a_t, p_t = _task(a_shape, n, block)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, a_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, (a_shape[-1], n)).astype(np.float32)
+    inputs = {a_t: a, p_t: ops.pack_matmul_weight(w, block)}
+    space = SearchSpace(task)
+    for config in _configs(space):
+        got = run_config(task, space, config, inputs)[0]
+        np.testing.assert_allclose(got, a @ w, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+def test_gemm_default_is_a_register_tile_of_one_panel():
+    task, _, _ = _task((1, 128, 256), 1000, 16)        # 1000 columns: not a multiple of 16
+    config = SearchSpace(task).default_config()
+    assert config["C/tile/2:i2"][1] == 16
+    assert config["C/tile/1:i1"][1] * 2 <= 12          # rows x 2 vectors within the budget
+    assert config["C/reduce/0:k"] == 256
+
+
+def test_gemv_default_accumulates_whole_panels():
+    task, _, _ = _task((1, 1280), 1000, 40)
+    space = SearchSpace(task)
+    config = space.default_config()
+    assert config["C/tile/1:i1"] == [1, 40] and config["C/reduce/0:k"] == 1280
+    sch, args = space.apply(config)
+    text = str(lower(sch, args, name="k"))
+    # panel | k | the panel's 40 columns: one contiguous run of P per k
+    assert "vectorized(40)" in text and "k.inner * 40 + " in text
+
+
+def test_bert_ffn_group_with_gelu_under_sampled_configs():
+    model = models.bert_like_encoder(seq=8, hidden=32, heads=2, layers=1, vocab=50)
+    graph, groups = prepare_graph(model)
+    tasks = extract_tasks(graph, groups)[0]
+    (mt,) = [t for t in tasks if "erf" in t.dag.group.ops]
+    group = mt.dag.group
+    assert group.anchor.op == "matmul_prepacked"
+    rng = np.random.default_rng(4)
+    values = {}
+    for v in group.inputs:
+        values[v.name] = graph.constants[v.name] if v.name in graph.constants else \
+            rng.standard_normal(v.shape).astype(np.float32)
+    for node in group.nodes:                       # the numpy reference, node by node
+        outs = run_node(node, [values[v.name] for v in node.inputs])
+        values.update({o.name: x for o, x in zip(node.outputs, outs)})
+    want = values[group.outputs[0].name]
+    inputs = {t: values[v.name] for t, v in zip(mt.dag.placeholders, mt.dag.inputs)}
+    space = SearchSpace(mt.task)
+    for config in _configs(space, samples=3, mutations=2):
+        got = run_config(mt.task, space, config, inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(config))
