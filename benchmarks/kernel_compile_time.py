@@ -36,7 +36,6 @@ from kiln.codegen import emit_module as emit_module_mod  # noqa: E402
 from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name  # noqa: E402
 from kiln.codegen.kernel import Kernel  # noqa: E402
 from kiln.codegen.emit_module import threads_symbol  # noqa: E402
-from kiln.codegen.parallel import gomp_available  # noqa: E402
 from kiln.codegen.pyentry import add_python_entry  # noqa: E402
 from kiln.schedule import lower  # noqa: E402
 from kiln.te.visit import free_vars  # noqa: E402
@@ -87,8 +86,7 @@ def _compile_phases(task: Task, db, target: Target, variant: str) -> tuple[dict,
     t1 = clock()
     func = lower(sch, args, name=task.name)
     t2 = clock()
-    module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH),
-                         parallel=gomp_available())
+    module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH))
     sym, specs = symbol_name(func.name), param_specs(func)
     add_python_entry(module, sym, specs)
     t3 = clock()

@@ -4,10 +4,10 @@ from __future__ import annotations
 from ..schedule.ir import PrimFunc, Store
 from ..schedule.visitor import StmtVisitor
 from ..te.errors import CodegenError
-from .emit_module import emit_module, fastmath_flags, symbol_name, threads_symbol
+from .emit_module import emit_module, fastmath_flags, pool_symbol, symbol_name, threads_symbol
 from .jit import compile_module
 from .kernel import Kernel, ParamSpec
-from .parallel import gomp_available
+from .runtime import backend
 from .pyentry import AVAILABLE as PYENTRY, add_python_entry, entry_symbol, table_symbol
 from .target import Target
 
@@ -44,7 +44,8 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
         raise CodegenError(f"build() takes a PrimFunc (from kiln.schedule.lower), got "
                            f"{type(func).__name__}; use kiln.build(schedule, args) for schedules")
     target = Target.from_string(target)
-    module = emit_module(func, target, fastmath_flags(fastmath), parallel=gomp_available())
+    parallel = backend()
+    module = emit_module(func, target, fastmath_flags(fastmath), parallel=parallel)
     sym, specs = symbol_name(func.name), param_specs(func)
     add_python_entry(module, sym, specs)
     compiled = compile_module(module, target)
@@ -54,4 +55,6 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
     return Kernel(func.name, sym, specs, target, compiled.address(sym),
                   compiled.global_address(threads_symbol(sym)), entry=entry, func=func,
                   optimized_ir=compiled.optimized_ir, keepalive=compiled,
+                  pool_slot=(compiled.global_address(pool_symbol(sym)) if parallel == "kiln"
+                             else None),
                   compile_seconds=compiled.seconds)

@@ -15,6 +15,7 @@ from ..te.visit import substitute
 from . import llvm_types as T
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
+from .runtime import backend
 from .target import Target
 
 FastMath = tuple[str, ...]
@@ -23,7 +24,8 @@ FastMath = tuple[str, ...]
 # Symbols the generated code links against; a kernel may not take one of these names.
 _RESERVED = {"exp", "log", "tanh", "erf", "log1p", "expm1", "sin", "cos", "pow", "log1pf",
              "expm1f", "sinf", "cosf", "powf", "free", "aligned_alloc", "malloc",
-             "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "main"}
+             "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "main", "syscall",
+             "getpid", "sched_yield", "pthread_create", "pthread_detach"}
 
 
 def symbol_name(name: str) -> str:
@@ -57,8 +59,9 @@ class ModuleContext:
     module: ir.Module
     name: str
     fastmath: FastMath
-    parallel: bool
+    parallel: str                  # "kiln", "gomp" or "serial" (codegen.runtime.backend)
     threads_global: ir.GlobalVariable | None = None
+    pool_global: ir.GlobalVariable | None = None
     _counter: int = field(default=0)
 
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -74,6 +77,11 @@ class ModuleContext:
 
 def threads_symbol(symbol: str) -> str:
     return f"{symbol}__num_threads"
+
+
+def pool_symbol(symbol: str) -> str:
+    """The kernel's pointer to the thread pool's entry (set by the loader; null: serial)."""
+    return f"{symbol}__parallel_for"
 
 
 def register_file_bytes(target: Target) -> int:
@@ -116,8 +124,14 @@ def remove_unit_loops(stmt: Stmt) -> Stmt:
 
 
 def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
-                parallel: bool) -> ir.Module:
-    """Build the LLVM module of `func`: one external function `symbol_name(func.name)`."""
+                parallel: str | None = None) -> ir.Module:
+    """Build the LLVM module of `func`: one external function `symbol_name(func.name)`.
+    parallel: how PARALLEL loops run ("kiln", "gomp", "serial"); default runtime.backend()."""
+    if parallel is None:
+        parallel = backend()
+    if parallel not in ("kiln", "gomp", "serial"):
+        raise CodegenError(f"emit_module(parallel={parallel!r}): expected 'kiln', 'gomp' or "
+                           "'serial'")
     seen = set()
     for b in func.params:
         if b in seen:
@@ -131,6 +145,9 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
     gv = ir.GlobalVariable(module, T.I32, threads_symbol(sym))
     gv.initializer = ir.Constant(T.I32, 1)
     ctx.threads_global = gv
+    if parallel == "kiln":
+        ctx.pool_global = ir.GlobalVariable(module, T.PTR, pool_symbol(sym))
+        ctx.pool_global.initializer = ir.Constant(T.PTR, None)
     fn = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * len(func.params)), sym)
     for arg, buf in zip(fn.args, func.params):
         arg.name = symbol_name(buf.name)

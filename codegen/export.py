@@ -1,7 +1,7 @@
 """Kernels -> a shared library (+ JSON sidecar) and back, without recompiling.
 
 `export_library(kernels, "lib.so")` emits one PIC object per kernel and links them with the
-system `cc -shared` (libgomp, libm); `load_library("lib.so")` dlopens it and returns Kernels
+system `cc -shared` (libm; libgomp when it runs the parallel loops); `load_library("lib.so")` dlopens it and returns Kernels
 with the same argument checking.
 """
 from __future__ import annotations
@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 
 from ..te.errors import CodegenError
-from .emit_module import threads_symbol
+from .emit_module import pool_symbol, threads_symbol
 from .jit import object_code
 from .kernel import Kernel, ParamSpec
 from .pyentry import AVAILABLE as PYENTRY, entry_symbol, table_symbol
+from .runtime import link_flags
 from .target import Target
 
 FORMAT = "kiln-library"
@@ -63,7 +64,7 @@ def export_library(kernels, path: str | os.PathLike) -> Path:
             obj = Path(tmp) / f"{k.symbol}.o"
             obj.write_bytes(object_code(k.llvm_ir(), k.target))
             objects.append(str(obj))
-        cmd = [cc, "-shared", "-o", str(path), *objects, "-lgomp", "-lm"]
+        cmd = [cc, "-shared", "-o", str(path), *objects, *link_flags()]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise LibraryError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
@@ -110,7 +111,11 @@ def load_library(path: str | os.PathLike) -> dict[str, Kernel]:
                            ctypes.addressof(ctypes.c_uint64.in_dll(lib, table_symbol(sym))))
         except (AttributeError, ValueError) as exc:
             raise LibraryError(f"{path} lacks symbol of kernel '{entry['name']}': {exc}") from exc
+        try:       # absent from kernels without a pool pointer (libgomp or serial builds)
+            pool = ctypes.addressof(ctypes.c_void_p.in_dll(lib, pool_symbol(sym)))
+        except ValueError:
+            pool = None
         params = tuple(ParamSpec.from_json(p) for p in entry["params"])
         out[entry["name"]] = Kernel(entry["name"], sym, params, target, address, threads,
-                                    entry=pyentry, keepalive=lib)
+                                    entry=pyentry, keepalive=lib, pool_slot=pool)
     return out

@@ -14,6 +14,7 @@ import numpy as np
 from ..te.errors import CodegenError, KernelArgumentError
 from .jit import assembly
 from .pyentry import fill_table
+from .runtime import pool_address
 from .runtime_config import num_threads_from_env
 from .target import Target
 
@@ -49,13 +50,15 @@ class Kernel:
     def __init__(self, name: str, symbol: str, params: tuple[ParamSpec, ...], target: Target,
                  address: int, threads_address: int, *, entry: tuple[int, int] | None = None,
                  func=None, optimized_ir: str | None = None, keepalive=None,
-                 compile_seconds: float = 0.0):
+                 compile_seconds: float = 0.0, pool_slot: int | None = None):
         self.name, self.symbol, self.params, self.target = name, symbol, params, target
         self.func = func
         self.compile_seconds = compile_seconds
         self._optimized_ir = optimized_ir
         self._keepalive = keepalive
         self._threads = ctypes.c_int32.from_address(threads_address)
+        if pool_slot:      # the kernel's PARALLEL loops run on the process's pool
+            ctypes.c_void_p.from_address(pool_slot).value = pool_address()
         self.set_num_threads(num_threads_from_env())
         n = len(params)
         self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))(address)

@@ -1,8 +1,12 @@
-"""PARALLEL loops: outline the body into `<kernel>__par<k>(closure*)` and run it on libgomp.
+"""PARALLEL loops: outline the body into `<kernel>__par<k>(closure*, begin, end)` and run it on
+a thread pool.
 
 The closure struct holds every buffer pointer and free variable the body uses plus the loop's
-min and extent; each thread takes one contiguous chunk of the iteration range (static
-schedule). Without libgomp the loop runs serially (warned once).
+min; the body runs iterations [begin, end) of the loop. The pool is Kiln's own
+(codegen/runtime.py, reached through the kernel's `<kernel>__parallel_for` pointer, which the
+loader fills in; a null pointer runs the loop serially) or, with KILN_PARALLEL_RUNTIME=gomp,
+libgomp, where each thread takes one contiguous chunk (static schedule). Without either the
+loop runs serially.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from ..te.errors import CodegenError
 from ..te.visit import walk
 from ..te import expr as E
 from . import llvm_types as T
+from .runtime import BODY_TYPE, ENTRY_TYPE, call_indirect
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,7 @@ def emit_parallel(fe, loop: For) -> None:
                            "parallel loop may not run inside another parallel loop; make the "
                            "inner loop serial (or fuse the two loops and parallelize the "
                            "fused one)")
-    if not fe.mod.parallel:
+    if fe.mod.parallel not in ("kiln", "gomp"):
         fe.serial(loop)
         return
     bld = fe.builder
@@ -96,11 +101,47 @@ def emit_parallel(fe, loop: For) -> None:
 
     outlined = _outline(fe, loop, closure_ty, captured_bufs, captured_vars)
     wanted = bld.load(fe.mod.threads_global, typ=T.I32)
+    if fe.mod.parallel == "kiln":
+        _call_pool(fe, outlined, closure, extent, wanted)
+    else:
+        _call_gomp(fe, outlined, closure_ty, closure, extent, wanted)
+
+
+def _call_pool(fe, outlined, closure, extent, wanted) -> None:
+    """pool(body, closure, extent, threads), or body(closure, 0, extent) when no pool is set."""
+    bld = fe.builder
+    pool = bld.load(fe.mod.pool_global, typ=T.PTR)
+    with bld.if_else(bld.icmp_unsigned("==", pool, ir.Constant(T.PTR, None))) as (serial, pooled):
+        with serial:
+            bld.call(outlined, [closure, ir.Constant(T.I32, 0), extent])
+        with pooled:
+            call_indirect(bld, pool, ENTRY_TYPE, [outlined, closure, extent, wanted])
+
+
+def _call_gomp(fe, outlined, closure_ty, closure, extent, wanted) -> None:
+    """GOMP_parallel over a wrapper that gives each thread one contiguous chunk."""
+    bld = fe.builder
+    mod = fe.mod
     threads = bld.select(bld.icmp_signed("<", extent, wanted), extent, wanted)
     threads = bld.select(bld.icmp_signed("<", threads, ir.Constant(T.I32, 1)),
                          ir.Constant(T.I32, 1), threads)
-    gomp = fe.mod.declare("GOMP_parallel", T.VOID, [T.PTR, T.PTR, T.I32, T.I32])
-    bld.call(gomp, [outlined, closure, threads, ir.Constant(T.I32, 0)])
+    wrapper = ir.Function(mod.module, ir.FunctionType(T.VOID, [T.PTR]), mod.fresh_name("gomp"))
+    wrapper.linkage = "internal"
+    wb = ir.IRBuilder(wrapper.append_basic_block("entry"))
+    arg = wrapper.args[0]      # the closure's last field is the loop's extent
+    count = wb.load(_field(wb, arg, closure_ty, len(closure_ty.elements) - 1), typ=T.I32)
+    tid = wb.call(mod.declare("omp_get_thread_num", T.I32, []), [])
+    nthreads = wb.call(mod.declare("omp_get_num_threads", T.I32, []), [])
+    one = ir.Constant(T.I32, 1)
+    chunk = wb.sdiv(wb.sub(wb.add(count, nthreads), one), nthreads)
+    begin = wb.mul(tid, chunk, flags=("nsw",))
+    end = wb.add(begin, chunk, flags=("nsw",))
+    end = wb.select(wb.icmp_signed("<", count, end), count, end)
+    begin = wb.select(wb.icmp_signed("<", count, begin), count, begin)
+    wb.call(outlined, [arg, begin, end])
+    wb.ret_void()
+    gomp = mod.declare("GOMP_parallel", T.VOID, [T.PTR, T.PTR, T.I32, T.I32])
+    bld.call(gomp, [wrapper, closure, threads, ir.Constant(T.I32, 0)])
 
 
 def _field(bld: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, k: int) -> ir.Value:
@@ -108,8 +149,9 @@ def _field(bld: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, k: int) -> ir.Value:
 
 
 def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
+    """The loop body as `body(closure*, begin, end)`: iterations [begin, end) of the loop."""
     mod = fe.mod
-    fn = ir.Function(mod.module, ir.FunctionType(T.VOID, [T.PTR]), mod.fresh_name("par"))
+    fn = ir.Function(mod.module, BODY_TYPE, mod.fresh_name("par"))
     fn.linkage = "internal"
     sub = type(fe)(mod, fn, {}, nonneg=fe.nonneg, in_parallel=True)
     bld, arg = sub.builder, fn.args[0]
@@ -117,17 +159,9 @@ def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
         sub.buffers[b] = bld.load(_field(bld, arg, closure_ty, k), typ=T.PTR)
     for k, v in enumerate(vars_, start=len(bufs)):
         sub.vars[v] = bld.load(_field(bld, arg, closure_ty, k), typ=fe.vars[v].type)
-    n = len(bufs) + len(vars_)
-    start = bld.load(_field(bld, arg, closure_ty, n), typ=T.I32)
-    extent = bld.load(_field(bld, arg, closure_ty, n + 1), typ=T.I32)
-    tid = bld.call(mod.declare("omp_get_thread_num", T.I32, []), [])
-    nthreads = bld.call(mod.declare("omp_get_num_threads", T.I32, []), [])
-    one = ir.Constant(T.I32, 1)
-    chunk = bld.sdiv(bld.sub(bld.add(extent, nthreads), one), nthreads)
-    begin = bld.mul(tid, chunk, flags=("nsw",))
-    end = bld.add(begin, chunk, flags=("nsw",))
-    end = bld.select(bld.icmp_signed("<", extent, end), extent, end)
-    begin, end = bld.add(begin, start), bld.add(end, start)
+    start = bld.load(_field(bld, arg, closure_ty, len(bufs) + len(vars_)), typ=T.I32)
+    begin = bld.add(fn.args[1], start, flags=("nsw",))
+    end = bld.add(fn.args[2], start, flags=("nsw",))
     sub.loop(begin, end, lambda i: sub._bind(loop.loop_var, i, loop.body, loop.min))
     sub.finish()
     return fn

@@ -31,7 +31,7 @@ from ..codegen.export import VERSION as LIBRARY_VERSION
 from ..codegen.export import LibraryError
 from ..codegen.jit import optimize
 from ..codegen.kernel import Kernel, ParamSpec
-from ..codegen.parallel import gomp_available
+from ..codegen.runtime import link_flags
 from ..codegen.pyentry import add_python_entry
 from ..codegen.target import Target
 from ..schedule.ir import PrimFunc
@@ -83,7 +83,7 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
     """codegen.build's emit and optimise steps, ending in an object file instead of a JIT."""
     start = time.perf_counter()
     tgt = Target.from_string(target)
-    module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=gomp_available())
+    module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
     symbol, params = symbol_name(func.name), param_specs(func)
     add_python_entry(module, symbol, params)
     mod = optimize(module, tgt)
@@ -121,7 +121,7 @@ def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> d
             paths.append(tmp / f"k{k}.o")
             paths[-1].write_bytes(obj.object_code)
         lib = tmp / "kernels.so"
-        cmd = [cc, "-shared", "-o", str(lib), *map(str, paths), "-lgomp", "-lm"]
+        cmd = [cc, "-shared", "-o", str(lib), *map(str, paths), *link_flags()]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise LibraryError(f"linking the model's kernels failed ({' '.join(cmd)}):\n"

@@ -60,19 +60,19 @@ def test_kernel_with_unit_loops_matches_numpy():
 
 @pytest.mark.parametrize("pipeline", sorted(jit.PIPELINES))
 def test_every_pipeline_gives_valid_code(pipeline):
-    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel="serial")
     mod = jit.optimize(module, Target.native(), pipeline=pipeline)
     assert "define" in str(mod)
 
 
 def test_pass_timing_report():
     timing = []
-    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel="serial")
     jit.optimize(module, Target.native(), timing=timing)
     assert len(timing) == 1 and "Pass execution timing report" in timing[0]
 
 
 def test_unknown_pipeline_names_the_choices():
-    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel=False)
+    module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel="serial")
     with pytest.raises(CodegenError, match=r"unknown LLVM pipeline 'o4'.*o3.*o1"):
         jit.optimize(module, Target.native(), pipeline="o4")

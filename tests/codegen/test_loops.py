@@ -46,13 +46,16 @@ def test_register_blocked_matmul(fastmath):
     assert "alloca" not in k.llvm_ir()
 
 
+@pytest.mark.parametrize("runtime", ["kiln", "gomp"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_parallel_matmul_equal_for_thread_counts(threads, monkeypatch):
+def test_parallel_matmul_equal_for_thread_counts(threads, runtime, monkeypatch):
     monkeypatch.setenv("KILN_NUM_THREADS", str(threads))
+    monkeypatch.setenv("KILN_PARALLEL_RUNTIME", runtime)
     M, N, K = 28, 16, 9   # 7 parallel iterations: not a multiple of the thread count
     k = build(blocked_matmul(M, N, K, outer=ForKind.PARALLEL))
     assert k.num_threads == threads
-    assert "GOMP_parallel" in k.llvm_ir()
+    assert ("GOMP_parallel" in k.llvm_ir()) == (runtime == "gomp")
+    assert ("__parallel_for" in k.llvm_ir()) == (runtime == "kiln")
     a, b = rand((M, K), "float32", RNG, -1, 1), rand((K, N), "float32", RNG, -1, 1)
     c = np.zeros((M, N), np.float32)
     k(a, b, c)

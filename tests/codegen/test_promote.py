@@ -191,7 +191,7 @@ def test_blocked_conv_configs_match_numpy(overrides):
 def _loop_blocks(llvm_ir: str, function: str) -> list[str]:
     """Bodies of the basic blocks of `function` that branch back to themselves (innermost
     loops after LLVM's rotation and unrolling)."""
-    text = llvm_ir[llvm_ir.index(f"@{function}("):]
+    text = llvm_ir[re.search(rf"define [^\n]*@{re.escape(function)}\(", llvm_ir).start():]
     text = text[:text.index("\n}\n")]
     blocks = re.split(r"\n(?=[\w.\"-]+:)", text)
     return [b for b in blocks

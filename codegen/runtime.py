@@ -1,0 +1,384 @@
+"""Kiln's fork-join thread pool: LLVM IR built here, JIT-compiled once per process.
+
+Why not libgomp: at the end of a parallel region libgomp's caller waits at a barrier for
+every thread of the team, including one that has not started yet. On a 2-core machine where
+another process holds a core, the late worker waits for a time slice (milliseconds), so a
+2-thread kernel ran 10-50x slower than on one thread. Here the iteration range is split into
+chunks that threads claim one at a time, and the caller claims chunks too: it waits only for
+chunks that a running thread has already taken, never for a thread that has not woken up (a
+late worker finds the job finished and goes back to sleep).
+
+Protocol (all atomics sequentially consistent). One job at a time is posted in globals:
+`state` packs generation (bits 32-63), the number of workers allowed to join (24-31) and the
+chunks not yet claimed (0-23). Claiming a chunk is a compare-exchange of `state` that also
+checks the generation, so a worker that wakes late can never claim a chunk of a newer job
+with an older job's view. A job's parameters are read only after a successful claim, which
+the caller cannot outlive: it returns when `done` reaches the chunk count. Idle workers spin
+for a while (back-to-back kernels of a model start fast) and then sleep on a futex. A second
+caller while a job runs (another Python thread), or a kernel called from inside a job, runs
+its loop serially. After fork() the child sees a pool that is not its own (pid check) and
+starts a fresh one.
+
+Kernels reach the pool through a per-kernel global function pointer that the loader fills
+in (codegen.kernel), so every kernel of the process - JIT-compiled or loaded from a shared
+library - shares one pool.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import threading
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..te.errors import CodegenError
+from . import llvm_types as T
+
+log = logging.getLogger(__name__)
+
+ENTRY = "kiln_rt_parallel_for"
+CHUNKS_PER_THREAD = 4          # chunks per participating thread (load balance vs claims)
+# One x86 `pause` takes ~26 ns on these Zen 3 cores (measured), so an idle worker spins
+# ~200 us before it sleeps (a model's next kernel usually comes sooner), and a caller waiting
+# for a chunk another thread holds spins ~25 us before it yields its core to that thread
+WORKER_SPINS = 1 << 13
+CALLER_SPINS = 1 << 10
+MAX_WORKERS = 255              # fits the state word's 8-bit worker field
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+
+I64, I32 = ir.IntType(64), ir.IntType(32)
+SEQ = "seq_cst"
+BODY_TYPE = ir.FunctionType(ir.VoidType(), [T.PTR, I32, I32])   # body(closure, begin, end)
+ENTRY_TYPE = ir.FunctionType(ir.VoidType(), [T.PTR, T.PTR, I32, I32])
+
+
+def backend() -> str:
+    """How PARALLEL loops run: 'kiln' (this pool), 'gomp' (libgomp) or 'serial'.
+    KILN_PARALLEL_RUNTIME overrides the default ('kiln' where the futex call is known)."""
+    raw = os.environ.get("KILN_PARALLEL_RUNTIME", "").strip().lower()
+    if raw and raw not in ("kiln", "gomp", "serial"):
+        raise CodegenError(f"KILN_PARALLEL_RUNTIME={raw!r} is not one of kiln, gomp, serial")
+    if raw == "serial":
+        return "serial"
+    if raw == "gomp" or _futex_number() is None:
+        from .parallel import gomp_available
+        return "gomp" if gomp_available() else "serial"
+    return "kiln"
+
+
+def _futex_number() -> int | None:
+    if platform.system() != "Linux":
+        return None
+    return SYS_FUTEX.get(platform.machine().lower())
+
+
+def link_flags() -> list[str]:
+    """Libraries a shared library of kernels built now must link."""
+    return ["-lgomp", "-lm"] if backend() == "gomp" else ["-lm"]
+
+
+class _Pool:
+    """The globals of the pool, declared in `module`."""
+
+    def __init__(self, module: ir.Module):
+        def var(name, ty, init):
+            gv = ir.GlobalVariable(module, ty, f"kiln_rt_{name}")
+            gv.initializer = ir.Constant(ty, init)
+            gv.linkage = "internal"
+            gv.align = 64          # one cache line each: no false sharing between them
+            return gv
+
+        self.state = var("state", I64, 0)
+        self.done = var("done", I32, 0)
+        self.futex = var("futex", I32, 0)
+        self.sleepers = var("sleepers", I32, 0)
+        self.busy = var("busy", I32, 0)
+        self.workers = var("workers", I32, 0)
+        self.pid = var("pid", I32, 0)
+        self.fn = var("fn", T.PTR, None)
+        self.data = var("data", T.PTR, None)
+        self.extent = var("extent", I32, 0)
+        self.chunks = var("chunks", I32, 0)
+
+
+def build_runtime_module(triple: str, futex: int) -> ir.Module:
+    """The pool as an LLVM module exporting ENTRY(body, closure, extent, threads)."""
+    module = ir.Module(name="kiln_runtime")
+    module.triple = triple
+    pool = _Pool(module)
+    x86 = triple.startswith(("x86_64", "i686", "i386"))
+
+    def extern(name, ret, args, var_arg=False):
+        return ir.Function(module, ir.FunctionType(ret, args, var_arg=var_arg), name)
+
+    ext = {
+        "syscall": extern("syscall", I64, [I64], var_arg=True),
+        "getpid": extern("getpid", I32, []),
+        "sched_yield": extern("sched_yield", I32, []),
+        "pthread_create": extern("pthread_create", I32, [T.PTR, T.PTR, T.PTR, T.PTR]),
+        "pthread_detach": extern("pthread_detach", I32, [I64]),
+        "pause": extern("llvm.x86.sse2.pause", ir.VoidType(), []) if x86 else None,
+    }
+    run_chunks = _emit_run_chunks(module, pool)
+    worker = _emit_worker(module, pool, run_chunks, ext, futex)
+    _emit_entry(module, pool, run_chunks, worker, ext, futex)
+    return module
+
+
+def _pause(b: ir.IRBuilder, ext) -> None:
+    if ext["pause"] is not None:
+        b.call(ext["pause"], [])
+
+
+def call_indirect(b: ir.IRBuilder, pointer: ir.Value, fnty: ir.FunctionType, args) -> None:
+    """Call the function at opaque `pointer` (llvmlite needs a typed pointer to call through)."""
+    slot = b.alloca(T.PTR)
+    b.store(pointer, slot)
+    b.call(b.load(slot, typ=fnty.as_pointer()), args)
+
+
+def _gen_of(b: ir.IRBuilder, state: ir.Value) -> ir.Value:
+    return b.trunc(b.lshr(state, ir.Constant(I64, 32)), I32)
+
+
+def _emit_run_chunks(module: ir.Module, pool: _Pool) -> ir.Function:
+    """run_chunks(gen): claim and run chunks of job `gen` until none is left."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I32]), "kiln_rt_run_chunks")
+    fn.linkage = "internal"
+    gen = fn.args[0]
+    entry, loop, check, claim, run, out = (fn.append_basic_block(n) for n in
+                                           ("entry", "loop", "check", "claim", "run", "out"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    s = b.load_atomic(pool.state, SEQ, 8, typ=I64)
+    b.cbranch(b.icmp_unsigned("==", _gen_of(b, s), gen), check, out)
+    b.position_at_end(check)
+    remaining = b.trunc(b.and_(s, ir.Constant(I64, 0xFFFFFF)), I32)
+    b.cbranch(b.icmp_unsigned("==", remaining, ir.Constant(I32, 0)), out, claim)
+    b.position_at_end(claim)
+    pair = b.cmpxchg(pool.state, s, b.sub(s, ir.Constant(I64, 1)), SEQ, SEQ)
+    b.cbranch(b.extract_value(pair, 1), run, loop)
+    b.position_at_end(run)
+    chunks = b.load(pool.chunks, typ=I32)
+    extent = b.sext(b.load(pool.extent, typ=I32), I64)
+    index = b.sext(b.sub(chunks, remaining), I64)
+    chunks64 = b.sext(chunks, I64)
+    begin = b.trunc(b.sdiv(b.mul(index, extent), chunks64), I32)
+    end = b.trunc(b.sdiv(b.mul(b.add(index, ir.Constant(I64, 1)), extent), chunks64), I32)
+    body = b.load(pool.fn, typ=BODY_TYPE.as_pointer())
+    b.call(body, [b.load(pool.data, typ=T.PTR), begin, end])
+    b.atomic_rmw("add", pool.done, ir.Constant(I32, 1), SEQ)
+    b.branch(loop)
+    b.position_at_end(out)
+    b.ret_void()
+    return fn
+
+
+def _emit_worker(module, pool: _Pool, run_chunks, ext, futex: int) -> ir.Function:
+    """worker(index): wait for a new generation (spin, then futex sleep); join it when the
+    job admits this many workers; forever."""
+    fn = ir.Function(module, ir.FunctionType(T.PTR, [T.PTR]), "kiln_rt_worker")
+    fn.linkage = "internal"
+    entry, outer, wait, spin, sleep, wake, got, join = (
+        fn.append_basic_block(n) for n in
+        ("entry", "outer", "wait", "spin", "sleep", "wake", "got", "join"))
+    b = ir.IRBuilder(entry)
+    index = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
+    first = _gen_of(b, b.load_atomic(pool.state, SEQ, 8, typ=I64))
+    b.branch(outer)
+
+    b.position_at_end(outer)
+    seen = b.phi(I32, "seen")
+    b.branch(wait)
+
+    b.position_at_end(wait)
+    spins = b.phi(I32, "spins")
+    s = b.load_atomic(pool.state, SEQ, 8, typ=I64)
+    gen = _gen_of(b, s)
+    b.cbranch(b.icmp_unsigned("!=", gen, seen), got, spin)
+
+    b.position_at_end(spin)
+    more = b.add(spins, ir.Constant(I32, 1))
+    _pause(b, ext)
+    b.cbranch(b.icmp_unsigned("<", more, ir.Constant(I32, WORKER_SPINS)), wait, sleep)
+
+    b.position_at_end(sleep)
+    b.atomic_rmw("add", pool.sleepers, ir.Constant(I32, 1), SEQ)
+    word = b.load_atomic(pool.futex, SEQ, 4, typ=I32)
+    b.cbranch(b.icmp_unsigned("==", word, seen), wake, join)
+
+    b.position_at_end(wake)     # sleeps unless the word moved on since it was read
+    b.call(ext["syscall"], [ir.Constant(I64, futex), pool.futex,
+                            ir.Constant(I32, FUTEX_WAIT_PRIVATE), seen,
+                            ir.Constant(T.PTR, None)])
+    b.branch(join)
+
+    b.position_at_end(join)
+    b.atomic_rmw("sub", pool.sleepers, ir.Constant(I32, 1), SEQ)
+    b.branch(outer)
+
+    b.position_at_end(got)
+    allowed = b.trunc(b.and_(b.lshr(s, ir.Constant(I64, 24)), ir.Constant(I64, 0xFF)), I32)
+    run, skip = fn.append_basic_block("run"), fn.append_basic_block("skip")
+    b.cbranch(b.icmp_unsigned("<=", index, allowed), run, skip)
+    b.position_at_end(run)
+    b.call(run_chunks, [gen])
+    b.branch(skip)
+    b.position_at_end(skip)
+    b.branch(outer)
+
+    seen.add_incoming(first, entry)
+    seen.add_incoming(seen, join)
+    seen.add_incoming(gen, skip)
+    spins.add_incoming(ir.Constant(I32, 0), outer)
+    spins.add_incoming(more, spin)
+    return fn
+
+
+def _emit_entry(module, pool: _Pool, run_chunks, worker, ext, futex: int) -> None:
+    """ENTRY(body, closure, extent, threads): run body over [0, extent) on up to `threads`
+    threads (the caller included)."""
+    fn = ir.Function(module, ENTRY_TYPE, ENTRY)
+    fn.attributes.add("nounwind")
+    body, closure, extent, threads = fn.args
+    names = ("entry", "serial", "pid", "reset", "lock", "spawn", "create", "created", "post",
+             "solo", "wake", "work", "wait", "waited", "yield", "unlock")
+    bb = {n: fn.append_basic_block(n) for n in names}
+    b = ir.IRBuilder(bb["entry"])
+    one, zero = ir.Constant(I32, 1), ir.Constant(I32, 0)
+    tiny = b.or_(b.icmp_signed("<=", extent, one), b.icmp_signed("<=", threads, one))
+    b.cbranch(tiny, bb["serial"], bb["pid"])
+
+    b.position_at_end(bb["serial"])
+    has_work = bb["serial"].function.append_basic_block("serial_run")
+    done_bb = bb["serial"].function.append_basic_block("serial_done")
+    b.cbranch(b.icmp_signed(">", extent, zero), has_work, done_bb)
+    b.position_at_end(has_work)
+    call_indirect(b, body, BODY_TYPE, [closure, zero, extent])
+    b.branch(done_bb)
+    b.position_at_end(done_bb)
+    b.ret_void()
+
+    b.position_at_end(bb["pid"])        # a fork()ed child owns none of its parent's threads
+    pid = b.call(ext["getpid"], [])
+    b.cbranch(b.icmp_signed("!=", pid, b.load(pool.pid, typ=I32)), bb["reset"], bb["lock"])
+    b.position_at_end(bb["reset"])
+    for gv in (pool.workers, pool.busy, pool.sleepers, pool.done, pool.futex):
+        b.store_atomic(zero, gv, SEQ, 4)
+    b.store_atomic(ir.Constant(I64, 0), pool.state, SEQ, 8)
+    b.store(pid, pool.pid)
+    b.branch(bb["lock"])
+
+    b.position_at_end(bb["lock"])       # one job at a time; anyone else runs serially
+    pair = b.cmpxchg(pool.busy, zero, one, SEQ, SEQ)
+    b.cbranch(b.extract_value(pair, 1), bb["spawn"], bb["serial"])
+
+    b.position_at_end(bb["spawn"])
+    want = b.sub(threads, one)
+    want = b.select(b.icmp_signed(">", want, ir.Constant(I32, MAX_WORKERS)),
+                    ir.Constant(I32, MAX_WORKERS), want)
+    have = b.load(pool.workers, typ=I32)
+    b.cbranch(b.icmp_signed("<", have, want), bb["create"], bb["post"])
+
+    b.position_at_end(bb["create"])
+    tid = b.alloca(I64)
+    index = b.add(have, one)
+    rc = b.call(ext["pthread_create"], [tid, ir.Constant(T.PTR, None), worker,
+                                        b.inttoptr(b.zext(index, I64), T.PTR)])
+    b.cbranch(b.icmp_signed("==", rc, zero), bb["created"], bb["post"])
+    b.position_at_end(bb["created"])
+    b.call(ext["pthread_detach"], [b.load(tid, typ=I64)])
+    b.store(index, pool.workers)
+    b.branch(bb["spawn"])
+
+    b.position_at_end(bb["post"])
+    have = b.load(pool.workers, typ=I32)
+    helpers = b.select(b.icmp_signed("<", have, want), have, want)
+    b.cbranch(b.icmp_signed("<=", helpers, zero), bb["solo"], bb["wake"])
+
+    b.position_at_end(bb["solo"])       # no worker could be started
+    call_indirect(b, body, BODY_TYPE, [closure, zero, extent])
+    b.store_atomic(zero, pool.busy, SEQ, 4)
+    b.ret_void()
+
+    b.position_at_end(bb["wake"])
+    parts = b.mul(b.add(helpers, one), ir.Constant(I32, CHUNKS_PER_THREAD))
+    chunks = b.select(b.icmp_signed("<", extent, parts), extent, parts)
+    b.store(body, pool.fn)
+    b.store(closure, pool.data)
+    b.store(extent, pool.extent)
+    b.store(chunks, pool.chunks)
+    b.store_atomic(zero, pool.done, SEQ, 4)
+    old = b.load_atomic(pool.state, SEQ, 8, typ=I64)
+    gen = b.add(_gen_of(b, old), one)
+    state = b.or_(b.shl(b.zext(gen, I64), ir.Constant(I64, 32)),
+                  b.or_(b.shl(b.zext(helpers, I64), ir.Constant(I64, 24)),
+                        b.zext(chunks, I64)))
+    b.store_atomic(state, pool.state, SEQ, 8)
+    b.store_atomic(gen, pool.futex, SEQ, 4)
+    sleeping = b.load_atomic(pool.sleepers, SEQ, 4, typ=I32)
+    call_wake = fn.append_basic_block("futex_wake")
+    b.cbranch(b.icmp_signed(">", sleeping, zero), call_wake, bb["work"])
+    b.position_at_end(call_wake)
+    b.call(ext["syscall"], [ir.Constant(I64, futex), pool.futex,
+                            ir.Constant(I32, FUTEX_WAKE_PRIVATE), helpers])
+    b.branch(bb["work"])
+
+    b.position_at_end(bb["work"])
+    b.call(run_chunks, [gen])
+    b.branch(bb["wait"])
+
+    b.position_at_end(bb["wait"])       # only for chunks a running thread has taken
+    spins = b.phi(I32, "spins")
+    finished = b.load_atomic(pool.done, SEQ, 4, typ=I32)
+    b.cbranch(b.icmp_signed(">=", finished, chunks), bb["unlock"], bb["waited"])
+    b.position_at_end(bb["waited"])
+    more = b.add(spins, one)
+    _pause(b, ext)
+    b.cbranch(b.icmp_unsigned("<", more, ir.Constant(I32, CALLER_SPINS)), bb["wait"],
+              bb["yield"])
+    b.position_at_end(bb["yield"])      # the claimer was preempted: give it this core
+    b.call(ext["sched_yield"], [])
+    b.branch(bb["wait"])
+    spins.add_incoming(zero, bb["work"])
+    spins.add_incoming(more, bb["waited"])
+    spins.add_incoming(more, bb["yield"])
+
+    b.position_at_end(bb["unlock"])
+    b.store_atomic(zero, pool.busy, SEQ, 4)
+    b.ret_void()
+
+
+_lock = threading.Lock()
+_engine: llvm.ExecutionEngine | None = None
+_address: int | None = None
+
+
+def pool_address() -> int:
+    """The address of ENTRY in this process (compiled on first use)."""
+    global _engine, _address
+    with _lock:
+        if _address is None:
+            from .target import Target, _init_llvm
+            _init_llvm()
+            futex = _futex_number()
+            if futex is None:
+                raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "
+                                   "aarch64; set KILN_PARALLEL_RUNTIME=gomp")
+            target = Target.from_string("native")
+            module = build_runtime_module(target.triple, futex)
+            mod = llvm.parse_assembly(str(module))
+            mod.verify()
+            tm = target.create_target_machine()
+            mod.triple, mod.data_layout = target.triple, str(tm.target_data)
+            pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
+            pb.getModulePassManager().run(mod, pb)
+            _engine = llvm.create_mcjit_compiler(mod, tm)
+            _engine.finalize_object()
+            _address = _engine.get_function_address(ENTRY)
+            log.debug("Kiln thread pool compiled at %#x", _address)
+        return _address
