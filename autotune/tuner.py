@@ -162,7 +162,10 @@ class TaskTuner:
         past = db.records(self.task.workload_key, self.target, threads=self.threads)
         self.seen = {config_key(r.config) for r in past}
         self.n_records = len(past)
-        self.best: Record | None = min((r for r in past if r.status == "OK"),
+        # the best so far is one measured at this count when there is one (as Database.best
+        # ranks them): an untagged record may have run at another count
+        ok = [r for r in past if r.status == "OK"]
+        self.best: Record | None = min([r for r in ok if r.threads == self.threads] or ok,
                                        key=lambda r: r.mean_cost, default=None)
         if past:
             self._reuse_stored_features()

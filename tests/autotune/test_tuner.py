@@ -312,6 +312,22 @@ def test_tuning_at_another_thread_count_measures_afresh_and_resumes_per_count(tm
     assert len(db.records(task.workload_key, target, threads=1)) == 4
 
 
+def test_best_so_far_prefers_records_measured_at_the_thread_count(tmp_path):
+    """An untagged record (an older log, maybe measured at another count) resumes the seen set
+    but does not outrank what was measured at this count as the best so far."""
+    db = Database(tmp_path / "t.db")
+    task, target = _task(), canonical_target("native")
+    one = dataclasses.replace(FAST, threads=1)
+    tune_task(task, "native", trials=2, db=db, search="random", batch_size=2, options=one)
+    tagged = min(r.mean_cost for r in db.records(task.workload_key, target, threads=1)
+                 if r.status == "OK")
+    db.commit_record(Record(task.workload_key, target, {"legacy": 1}, (1e-12,), "OK"))
+    result = tune_task(task, "native", trials=3, db=db, search="random", batch_size=2,
+                       options=one)
+    assert result.measured == 0 and result.total_trials == 3
+    assert result.best_seconds == pytest.approx(tagged)
+
+
 def test_default_schedules_are_made_for_the_thread_count_asked_for(monkeypatch):
     """The GEMV default splits columns across threads only when it will run on several:
     apply_best(threads=N) gives N's default whatever KILN_NUM_THREADS says."""
