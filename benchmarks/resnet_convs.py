@@ -13,7 +13,12 @@ default --layout nchwc, Kiln's kernels read and write channel-blocked activation
 inside the compiled model; onnxruntime's single Conv reads and writes NCHW.
 
     python benchmarks/resnet_convs.py [--trials 64] [--from-db] [--db PATH] [--layers 0,3]
-                                      [--layout nchwc|nchw]
+                                      [--layout nchwc|nchw] [--winograd] [--threads 1,2]
+
+--winograd adds, for every 3x3 stride-1 layer, the Winograd kernels kiln.compile builds for it
+(input transform, batched GEMM, output transform + epilogue; best records, else defaults),
+timed back to back on shared buffers and interleaved with the direct kernel: "direct/wino" > 1
+means Winograd is faster.
 """
 from __future__ import annotations
 
@@ -42,8 +47,9 @@ DEFAULT_DB = os.path.join(ROOT, "tuning_logs", "kiln.db")
 
 
 def conv_layers(target: str, layout: str = "nchwc"):
-    """(model task, conv node, group) for every distinct conv kernel of resnet18_like."""
-    graph, groups = prepare_graph(resnet18_like(), layout=layout)
+    """(model task, conv node, group) for every distinct conv kernel of resnet18_like, all
+    direct convs (Winograd off)."""
+    graph, groups = prepare_graph(resnet18_like(), layout=layout, winograd=False)
     tasks, _ = extract_tasks(graph, groups, target)
     by_name = {g.name: g for g in groups}
     layers = []
@@ -52,6 +58,46 @@ def conv_layers(target: str, layout: str = "nchwc"):
         if group.anchor is not None and group.anchor.op.startswith("conv2d"):
             layers.append((mt, group.anchor, group))
     return graph, layers
+
+
+def winograd_chains(target: str):
+    """The Winograd model's graph and conv node name -> its three model tasks (input
+    transform, batched GEMM, output transform with the epilogue) in run order."""
+    graph, groups = prepare_graph(resnet18_like(), winograd=True)
+    tasks, _ = extract_tasks(graph, groups, target)
+    task_of = {g: mt for mt in tasks for g in mt.groups}
+    producer = {v.name: g.name for g in groups for v in g.outputs}
+    by_name = {g.name: g for g in groups}
+    chains = {}
+    for g in groups:
+        if g.anchor is None or g.anchor.op != "winograd_output_transform":
+            continue
+        gemm = by_name[producer[g.anchor.inputs[0].name]]
+        first = producer[gemm.nodes[0].inputs[0].name]
+        chains[g.anchor.name] = [task_of[first], task_of[gemm.name], task_of[g.name]]
+    return graph, chains
+
+
+def chain_runner(chain, graph, rng, target: str, db):
+    """One call running the chain's kernels back to back on shared buffers (the input
+    transform's V feeds the GEMM, its M the output transform), and its tile size."""
+    arrays: dict[str, np.ndarray] = {}
+    calls = []
+    for mt in chain:
+        kernel = build_best(mt.task, target, db)
+        args = []
+        for value in mt.dag.arg_values:
+            if value.name not in arrays:
+                arrays[value.name] = (np.ascontiguousarray(graph.constants[value.name])
+                                      if value.name in graph.constants else
+                                      rng.standard_normal(value.shape).astype(value.dtype))
+            args.append(arrays[value.name])
+        calls.append((kernel, args))
+
+    def run():
+        for kernel, args in calls:
+            kernel(*args)
+    return run
 
 
 def nchw_shape(shape) -> tuple[int, ...]:
@@ -141,6 +187,38 @@ def _progress(p) -> None:
           end="", flush=True)
 
 
+def interleaved_medians(fns, repeat: int) -> list[float]:
+    """Median seconds of each of `fns`, timed in turn within every repeat, so load from
+    other processes on the shared machine falls on all of them alike."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
+
+
+def winograd_columns(entry, chain, wgraph, rng, target, db, threads, direct, t_ort,
+                     repeat) -> list:
+    """Time the layer's Winograd chain (when the model makes one) interleaved with the
+    direct kernel `direct` (a call); record the direct/Winograd and onnxruntime/Winograd
+    time ratios in `entry`."""
+    if chain is None:
+        return ["-", float("nan"), float("nan"), float("nan")]
+    with kiln_threads(threads):
+        run = chain_runner(chain, wgraph, rng, target, db)
+    t_direct, t_wino = interleaved_medians([direct, run], 3 * repeat)
+    records = "/".join(str(len(db.records(mt.task.workload_key, target))) for mt in chain)
+    entry["winograd_records"] = records
+    entry[f"winograd_ms_{threads}t"] = round(t_wino * 1e3, 3)
+    entry[f"ratio_direct_winograd_{threads}t"] = round(t_direct / t_wino, 3)
+    entry[f"ratio_ort_winograd_{threads}t"] = round(t_ort / t_wino, 3)
+    return [records, t_wino * 1e3, t_direct / t_wino, t_ort / t_wino]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64, help="records per layer")
@@ -148,6 +226,11 @@ def main() -> None:
     parser.add_argument("--from-db", action="store_true", help="rebuild the best, no tuning")
     parser.add_argument("--layers", default="", help="comma-separated layer indices")
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--threads", default="1,2", help="thread counts to time at")
+    parser.add_argument("--winograd", action="store_true",
+                        help="also time each 3x3 stride-1 layer as the Winograd kernels "
+                             "kiln.compile builds (input transform + batched GEMM + output "
+                             "transform with the epilogue), best records or defaults")
     parser.add_argument("--layout", default="nchwc", choices=("nchwc", "nchw"),
                         help="the model's conv kernels in the channel-blocked layout (what "
                              "kiln.compile builds by default) or in NCHW")
@@ -155,10 +238,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     target = canonical_target("native")
+    thread_counts = [int(t) for t in args.threads.split(",")]
     db = Database(args.db)
     graph, layers = conv_layers(target, args.layout)
     if args.layers:
         layers = [layers[int(i)] for i in args.layers.split(",")]
+    wgraph, chains = winograd_chains(target) if args.winograd else (None, {})
     tuning = {}
     if not args.from_db:
         for mt, conv, _ in layers:
@@ -187,7 +272,7 @@ def main() -> None:
         flops = conv_flops(conv)
         records = len(db.records(mt.task.workload_key, target))
         entry = {"layer": describe(conv), "ops": "+".join(group.ops), "records": records}
-        for threads in (1, 2):
+        for threads in thread_counts:
             with kiln_threads(threads):
                 kernel = build_best(mt.task, target, db)
             t_kiln = median_seconds(lambda: kernel(*arrays), repeat=args.repeat)
@@ -200,8 +285,12 @@ def main() -> None:
             entry[f"kiln_gflops_{threads}t"] = round(flops / t_kiln / 1e9, 2)
             entry[f"ratio_ort_{threads}t"] = round(t_ort / t_kiln, 3)
             entry[f"ratio_numpy_{threads}t"] = round(t_np / t_kiln, 3)
-            rows.append([describe(conv), threads, records, flops / t_kiln / 1e9,
-                         flops / t_ort / 1e9, flops / t_np / 1e9, t_ort / t_kiln, t_np / t_kiln])
+            row = [describe(conv), threads, records, flops / t_kiln / 1e9,
+                   flops / t_ort / 1e9, flops / t_np / 1e9, t_ort / t_kiln, t_np / t_kiln]
+            if args.winograd:
+                row += winograd_columns(entry, chains.get(conv.name), wgraph, rng, target, db,
+                                        threads, lambda: kernel(*arrays), t_ort, args.repeat)
+            rows.append(row)
         if mt.name in tuning:
             entry["tune_seconds"], entry["measured"] = round(tuning[mt.name][0], 1), \
                 tuning[mt.name][1]
@@ -209,8 +298,10 @@ def main() -> None:
     print(f"ResNet-18 conv layers on {figures['cpu']} (median of {args.repeat}; ratio > 1: "
           "Kiln faster; Kiln's kernel includes its fused epilogue)")
     print_table(["layer", "threads", "records", "kiln GFLOPS", "ort GFLOPS", "im2col GFLOPS",
-                 "kiln vs ort", "kiln vs im2col"], rows)
-    for threads in (1, 2):
+                 "kiln vs ort", "kiln vs im2col"]
+                + (["wino records", "wino ms", "direct/wino", "wino vs ort"] if args.winograd
+                   else []), rows)
+    for threads in thread_counts:
         ort_r = [e[f"ratio_ort_{threads}t"] for e in figures["layers"]]
         np_r = [e[f"ratio_numpy_{threads}t"] for e in figures["layers"]]
         figures[f"geomean_ratio_ort_{threads}t"] = round(float(np.exp(np.mean(np.log(ort_r)))), 3)

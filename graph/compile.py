@@ -37,16 +37,21 @@ LAYOUTS = ("nchwc", "nchw")
 
 
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  layout: str = "nchwc") -> tuple[Graph, list[FusedGroup]]:
+                  layout: str = "nchwc", winograd: bool = True
+                  ) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     layout: "nchwc" keeps conv activations channel-blocked (passes.blocked_layout); "nchw"
-    keeps the model's layout (each conv unpacks its channel-blocked result)."""
+    keeps the model's layout (each conv unpacks its channel-blocked result).
+    winograd: blocked 3x3 stride-1 convs run as Winograd transforms and batched GEMMs where
+    passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
     graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes)
-    graph = optimize(graph, skip=("blocked layout",) if layout == "nchw" else ())
+    skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
+                                                                 ("winograd",))
+    graph = optimize(graph, skip=skip)
     return graph, fuse_operators(graph)
 
 
@@ -130,7 +135,7 @@ def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
 def compile_model(model, target: str = "native", db=None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   jobs: int | None = None, layout: str = "nchwc",
-                  threads: int | None = None) -> CompiledModel:
+                  threads: int | None = None, winograd: bool = True) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path; each group uses its best record on `target` if there
@@ -140,12 +145,13 @@ def compile_model(model, target: str = "native", db=None,
     are set to it.
     jobs: worker processes compiling distinct kernels at once (default KILN_NUM_THREADS, else
     the core count; 1 compiles in this process). The kernels are the same either way.
-    layout: "nchwc" (default) or "nchw", see prepare_graph.
+    layout: "nchwc" (default) or "nchw"; winograd: Winograd 3x3 convs (default on), see
+    prepare_graph.
     """
     start = time.perf_counter()
     target = canonical_target(target)
     database = _open_db(db)
-    graph, groups = prepare_graph(model, input_shapes, layout)
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
     tasks, per_group = extract_tasks(graph, groups, target)
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
@@ -180,16 +186,17 @@ def compile_model(model, target: str = "native", db=None,
 
 def model_tasks(model, target: str = "native",
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                layout: str = "nchwc") -> list[ModelTask]:
+                layout: str = "nchwc", winograd: bool = True) -> list[ModelTask]:
     """The distinct tuning tasks of a model, with their weights (occurrence counts)."""
-    graph, groups = prepare_graph(model, input_shapes, layout)
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
     return extract_tasks(graph, groups, canonical_target(target))[0]
 
 
 def tune_model(model, target: str = "native", trials: int = 200, db=None,
                callback: Callable[[Progress], None] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
-               layout: str = "nchwc", **options) -> list[TaskReport]:
+               layout: str = "nchwc", winograd: bool = True,
+               **options) -> list[TaskReport]:
     """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
     resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database
     or path; required). `options` go to tune_tasks (search, batch_size, seed, options)."""
@@ -197,7 +204,7 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "
                         "or a path such as 'tuning_logs/kiln.db'")
-    tasks = model_tasks(model, target, input_shapes, layout)
+    tasks = model_tasks(model, target, input_shapes, layout, winograd)
     log.info("tuning %d tasks: %s", len(tasks),
              ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
     return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
@@ -206,7 +213,7 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
 
 def remeasure_model(model, target: str = "native", db=None, k: int = 2,
                     input_shapes: Mapping[str, Sequence[int]] | None = None,
-                    options=None, layout: str = "nchwc") -> int:
+                    options=None, layout: str = "nchwc", winograd: bool = True) -> int:
     """Re-measure the default and the k best schedules of every task of the model (see
     autotune.tuner.remeasure_best); returns how many measurements were added."""
     database = _open_db(db)
@@ -216,7 +223,7 @@ def remeasure_model(model, target: str = "native", db=None, k: int = 2,
     runner = Runner(options or MeasureOptions())
     added = 0
     try:
-        for mt in model_tasks(model, target, input_shapes, layout):
+        for mt in model_tasks(model, target, input_shapes, layout, winograd):
             added += len(remeasure_best(mt.task, target, database, k, runner=runner))
     finally:
         runner.close()

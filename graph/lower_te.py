@@ -17,7 +17,7 @@ import numpy as np
 from ..te import expr as E
 from ..te import ops
 from ..te.errors import InternalError, TEError, UnsupportedOperatorError
-from ..te.ops import tags
+from ..te.ops import tags, winograd
 from ..te.tensor import Tensor, compute, placeholder, reduce_axis
 from ..te.tensor import sum as te_sum
 from .ir import Node, Value
@@ -299,6 +299,24 @@ def _depthwise_conv2d_nchwc(node, args):
     a = node.attrs
     return [ops.depthwise_conv2d_nchwc(args[0], args[1], tuple(a["strides"]),
                                        tuple(a["pads"]), tuple(a["dilations"]))]
+
+
+@_lowering("winograd_input_transform")
+def _winograd_input(node, args):
+    return [winograd.winograd_input_transform(args[0], int(node.attrs["m"]),
+                                              tuple(node.attrs["pads"]))]
+
+
+@_lowering("winograd_batch_matmul")
+def _winograd_gemm(node, args):
+    return [winograd.winograd_batch_matmul(args[0], args[1])]
+
+
+@_lowering("winograd_output_transform")
+def _winograd_output(node, args):
+    a = node.attrs
+    return [winograd.winograd_output_transform(args[0], int(a["m"]), tuple(a["out_hw"]),
+                                               int(a["batch"]))]
 
 
 @_lowering("to_blocked")

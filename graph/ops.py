@@ -303,6 +303,47 @@ def _depthwise_nchwc(ins, attrs):
     return [((n, co, oh, ow, b), x.dtype)]
 
 
+def _winograd_tiles(extent: int, m: int) -> int:
+    return -(-extent // m)
+
+
+@_register("winograd_input_transform", OpClass.OPAQUE)
+def _winograd_input(ins, attrs):
+    """x[N, C/b, H, W, b] -> V[m+2, m+2, P, C]: the 3x3 stride-1 conv's (m+2)^2 transformed
+    input tiles, P = N * tiles of m x m outputs (te.ops.winograd)."""
+    n, co, h, wd, b = ins[0].shape
+    m, (top, left, bottom, right) = attrs["m"], attrs["pads"]
+    oh, ow = h + top + bottom - 2, wd + left + right - 2
+    if oh < 1 or ow < 1:
+        raise ValueError(f"a 3x3 window does not fit {list(ins[0].shape)} padded by "
+                         f"{attrs['pads']}")
+    p = n * _winograd_tiles(oh, m) * _winograd_tiles(ow, m)
+    return [((m + 2, m + 2, p, co * b), ins[0].dtype)]
+
+
+@_register("winograd_batch_matmul", OpClass.OPAQUE)
+def _winograd_gemm(ins, attrs):
+    """V[a, a, P, C] with U[a, a, F/b, C, b] -> M[a, a, F/b, P, b]."""
+    v, u = ins
+    if len(v.shape) != 4 or len(u.shape) != 5 or v.shape[:2] != u.shape[:2] \
+            or v.shape[3] != u.shape[3]:
+        raise ValueError(f"V {list(v.shape)} and transformed weight {list(u.shape)} disagree")
+    a, _, p, _ = v.shape
+    return [((a, a, u.shape[2], p, u.shape[4]), v.dtype)]
+
+
+@_register("winograd_output_transform", OpClass.OUT_ELEMWISE_FUSABLE)
+def _winograd_output(ins, attrs):
+    """M[m+2, m+2, F/b, P, b] -> y[N, F/b, OH, OW, b] (attrs m, batch, out_hw): an anchor
+    that absorbs the conv's elementwise epilogue."""
+    a, _, fo, p, b = ins[0].shape
+    m, n, (oh, ow) = attrs["m"], attrs["batch"], attrs["out_hw"]
+    if a != m + 2 or p != n * _winograd_tiles(oh, m) * _winograd_tiles(ow, m):
+        raise ValueError(f"M {list(ins[0].shape)} does not hold the m={m} tiles of {n} "
+                         f"image(s) of {oh}x{ow} outputs")
+    return [((n, fo, oh, ow, b), ins[0].dtype)]
+
+
 @_register("to_blocked", OpClass.INJECTIVE)
 def _to_blocked(ins, attrs):
     n, c, h, w = ins[0].shape

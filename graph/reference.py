@@ -18,6 +18,7 @@ from ..te.errors import KernelArgumentError
 from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
                       unpack_conv_weight, unpack_conv_weight_blocked, unpack_depthwise_weight,
                       unpack_matmul_weight)
+from ..te.ops.winograd import winograd_matrices_f64
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -340,6 +341,43 @@ def _conv2d_nchwc(node, x, w):
         w = unpack_conv_weight(w, node.attrs["block"])
     out = _conv_nchw(x, w, dict(node.attrs, groups=1), node.outputs[0].shape[2:4])
     return _blocked(out, node.attrs["block"])
+
+
+@_impl("winograd_input_transform")
+def _winograd_input(node, x):
+    """V[e1, e2, p, c] = (B^T d B)[e1, e2] of every tile p, d the tile's (m+2)^2 window of
+    the zero-padded input (zeros past the input: the last tiles' crop)."""
+    m, (top, left, _, _) = node.attrs["m"], node.attrs["pads"]
+    _, _, b_t = winograd_matrices_f64(m)
+    alpha, _, _, c = node.outputs[0].shape
+    n, _, h, w, _ = x.shape
+    oh, ow = node.attrs["pads"][0] + node.attrs["pads"][2] + h - 2, \
+        node.attrs["pads"][1] + node.attrs["pads"][3] + w - 2
+    th, tw = -(-oh // m), -(-ow // m)
+    padded = np.zeros((n, c, th * m + 2, tw * m + 2))
+    rows, cols = min(h, th * m + 2 - top), min(w, tw * m + 2 - left)
+    padded[:, :, top:top + rows, left:left + cols] = _unblocked(x)[:, :, :rows, :cols]
+    win = np.lib.stride_tricks.sliding_window_view(padded, (alpha, alpha), axis=(2, 3))
+    win = win[:, :, ::m, ::m]                                # N, C, th, tw, alpha, alpha
+    v = np.einsum("ai,nctuij,bj->abntuc", b_t, win, b_t, optimize=True)
+    return v.reshape(alpha, alpha, n * th * tw, c)
+
+
+@_impl("winograd_batch_matmul")
+def _winograd_gemm(node, v, u):
+    return np.einsum("abpc,abfcj->abfpj", v, u, optimize=True)
+
+
+@_impl("winograd_output_transform")
+def _winograd_output(node, mm):
+    """y = A^T M A per tile, the tiles laid back out and cropped to (OH, OW)."""
+    m, n, (oh, ow) = node.attrs["m"], node.attrs["batch"], node.attrs["out_hw"]
+    a_t, _, _ = winograd_matrices_f64(m)
+    _, _, fo, _, b = mm.shape
+    th, tw = -(-oh // m), -(-ow // m)
+    y = np.einsum("ka,abfpc,lb->fpklc", a_t, mm, a_t, optimize=True)
+    y = y.reshape(fo, n, th, tw, m, m, b).transpose(1, 0, 2, 4, 3, 5, 6)
+    return y.reshape(n, fo, th * m, tw * m, b)[:, :, :oh, :ow]
 
 
 @_impl("depthwise_conv2d_nchwc")

@@ -68,7 +68,8 @@ def cmd_tune(args) -> int:
     model = args.model or str(default_model_path())
     trials = args.trials if args.trials is not None else DEFAULT_MODEL_TRIALS
     return _tune_model(model, args.target, trials, db, is_default=args.model is None,
-                       remeasure=args.remeasure, layout=args.layout)
+                       remeasure=args.remeasure, layout=args.layout,
+                       winograd=args.winograd)
 
 
 def _tune_op(args, db) -> int:
@@ -89,7 +90,7 @@ def _tune_op(args, db) -> int:
 
 
 def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
-                remeasure: int = 0, layout: str = "nchwc") -> int:
+                remeasure: int = 0, layout: str = "nchwc", winograd: bool = True) -> int:
     from .graph.compile import compile_model, remeasure_model, tune_model
     label = "the bundled default model" if is_default else model
     console.print(f"tuning {label} on {target}: up to {trials} trials in total "
@@ -97,14 +98,15 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
     start = time.perf_counter()
     with _ProgressBar(trials) as bar:
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
-                             layout=layout)
+                             layout=layout, winograd=winograd)
     held = sum(r.trials for r in reports)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
                   f"trials of this model's {len(reports)} tasks on this target")
     if remeasure:
-        added = remeasure_model(model, target=target, db=db, k=remeasure, layout=layout)
+        added = remeasure_model(model, target=target, db=db, k=remeasure, layout=layout,
+                                winograd=winograd)
         console.print(f"re-measured {added} leading schedules")
-    compiled = compile_model(model, target=target, db=db, layout=layout)
+    compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
     _print_comparison(model, compiled)
     return 0
 
@@ -112,7 +114,8 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
 def cmd_compile(args) -> int:
     from .graph.compile import compile_model
     db = _open_db(args.db)
-    compiled = compile_model(args.model, target=args.target, db=db, layout=args.layout)
+    compiled = compile_model(args.model, target=args.target, db=db, layout=args.layout,
+                             winograd=args.winograd)
     out = compiled.export(args.output)
     console.print(f"wrote {out}")
     console.print(compiled.summary())
@@ -124,7 +127,8 @@ def cmd_bench(args) -> int:
     from .graph.models import default_model_path
     db = _open_db(args.db)
     model = args.model or str(default_model_path())
-    compiled = compile_model(model, target=args.target, db=db, layout=args.layout)
+    compiled = compile_model(model, target=args.target, db=db, layout=args.layout,
+                             winograd=args.winograd)
     _print_comparison(model, compiled, repeat=args.repeat)
     return 0
 
@@ -216,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--layout", default="nchwc", choices=("nchwc", "nchw"),
                        help="conv activations channel-blocked between convs (nchwc, the "
                             "default) or in the model's NCHW layout")
+        p.add_argument("--no-winograd", dest="winograd", action="store_false",
+                       help="run every conv directly (default: 3x3 stride-1 convs of the "
+                            "nchwc layout as Winograd transforms + batched GEMMs where faster)")
     return parser
 
 

@@ -13,14 +13,16 @@ from .te.errors import KilnError
 
 def compile(model, target: str = "native", db=None,  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
-            threads: int | None = None) -> CompiledModel:
+            threads: int | None = None, winograd: bool = True) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db`
     (a Database or path) for running at `threads` (default: KILN_NUM_THREADS, else every
     core), falling back to default schedules. `jobs`: kernels compiled in parallel worker
     processes (default: KILN_NUM_THREADS, else every core). `layout`: "nchwc" keeps conv
-    activations channel-blocked, "nchw" keeps the model's layout."""
+    activations channel-blocked, "nchw" keeps the model's layout. `winograd`: 3x3 stride-1
+    convs of the blocked layout run as Winograd transforms + batched GEMMs where that is
+    faster (False: every conv direct)."""
     return compile_model(model, target=target, db=db, input_shapes=input_shapes, jobs=jobs,
-                         layout=layout, threads=threads)
+                         layout=layout, threads=threads, winograd=winograd)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db=None,

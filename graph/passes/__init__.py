@@ -1,4 +1,5 @@
-"""Graph passes: verification, constant folding, DCE, CSE, simplification, fusion.
+"""Graph passes: verification, constant folding, DCE, CSE, simplification, layouts (channel
+blocks, Winograd convs), fusion.
 
 `optimize(graph)` runs PIPELINE, a readable list of (name, pass) pairs; each pass is a pure
 function Graph -> Graph that returns its input unchanged when it has nothing to do.
@@ -18,6 +19,7 @@ from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
+from .winograd import to_winograd
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
+    ("winograd", to_winograd),                  # blocked 3x3 stride-1 convs
     ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
     ("prepack matmul weights", prepack_matmul_weights),  # constant W -> column panels
 )
@@ -56,4 +59,4 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> 
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
            "optimize", "pack_conv_weights", "remove_identities", "simplify", "to_blocked_layout",
-           "verify_graph"]
+           "to_winograd", "verify_graph"]
