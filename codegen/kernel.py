@@ -61,6 +61,7 @@ class Kernel:
             ctypes.c_void_p.from_address(pool_slot).value = pool_address()
         self.set_num_threads(num_threads_from_env())
         n = len(params)
+        self.address = address        # the raw entry: void(ptr...), no argument checks
         self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))(address)
         self._entry = None
         if entry is not None:

@@ -5,7 +5,9 @@ slices, aliases) and the steps (kernel name + argument buffer names). `CompiledM
 it once into a flat list of (callable, argument arrays) with every intermediate preallocated
 in one arena laid out by the memory plan, so `run` walks no graph. `export` writes the
 kernels as one shared library plus the plan (JSON) and constants (npz); `load_compiled`
-rebuilds the model from those files without the ONNX model.
+rebuilds the model from those files without the ONNX model. Since every buffer's address is
+fixed once the plan is prepared, `run` calls one native function that calls the kernels in
+order (codegen.sequence), not each kernel from Python.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..codegen import Kernel, export_library, load_library
+from ..codegen.sequence import CallSequence
 from ..te.errors import InternalError, KernelArgumentError, ModelFormatError
 
 log = logging.getLogger(__name__)
@@ -144,6 +147,10 @@ class CompiledModel:
             _check_step(self.plan.name, step, kernel, args)
             self._steps.append((kernel if checked_calls else _fast_entry(kernel), args))
         self._outputs = [self.buffers[name] for name in plan.outputs]
+        # checked calls (debugging) go through Python; otherwise one native call per run
+        self._sequence = None if checked_calls or not self._steps else CallSequence(
+            [(self._kernel(step).address, [a.ctypes.data for a in args])
+             for step, (_, args) in zip(plan.steps, self._steps)], name=plan.name)
 
     # ------------------------------------------------------------------ preparation
     def _kernel(self, step: Step) -> Kernel:
@@ -215,8 +222,11 @@ class CompiledModel:
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; returns fresh arrays in graph-output order."""
         self._bind(inputs)
-        for fn, args in self._steps:
-            fn(*args)
+        if self._sequence is not None:
+            self._sequence()
+        else:
+            for fn, args in self._steps:
+                fn(*args)
         return [out.copy() for out in self._outputs]
 
     __call__ = run

@@ -108,3 +108,28 @@ def test_export_and_load_compiled_give_same_outputs(cnn, image, tmp_path):
 def test_load_compiled_reports_missing_files(tmp_path):
     with pytest.raises(ModelFormatError, match=r"nothing\.so\.plan\.json does not exist"):
         load_compiled(tmp_path / "nothing.so")
+
+
+def test_native_call_sequence_matches_kernel_by_kernel_calls(cnn, image):
+    """run() makes one native call that runs every kernel on the plan's fixed buffers; the
+    result is the kernel-by-kernel result (checked calls through Python), bit for bit."""
+    from kiln.graph.executor import CompiledModel
+    _, compiled = cnn
+    assert compiled._sequence is not None
+    assert compiled._sequence.calls == len(compiled.plan.steps)
+    checked = CompiledModel(compiled.plan, compiled.kernels,
+                            {n: compiled.buffers[n] for n, s in compiled._specs.items()
+                             if s.kind == "constant"}, checked_calls=True)
+    assert checked._sequence is None
+    for scale in (1.0, -2.0):
+        np.testing.assert_array_equal(compiled.run([image * scale])[0],
+                                      checked.run([image * scale])[0])
+
+
+def test_call_sequence_rejects_null_addresses():
+    from kiln.codegen.sequence import CallSequence
+    from kiln.te.errors import CodegenError
+    with pytest.raises(CodegenError, match="at least one call"):
+        CallSequence([])
+    with pytest.raises(CodegenError, match="call 0 .* null"):
+        CallSequence([(0, [1])])
