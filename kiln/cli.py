@@ -42,9 +42,10 @@ class _ProgressBar:
     def __init__(self, total: int):
         self.progress = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(),
                                  TextColumn("{task.completed}/{task.total} trials"),
-                                 TextColumn("best {task.fields[best]:.1f} GFLOPS"),
+                                 TextColumn("{task.fields[best]}"),
                                  TimeRemainingColumn(), console=console, transient=False)
-        self.task = self.progress.add_task("tune", total=total, name="", best=0.0)
+        self.task = self.progress.add_task("tune", total=total, name="", best="")
+        self.updates = 0
 
     def __enter__(self):
         self.progress.__enter__()
@@ -54,8 +55,15 @@ class _ProgressBar:
         self.progress.__exit__(*exc)
 
     def __call__(self, p) -> None:
+        self.updates += 1
         self.progress.update(self.task, completed=p.trials_done, total=p.trials_total,
-                             name=p.task_name, best=p.best_gflops)
+                             name=p.task_name, best=f"best {p.best_gflops:.1f} GFLOPS")
+
+    def reused(self, held: int, total: int) -> None:
+        """Nothing was measured: show the trials the database already held."""
+        if not self.updates:
+            self.progress.update(self.task, completed=min(held, total), total=total,
+                                 name="all from the database")
 
 
 # ----------------------------------------------------------------------------- commands
@@ -99,7 +107,8 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
     with _ProgressBar(trials) as bar:
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
                              layout=layout, winograd=winograd)
-    held = sum(r.trials for r in reports)
+        held = sum(r.trials for r in reports)
+        bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
                   f"trials of this model's {len(reports)} tasks on this target")
     if remeasure:

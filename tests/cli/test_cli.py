@@ -76,6 +76,10 @@ def test_tune_model_with_remeasure(tmp_path):
     code, out = kiln("tune", str(path), "--trials", "3", "--remeasure", "1", "--db", db)
     assert code == 0, out
     assert "re-measured 2 leading schedules" in out or "re-measured 1 leading" in out, out
+    # a second run measures nothing: the bar says where its trials came from
+    code, out = kiln("tune", str(path), "--trials", "3", "--db", db)
+    assert code == 0, out
+    assert "all from the database" in out and "0/3" not in out, out
 
 
 def test_compile_in_either_layout_and_refuse_an_unknown_one(tmp_path):
