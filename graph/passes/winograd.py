@@ -28,14 +28,17 @@ MIN_CHANNELS = 16
 def winograd_tile_size(out_h: int, out_w: int, channels: int, filters: int) -> int | None:
     """The output tile size m for a 3x3 stride-1 conv, or None to keep the direct conv.
 
-    Measured at 1 thread on Zen 3 against the tuned direct conv (benchmarks/resnet_convs.py
-    --winograd, ResNet-18's layers, default Winograd schedules): m = 4 where a side has at
-    least 8 outputs (56x56x64, 28x28x128, 14x14x256); m = 2 below (7x7x512: m = 4 wastes
-    (8/7)^2 of its GEMM on the cropped tile and needs 2.25x the transformed weight bytes of
-    m = 2, which streams from L3 there)."""
+    Measured at 1 thread on Zen 3 (ResNet-18's layers, default schedules, the three stages
+    interleaved in one process): m = 4 beats m = 2 at 56x56x64 (1.96 vs 2.77 ms) and
+    28x28x128 (2.23 vs 2.91 ms), m = 2 beats m = 4 at 14x14x256 (2.0-2.6 vs 2.1-3.0 ms)
+    and 7x7x512 (4.05 vs 4.50 ms): on small planes m = 4's cropped last tile wastes GEMM
+    work, its output transform runs guarded per output (the guards stop the unrolled
+    branches from sharing their loads and inner sums: 3-6x slower per output), and its few
+    tiles make power-of-two strides between the transform planes. Both beat the tuned
+    direct conv on all four (benchmarks/resnet_convs.py --winograd)."""
     if channels < MIN_CHANNELS or filters < MIN_CHANNELS:
         return None
-    return 4 if min(out_h, out_w) >= 8 else 2
+    return 4 if min(out_h, out_w) >= 28 else 2
 
 
 def _eligible(node: Node, constants) -> np.ndarray | None:

@@ -60,7 +60,7 @@ def test_eligible_conv_becomes_three_ops_and_the_epilogue_fuses_into_the_output(
     assert ("winograd_batch_matmul",) in by_ops
     assert ("winograd_output_transform", "add", "add", "relu") in by_ops
     u = next(n for n in graph.nodes if n.op == "winograd_batch_matmul").inputs[1]
-    assert u.name in graph.constants and u.shape == (6, 6, 1, 16, 16)     # m = 4 at 9x11
+    assert u.name in graph.constants and u.shape == (4, 4, 1, 16, 16)     # m = 2 at 9x11
 
 
 @pytest.mark.parametrize("h,w", [(9, 11), (7, 7), (13, 13), (1, 1), (5, 17)])
@@ -132,6 +132,7 @@ def test_a_shared_weight_is_transformed_once():
 
 def test_tile_size_rule():
     assert winograd_tile_size(56, 56, 64, 64) == 4
-    assert winograd_tile_size(14, 14, 256, 256) == 4
+    assert winograd_tile_size(28, 28, 128, 128) == 4
+    assert winograd_tile_size(14, 14, 256, 256) == 2
     assert winograd_tile_size(7, 7, 512, 512) == 2
     assert winograd_tile_size(56, 56, 8, 64) is None
