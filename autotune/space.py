@@ -378,7 +378,7 @@ class SearchSpace:
             # the row reductions' partials that many vectors wide
             knobs.append(Knob(group.knob, (0, 1, 2)))
         for op in self.transforms:
-            # 0: tiles outermost, channel blocks inside; 1: channel blocks outermost
+            # the loop order of the parallel outer loops, see _schedule_transform
             knobs.append(Knob(f"{self._stage_label(op)}/transform", (0, 1)))
         for op in self.elementwise:
             label = self._stage_label(op)
@@ -1265,35 +1265,36 @@ def _is_copy_axis(op: ComputeOp) -> bool:
     return all(node != var for node in walk(hidden))
 
 
-def _schedule_transform(stage: Stage, m: int, lanes: int, channels_outer: int) -> None:
+def _schedule_transform(stage: Stage, m: int, lanes: int, swapped: int) -> None:
     """A Winograd transform: its transform axes unrolled, so each Select chain over them
-    folds to the branch of nonzero terms, the channel block vectorised, the rest parallel.
-    Input transform V[e1, e2, P, C] (m == 0): P, C / v, e1, e2 | C % v (or C / v first).
-    Output y[N, F / b, OH, OW, b] (tile size m): N, F / b, OH / m, OW / m, OH % m, OW % m | b
-    (or OH / m, OW / m before F / b); a crop tail of OH, OW is guarded."""
+    folds to the branch of nonzero terms (and the branches, side by side, share their loads
+    and inner sums), the channel block vectorised, the outer loops parallel.
+    Input transform V[e1, e2, P, C] (m == 0), C split by v (two vectors when they divide):
+        parallel(P, C / v), e1, e2 unrolled, C % v vectorised; swapped: parallel(C / v, P).
+    Output y[N, F / b, OH, OW, b] (tile size m), OH and OW split by m:
+        parallel(N, F / b, OH / m), OW / m, OH % m, OW % m unrolled, b vectorised;
+        swapped: parallel(N, OH / m, OW / m), F / b. A crop tail of OH, OW is guarded."""
     axes = list(stage.op.axis)
     if m == 0:
         e1, e2, tiles, chans = axes
         width = max((w for w in (2 * lanes, lanes, 8, 4, 1) if chans.extent % w == 0
                      and w <= chans.extent), default=1)
-        co, ci = stage.split(chans, factor=width)
-        outer = [co, tiles] if channels_outer else [tiles, co]
-        stage.reorder(*outer, e1, e2, ci)
-        stage.unroll(e1)
-        stage.unroll(e2)
+        co, vector = stage.split(chans, factor=width)
+        outer = [co, tiles] if swapped else [tiles, co]
+        stage.reorder(*outer, e1, e2, vector)
+        unrolled, parallel = (e1, e2), outer
     else:
-        n, fo, oy, ox, fi = axes
+        n, fo, oy, ox, vector = axes
         oyo, oyi = stage.split(oy, factor=m)
         oxo, oxi = stage.split(ox, factor=m)
-        outer = [n, oyo, oxo, fo] if channels_outer else [n, fo, oyo, oxo]
-        stage.reorder(*outer, oyi, oxi, fi)
-        stage.unroll(oyi)
-        stage.unroll(oxi)
-        ci = fi
-        outer = outer[:3]
-    if ci.extent > 1:
-        stage.vectorize(ci)
-    stage.parallel(stage.fuse(*outer[:2]) if m == 0 else stage.fuse(*outer))
+        outer = [n, oyo, oxo, fo] if swapped else [n, fo, oyo, oxo]
+        stage.reorder(*outer, oyi, oxi, vector)
+        unrolled, parallel = (oyi, oxi), outer[:3]
+    for axis in unrolled:
+        stage.unroll(axis)
+    if vector.extent > 1:
+        stage.vectorize(vector)
+    stage.parallel(stage.fuse(*parallel))
 
 
 def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:

@@ -106,3 +106,48 @@ def test_default_transform_schedule_unrolls_transform_axes(op, shape):
     # two unrolled transform axes inside, the channel block vectorised, one parallel loop
     assert got.count(ForKind.UNROLLED) == 2 and got[-1] is ForKind.VECTORIZED
     assert got.count(ForKind.PARALLEL) == 1, kinds.kinds
+
+
+def test_a_model_group_with_bias_residual_and_relu_under_sampled_configs():
+    from onnx import helper
+
+    from kiln.graph.compile import prepare_graph
+    from kiln.graph.reference import run_reference
+    from kiln.graph.tasks import extract_tasks
+    from tests.graph.graph_helpers import make_model
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1", "b1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["b", "a"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    inits = {"w0": rng.uniform(-1, 1, (16, 3, 3, 3)).astype(np.float32),
+             "w1": rng.uniform(-0.3, 0.3, (16, 16, 3, 3)).astype(np.float32),
+             "b1": rng.uniform(-1, 1, 16).astype(np.float32)}
+    model = make_model(nodes, {"x": ((1, 3, 9, 10), "float32")}, ["y"], inits)
+    graph, groups = prepare_graph(model)
+    tasks, _ = extract_tasks(graph, groups)
+    (mt,) = [t for t in tasks if t.dag.group.ops[0] == "winograd_output_transform"]
+    assert mt.dag.group.ops == ("winograd_output_transform", "add", "add", "relu")
+    # the group's inputs from the reference executor's values of the whole graph
+    x = rng.uniform(-1, 1, (1, 3, 9, 10)).astype(np.float32)
+    values = _all_values(graph, {"x": x}, run_reference)
+    inputs = {t: values[v.name] for t, v in zip(mt.dag.placeholders, mt.dag.inputs)}
+    want = values[mt.dag.group.outputs[0].name]
+    space = SearchSpace(mt.task)
+    assert any(k.name.endswith("/transform") for k in space.knobs)
+    for config in _configs(space):
+        got = run_config(mt.task, space, config, inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+def _all_values(graph, feeds, run_reference):
+    """Every value of `graph` under `feeds` (each node's outputs made graph outputs)."""
+    outputs = tuple(v for n in graph.nodes for v in n.outputs)
+    return {**graph.constants, **feeds, **run_reference(graph.replace(outputs=outputs), feeds)}
+
+
+@pytest.mark.parametrize("op,shape", [("conv2d_nchwc", (1, 16, 8, 8, 16, 3, 3, 1, 1, 16, 16)),
+                                      ("batch_matmul", (4, 8, 16, 32))])
+def test_other_tasks_get_no_transform_knob(op, shape):
+    assert not any(k.name.endswith("/transform")
+                   for k in SearchSpace(Task.from_op(op, shape)).knobs)
