@@ -91,6 +91,13 @@ def test_gemm_trans_b_is_folded_then_prepacked():
     _check(model, feeds)
 
 
+def test_a_gemv_with_a_large_weight_stays_row_major():
+    model, _ = _matmul_model((1, 1280), 1000, trans_b=True)       # 5 MB: from DRAM
+    assert "matmul_prepacked" not in _ops(model)
+    model, _ = _matmul_model((2, 1280), 1000, trans_b=True)       # a GEMM: reused rows
+    assert "matmul_prepacked" in _ops(model)
+
+
 def test_batch_broadcast_form():
     model, feeds = _matmul_model((2, 5, 24), 33, bias=True)
     assert "matmul_prepacked" in _ops(model)
@@ -137,7 +144,7 @@ def test_pack_round_trip_and_errors():
                                                            layers=2, vocab=50)),
     ("mlp", lambda: models.mlp(sizes=(48, 32, 64, 10))),
     ("mobilenetv2_classifier", lambda: models.mobilenetv2_like(
-        image_size=32, width_mult=0.25, num_classes=100, stages=3)),
+        image_size=32, width_mult=0.25, num_classes=100, stages=3)),   # a 1280 x 100 GEMV
 ])
 def test_models_match_onnxruntime(name, make):
     model = make()
