@@ -565,8 +565,10 @@ class SearchSpace:
         (no row axis) walks panel | k | the panel's columns, accumulating a whole panel over
         all of K in registers, instead of the k | columns order that streams a row-major
         weight. 1 thread, old default (plain matmul, B packed in the kernel) vs new: BERT's
-        128x256->1024 and 128x1024->256 1.1-1.4x; 1x1280->1000 with its weight cold (the
-        model's case) 0.96-0.99x, at 2 threads 1.26x (each thread streams its own panels)."""
+        128x256->1024 and 128x1024->256 1.1-1.4x. A GEMV's panels pay while the weight is
+        cache-resident (MLP's 784->256 in-model 1.4x); streamed from DRAM they ran slower
+        (1280->1000 in-model 0.78x at 1 thread), so the graph pass keeps large GEMV weights
+        row-major (graph/passes/prepack_weights.py)."""
         op = anchor.op
         panel = _panel_width(op)
         if panel is None:
