@@ -888,10 +888,14 @@ def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
 
 def _vector_tile(extent: int, lanes: int) -> int:
     """Two vectors or one, whichever divides `extent` (a guarded tail in the register tile
-    costs more than a narrower tile); a short axis is taken whole."""
+    costs more than a narrower tile); a short axis is taken whole. With 16-lane (AVX-512)
+    vectors a half vector, still a full 256-bit register, is the fallback when it divides:
+    56-wide rows (MobileNetV2, ResNet-18) and 1000 columns are whole 8-lane vectors but
+    not whole 16-lane ones."""
     if extent <= 2 * lanes:
         return extent
-    for width in (2 * lanes, lanes):
+    widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
+    for width in widths:
         if extent % width == 0:
             return width
     return lanes
@@ -913,15 +917,17 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     thread count (`_kernel_threads`). Old vs new default at 2 threads, weights in L3 (a
     busy machine: libgomp's worker sometimes waits a time slice, ~8 ms, for any parallel
     kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-2.0x."""
-    run = max((w for w in range(lanes, lanes * max(1, budget // 2) + 1, lanes)
-               if extent % w == 0), default=_vector_tile(extent, lanes))
+    # a step is one vector, or the tail-free half vector `_vector_tile` falls back to
+    step = lanes if extent % lanes == 0 else min(lanes, _vector_tile(extent, lanes))
+    run = max((w for w in range(step, lanes * max(1, budget // 2) + 1, step)
+               if extent % w == 0), default=step)
     blocks = -(-extent // run)
     mids = sorted({m for m, i in choices if i == run and blocks % m == 0}) or [1]
     mid = max(mids, key=lambda m: (min(_core_balance(blocks // m, cores),
                                        MIN_STREAM_BALANCE), m))
-    if mid == 1 and blocks > 1 and run > lanes and run % lanes == 0 and \
-            (run // lanes, lanes) in choices:
-        return lanes, run // lanes
+    if mid == 1 and blocks > 1 and run > step and run % step == 0 and \
+            (run // step, step) in choices:
+        return step, run // step
     return run, mid
 
 

@@ -77,12 +77,12 @@ def test_packed_matmul_reads_panels_and_keeps_argument_order():
 
 OPERATORS = [
     ("matmul", (7, 5, 37)),
-    ("matmul", (1, 1, 17)),
+    ("matmul", (1, 1, 37)),        # 37 > two 16-lane vectors: B is packable
     ("matmul", (13, 3, 29)),
     ("dense", (5, 6, 19)),
     ("dense", (1, 7, 23)),
     ("batch_matmul", (2, 3, 5, 19)),
-    ("batch_matmul", (1, 1, 2, 31)),
+    ("batch_matmul", (1, 1, 2, 41)),
     ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
     ("conv2d", (1, 3, 7, 7, 5, 3, 3, 2, 0)),
 ]
