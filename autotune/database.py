@@ -23,7 +23,8 @@ from typing import Any, Iterable
 import numpy as np
 import sqlite_utils
 
-from ..te.errors import TuningDatabaseError
+from ..codegen.target import Target
+from ..te.errors import TargetError, TuningDatabaseError
 from .features import FEATURE_VERSION, N_FEATURES
 
 SCHEMA_VERSION = 1
@@ -188,14 +189,41 @@ class Database:
             [task_key, target, SCHEMA_VERSION, threads, threads])
         return [self._to_record(r) for r in rows]
 
-    def best(self, task_key: str, target: str, k: int = 1,
-             threads: int | None = None) -> list[Record]:
-        """The k fastest OK records of `task_key` on `target` (never another target's).
+    def best(self, task_key: str, target: str, k: int = 1, threads: int | None = None,
+             similar_cpus: bool = False) -> list[Record]:
+        """The k fastest OK records of `task_key` on `target`.
 
         With `threads`, records measured at that thread count come first, then those of
         unknown thread count (older logs), then the rest, each tier fastest first: a schedule
         measured at 1 thread is no evidence of its speed at 2, so it only fills in when the
-        task was never measured at the count asked for."""
+        task was never measured at the count asked for.
+
+        similar_cpus: when `target` has no OK record of the task, the best of the CPU with the
+        same vector ISA that measured it most (`similar_targets`); each Record's `target`
+        names the CPU it was measured on, so the caller can say where a schedule came from.
+        Without it, another target's records are never returned."""
+        found = self._best_of(task_key, target, k, threads)
+        if found or not similar_cpus:
+            return found
+        for other in self.similar_targets(task_key, target):
+            return self._best_of(task_key, other, k, threads)
+        return []
+
+    def similar_targets(self, task_key: str, target: str) -> list[str]:
+        """Other targets with OK records of `task_key` whose vector ISA (Target.vector_isa)
+        is `target`'s, most records first: their schedules are legal here and were tuned for
+        the same vector width and register file (a znver4 and a znver5 log, say)."""
+        isa = _vector_isa(target)
+        if isa is None:
+            return []
+        rows = self._db.conn.execute(
+            "SELECT target, COUNT(*) AS n FROM records WHERE task_key = ? AND target != ? "
+            "AND status = ? AND schema_version = ? GROUP BY target ORDER BY n DESC, target",
+            (task_key, target, OK_STATUS, SCHEMA_VERSION))
+        return [other for other, _ in rows if _vector_isa(other) == isa]
+
+    def _best_of(self, task_key: str, target: str, k: int,
+                 threads: int | None) -> list[Record]:
         rows = self._db.query(
             "SELECT * FROM records WHERE task_key = ? AND target = ? AND status = ? "
             "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY "
@@ -401,6 +429,15 @@ def _parse_features(where: str, value: Any, lineno: int,
             f"{expected} ({origin}); drop the 'features' field of this line (the record "
             "imports without it) or export the log again")
     return version, np.asarray(vector, dtype=np.float32)
+
+
+def _vector_isa(target: str) -> frozenset[str] | None:
+    """The target's vector ISA, or None for a string that is no target Kiln knows (a CPU
+    this LLVM does not name): such records are never taken for another CPU's."""
+    try:
+        return Target.from_string(target).vector_isa()
+    except TargetError:
+        return None
 
 
 def iter_ok(records: Iterable[Record]) -> list[Record]:

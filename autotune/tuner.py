@@ -32,6 +32,8 @@ from .transfer import load_prior
 log = logging.getLogger(__name__)
 
 SEARCHES = ("xgb", "random", "grid")
+# apply_best's source for a schedule measured on another CPU of the same vector ISA
+SIMILAR_CPU_SOURCE = "similar CPU"
 
 
 SHARE_MIN = 8       # fewer new configs than this are lowered here (a round trip costs more)
@@ -347,19 +349,26 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
 
 
 def apply_best(task: Task, target: str, db: Database | None,
-               threads: int | None = None) -> tuple[Schedule, list, str]:
+               threads: int | None = None, similar_cpus: bool = True
+               ) -> tuple[Schedule, list, str]:
     """The best known schedule of `task` on `target` for running at `threads` (default:
-    KILN_NUM_THREADS, else every core), and where it came from: "database" or "default (no
-    tuning records)". Records of other targets are never used; records measured at another
-    thread count only when none was measured at `threads` (Database.best)."""
+    KILN_NUM_THREADS, else every core), and where it came from: "database", "database:
+    tuned on <cpu> (same vector ISA)" or "default (no tuning records)". Records measured at
+    another thread count serve only when none was measured at `threads`; with
+    `similar_cpus`, another CPU's records serve only when this one has none and its vector
+    ISA is the same (Database.best), and the source says so."""
     target = canonical_target(target)
     task = dataclasses.replace(task, target=target, _key=[])
     space = SearchSpace(task)
     threads = threads or num_threads_from_env()
-    best = db.best(task.workload_key, target, threads=threads) if db is not None else []
+    best = (db.best(task.workload_key, target, threads=threads, similar_cpus=similar_cpus)
+            if db is not None else [])
     if best:
         sch, args = space.apply(best[0].config)
-        return sch, args, "database"
+        if best[0].target == target:
+            return sch, args, "database"
+        cpu = Target.from_string(best[0].target).cpu
+        return sch, args, f"{SIMILAR_CPU_SOURCE}: tuned on {cpu} (same vector ISA)"
     with threads_env(threads):
         sch, args = space.apply(space.default_config())
     return sch, args, "default (no tuning records)"

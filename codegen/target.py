@@ -153,6 +153,12 @@ class Target:
         width = 8 if dtype == "bool" else dt.bits(dt.canonical(dtype))
         return max(1, self.vector_bits // width)
 
+    def vector_isa(self) -> frozenset[str]:
+        """The key vector features in effect (AVX, AVX2, FMA, AVX-512 F/BW/DQ/VL): two
+        targets with the same set get the same vector widths, register budget and search
+        space, so a schedule tuned on one is a legal, sensible schedule on the other."""
+        return frozenset(self.feature_set() & set(_KEY_FEATURES))
+
     def can_run_on_host(self) -> bool:
         """True when code for this target runs on this machine (its vector ISA is a subset)."""
         host = Target.native().feature_set()

@@ -11,7 +11,8 @@ from typing import Callable, Mapping, Sequence
 from .. import codegen
 from ..autotune.database import Database
 from ..autotune.scheduler import TaskReport, tune_tasks
-from ..autotune.tuner import Progress, apply_best, canonical_target, remeasure_best
+from ..autotune.tuner import (SIMILAR_CPU_SOURCE, Progress, apply_best, canonical_target,
+                              remeasure_best)
 from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
@@ -58,11 +59,13 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
 def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
                 threads: int | None = None):
     """The kernel of `mt` (or what `build` makes of its PrimFunc) and where its schedule came
-    from ("database" or "default"); the schedule is the best for `threads`. A database
-    schedule that fails to build falls back to the default one."""
+    from ("database", "similar CPU": records of another CPU with the same vector ISA, or
+    "default"); the schedule is the best for `threads`. A database schedule that fails to
+    build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
     sch, args, source = apply_best(mt.task, target, db, threads)
-    kind = "database" if source == "database" else "default"
+    kind = next((k for k in ("database", SIMILAR_CPU_SOURCE) if source.startswith(k)),
+                "default")
     try:
         kernel = build(lower(sch, args, name=mt.name))
     except KilnError as exc:

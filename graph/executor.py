@@ -50,7 +50,7 @@ class BufferSpec:
 @dataclass(frozen=True)
 class Step:
     """One kernel call: `kernel` (a name in the kernel table) on the buffers `args`.
-    `source` says where the schedule came from ("database" or "default")."""
+    `source` says where the schedule came from ("database", "similar CPU" or "default")."""
 
     group: str
     kernel: str
@@ -295,10 +295,13 @@ class CompiledModel:
         """Groups, their kernels and where each schedule came from; memory plan numbers."""
         steps = self.plan.steps
         from_db = sum(1 for s in steps if s.source == "database")
+        similar = sum(1 for s in steps if s.source == "similar CPU")
+        borrowed = (f"{similar} from another CPU's records (same vector ISA), "
+                    if similar else "")
         lines = [f"compiled model '{self.plan.name}': {len(steps)} kernel calls, "
                  f"{len(set(s.kernel for s in steps))} distinct kernels, "
                  f"{len(self.plan.aliases)} alias groups; schedules: {from_db} from the "
-                 f"database, {len(steps) - from_db} default",
+                 f"database, {borrowed}{len(steps) - from_db - similar} default",
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
         for s in steps:

@@ -47,10 +47,12 @@ class KnownRecords:
 
     records: dict[str, tuple[Record, ...]]
 
-    def best(self, task_key: str, target: str, k: int = 1,
-             threads: int | None = None) -> list[Record]:
-        """The looked-up records (already ranked for the compile's thread count)."""
-        return [r for r in self.records.get(task_key, ()) if r.target == target][:k]
+    def best(self, task_key: str, target: str, k: int = 1, threads: int | None = None,
+             similar_cpus: bool = False) -> list[Record]:
+        """The looked-up records (already ranked for the compile's thread count; another
+        CPU's only with `similar_cpus`, as Database.best)."""
+        return [r for r in self.records.get(task_key, ())
+                if similar_cpus or r.target == target][:k]
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,8 @@ def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | Non
     idle machine the busiest one bounds the wall time). Schedules are the best for running
     at `threads` (Database.best)."""
     records = KnownRecords({mt.task.workload_key: tuple(db.best(mt.task.workload_key, target,
-                                                                threads=threads))
+                                                                threads=threads,
+                                                                similar_cpus=True))
                             for mt in tasks} if db is not None else {})
     known = records if db is not None else None
     # NOTE: no compile-cost model exists yet. FLOPs are a poor proxy: ResNet-18's max-pool

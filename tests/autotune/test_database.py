@@ -294,3 +294,46 @@ def test_jsonl_carries_the_thread_count_and_rejects_a_bad_one(db, tmp_path):
     with pytest.raises(TuningDatabaseError, match=rf"line {len(lines)}: 'threads' must be"):
         other.import_jsonl(path)
     other.close()
+
+
+def _isa_sibling(target, cpu_a="znver4", cpu_b="znver5"):
+    """`target`'s features on another CPU name: the same vector ISA, another target string."""
+    return f"llvm -mcpu={cpu_b if target.cpu == cpu_a else cpu_a} -mattr={target.features}"
+
+
+def test_similar_cpus_lends_records_only_of_the_same_vector_isa(db):
+    from kiln.codegen import Target
+    avx512 = "llvm -mcpu=znver4 -mattr=+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
+    sibling = "llvm -mcpu=znver5 -mattr=+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
+    avx2 = "llvm -mcpu=znver3"
+    assert Target.from_string(avx512).vector_isa() == Target.from_string(sibling).vector_isa()
+    db.commit_record(_record(1e-3, target=avx2))
+    assert db.best(KEY, avx512, similar_cpus=True) == []          # AVX2 is another ISA
+    db.commit_record(_record(2e-3, target=sibling))
+    db.commit_record(_record(0, "RUNTIME_ERROR", target="llvm -mcpu=sapphirerapids"))
+    assert db.best(KEY, avx512) == []                             # never without asking
+    lent = db.best(KEY, avx512, similar_cpus=True)
+    assert [(r.target, r.mean_cost) for r in lent] == [(sibling, 2e-3)]
+    db.commit_record(_record(5e-3, target=avx512))                # its own records win
+    assert [r.target for r in db.best(KEY, avx512, similar_cpus=True)] == [avx512]
+    assert db.best(KEY, "cpu-unknown", similar_cpus=True) == []   # not a target: no siblings
+
+
+def test_apply_best_says_when_the_schedule_was_tuned_on_another_cpu(db):
+    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.task import Task
+    from kiln.autotune.tuner import apply_best, canonical_target
+    from kiln.codegen import Target
+    from kiln.schedule import lower
+    task = Task.from_op("matmul", (8, 16, 24))
+    native = canonical_target("native")
+    task = dataclasses.replace(task, target=native, _key=[])
+    db.commit_task(task.workload_key, "matmul", [])
+    config = dict(SearchSpace(task).default_config(), **{"C/tile/1:j": [1, 8]})
+    sibling = _isa_sibling(Target.from_string(native))
+    db.commit_record(Record(task.workload_key, sibling, config, (1e-6,), "OK", ""))
+    sch, args, source = apply_best(task, "native", db)
+    assert source.startswith("similar CPU") and Target.from_string(sibling).cpu in source
+    lent = str(lower(sch, args, name="mm"))
+    sch, args, source = apply_best(task, "native", db, similar_cpus=False)
+    assert source.startswith("default") and str(lower(sch, args, name="mm")) != lent

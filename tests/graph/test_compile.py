@@ -91,3 +91,35 @@ def test_compile_for_a_thread_count_sets_and_records_it(monkeypatch):
     assert compile_model(model, jobs=1).plan.meta["threads"] == 2      # from the environment
     with pytest.raises(KilnError, match=r"threads=0"):
         compile_model(model, threads=0)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_records_of_a_cpu_with_the_same_vector_isa_serve_and_are_named(tmp_path, jobs):
+    """A log tuned on another CPU of the same vector ISA (znver4 vs znver5) serves a CPU
+    with no records of its own, and the summary says so; compile in one or two processes."""
+    from kiln.autotune.database import Record
+    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.tuner import canonical_target
+    from kiln.codegen import Target
+    model = SMALL["mlp"]()
+    native = Target.from_string(canonical_target("native"))
+    sibling = f"llvm -mcpu={'znver5' if native.cpu != 'znver5' else 'znver4'} " \
+              f"-mattr={native.features}"
+    db = Database(tmp_path / "kiln.db")
+    for mt in model_tasks(model, "native"):
+        db.commit_task(mt.task.workload_key, mt.name, [])
+        config = SearchSpace(mt.task).default_config()
+        db.commit_record(Record(mt.task.workload_key, sibling, config, (1e-5,), "OK", ""))
+    compiled = compile_model(model, db=db, jobs=jobs)
+    assert {s.source for s in compiled.plan.steps} == {"similar CPU"}
+    assert "from another CPU's records (same vector ISA)" in compiled.summary()
+    feeds = _feeds(model)
+    np.testing.assert_allclose(compiled.run(feeds)[0], ort_run(model, feeds)[0],
+                               rtol=2e-4, atol=2e-4)
+    avx2 = Database(tmp_path / "avx2.db")                  # another ISA lends nothing
+    other = "llvm -mcpu=znver3" if native.vector_bits >= 512 else "llvm -mcpu=znver4"
+    for mt in model_tasks(model, "native"):
+        avx2.commit_task(mt.task.workload_key, mt.name, [])
+        config = SearchSpace(mt.task).default_config()
+        avx2.commit_record(Record(mt.task.workload_key, other, config, (1e-5,), "OK", ""))
+    assert {s.source for s in compile_model(model, db=avx2, jobs=1).plan.steps} == {"default"}
