@@ -1277,7 +1277,9 @@ def _schedule_transform(stage: Stage, m: int, lanes: int, swapped: int) -> None:
     """A Winograd transform: its transform axes unrolled, so each Select chain over them
     folds to the branch of nonzero terms (and the branches, side by side, share their loads
     and inner sums), the channel block vectorised, the outer loops parallel.
-    Input transform V[e1, e2, P, C] (m == 0), C split by v (two vectors when they divide):
+    Input transform V[e1, e2, P, C] (m == 0), C split by v (two vectors when they divide
+    and fit in the input's channel block; a vector across two blocks is a gather, which
+    with 16-lane vectors made ResNet-18's m = 4 input transforms take 28 s each in LLVM):
         parallel(P, C / v), e1, e2 unrolled, C % v vectorised; swapped: parallel(C / v, P).
     Output y[N, F / b, OH, OW, b] (tile size m), OH and OW split by m:
         parallel(N, F / b, OH / m), OW / m, OH % m, OW % m unrolled, b vectorised;
@@ -1285,8 +1287,9 @@ def _schedule_transform(stage: Stage, m: int, lanes: int, swapped: int) -> None:
     axes = list(stage.op.axis)
     if m == 0:
         e1, e2, tiles, chans = axes
+        block = _channel_block(stage.op)
         width = max((w for w in (2 * lanes, lanes, 8, 4, 1) if chans.extent % w == 0
-                     and w <= chans.extent), default=1)
+                     and w <= chans.extent and (block is None or block % w == 0)), default=1)
         co, vector = stage.split(chans, factor=width)
         outer = [co, tiles] if swapped else [tiles, co]
         stage.reorder(*outer, e1, e2, vector)
@@ -1303,6 +1306,13 @@ def _schedule_transform(stage: Stage, m: int, lanes: int, swapped: int) -> None:
     if vector.extent > 1:
         stage.vectorize(vector)
     stage.parallel(stage.fuse(*parallel))
+
+
+def _channel_block(op: ComputeOp) -> int | None:
+    """The channel block of a Winograd input transform's blocked input x[N, C/b, H, W, b]
+    (the innermost dimension of its 5-d operand), None when it reads no such operand."""
+    blocked = [t for t in op.input_tensors if t.ndim == 5]
+    return blocked[0].shape[-1] if blocked else None
 
 
 def _schedule_elementwise(stage: Stage, vector: int, parallel: int) -> None:

@@ -87,10 +87,11 @@ def test_output_transform_configs(shape):
 
 class _Kinds(StmtVisitor):
     def __init__(self):
-        self.kinds = []
+        self.kinds, self.loops = [], []
 
     def visit_For(self, loop: For):
         self.kinds.append((loop.loop_var.name, loop.kind))
+        self.loops.append(loop)
         self.generic_visit(loop)
 
 
@@ -106,6 +107,22 @@ def test_default_transform_schedule_unrolls_transform_axes(op, shape):
     # two unrolled transform axes inside, the channel block vectorised, one parallel loop
     assert got.count(ForKind.UNROLLED) == 2 and got[-1] is ForKind.VECTORIZED
     assert got.count(ForKind.PARALLEL) == 1, kinds.kinds
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 28, 28, 4), (1, 64, 14, 14, 2, 1, 8)])
+def test_input_transform_vectors_stay_inside_one_channel_block(shape):
+    """A vector across two channel blocks of x[N, C/b, H, W, b] would be a gather (with
+    16-lane vectors, two of them spanned 32 channels: 28 s in LLVM per kernel)."""
+    task = Task.from_op("winograd_input_transform", shape)
+    block = task.args[0].shape[-1]
+    for transform in (0, 1):
+        space = SearchSpace(task)
+        (knob,) = space.default_config()
+        sch, args = space.apply({knob: transform})
+        loops = _Kinds()
+        loops.visit(lower(sch, args, name="k").body)
+        (vector,) = [lp for lp in loops.loops if lp.kind is ForKind.VECTORIZED]
+        assert block % vector.extent.value == 0, (block, vector.extent)
 
 
 def test_a_model_group_with_bias_residual_and_relu_under_sampled_configs():
