@@ -11,8 +11,19 @@ from threadpoolctl import threadpool_limits
 from kiln.codegen.runtime_config import threads_env
 
 
-def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1) -> float:
-    """Median over `repeat` runs of the mean time of `number` calls of fn()."""
+# Runtimes keep their worker threads spinning for a while after a call (OpenBLAS ~0.1 s,
+# onnxruntime's intra-op pool, Kiln's pool ~200 us) before they sleep: a contender timed right
+# after another one shares the 2 cores with those spinners. Measured on znver4: the tuned
+# 1024^3 GEMM at 2 threads ran at 140 GFLOPS right after a full-thread `a @ b` (its
+# correctness check) and at 218 after a pause.
+SETTLE_SECONDS = 0.3
+
+
+def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1,
+                   settle: float = SETTLE_SECONDS) -> float:
+    """Median over `repeat` runs of the mean time of `number` calls of fn(), started after
+    `settle` seconds of quiet (see SETTLE_SECONDS)."""
+    time.sleep(settle)
     for _ in range(warmup):
         fn()
     times = []
