@@ -32,7 +32,7 @@ def _assert_close(got, want):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
 
 
-def _residual_model(c=16, f=16, h=9, w=11, pads=(1, 1, 1, 1)):
+def _residual_model(c=32, f=32, h=9, w=11, pads=(1, 1, 1, 1)):
     """conv 3x3 (c -> c, stride 2 so the next conv reads a blocked input) -> relu ->
     conv 3x3 stride 1 (c -> f, bias) -> + residual (a 1x1 conv of the same input) -> relu."""
     nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a"], pads=[1, 1, 1, 1]),
@@ -60,7 +60,7 @@ def test_eligible_conv_becomes_three_ops_and_the_epilogue_fuses_into_the_output(
     assert ("winograd_batch_matmul",) in by_ops
     assert ("winograd_output_transform", "add", "add", "relu") in by_ops
     u = next(n for n in graph.nodes if n.op == "winograd_batch_matmul").inputs[1]
-    assert u.name in graph.constants and u.shape == (4, 4, 1, 16, 16)     # m = 2 at 9x11
+    assert u.name in graph.constants and u.shape == (4, 4, 2, 32, 16)     # m = 2 at 9x11
 
 
 @pytest.mark.parametrize("h,w", [(9, 11), (7, 7), (13, 13), (1, 1), (5, 17)])
@@ -76,7 +76,7 @@ def test_compiled_model_matches_onnxruntime(monkeypatch, h, w, m):
     _assert_close(kiln.compile(model, jobs=1).run(feeds)[0], want)
 
 
-@pytest.mark.parametrize("c,f,pads", [(32, 48, (1, 1, 1, 1)), (48, 16, (0, 1, 2, 0))])
+@pytest.mark.parametrize("c,f,pads", [(32, 48, (1, 1, 1, 1)), (48, 32, (0, 1, 2, 0))])
 def test_channel_counts_and_asymmetric_pads(c, f, pads):
     model = _residual_model(c, f, 8, 10, pads) if pads == (1, 1, 1, 1) else None
     if model is None:       # no residual: the padded output shape differs from the 1x1's
@@ -122,7 +122,7 @@ def test_a_shared_weight_is_transformed_once():
              helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["b", "w1"], ["y"], pads=[1, 1, 1, 1])]
     model = make_model(nodes, {"x": ((1, 3, 8, 8), "float32")}, ["y"],
-                       {"w0": f32(16, 3, 3, 3), "w1": f32(16, 16, 3, 3) * 0.2})
+                       {"w0": f32(32, 3, 3, 3), "w1": f32(32, 32, 3, 3) * 0.2})
     graph = optimize(load_onnx(model))
     gemms = [n for n in graph.nodes if n.op == "winograd_batch_matmul"]
     assert len(gemms) == 2 and gemms[0].inputs[1] == gemms[1].inputs[1]
@@ -136,3 +136,5 @@ def test_tile_size_rule():
     assert winograd_tile_size(14, 14, 256, 256) == 2
     assert winograd_tile_size(7, 7, 512, 512) == 2
     assert winograd_tile_size(56, 56, 8, 64) is None
+    assert winograd_tile_size(32, 32, 16, 16) is None       # the default CNN's convs: direct
+    assert winograd_tile_size(32, 32, 32, 32) == 4
