@@ -137,9 +137,9 @@ def test_a_model_group_with_bias_residual_and_relu_under_sampled_configs():
              helper.make_node("Conv", ["a", "w1", "b1"], ["b"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["b", "a"], ["c"]),
              helper.make_node("Relu", ["c"], ["y"])]
-    inits = {"w0": rng.uniform(-1, 1, (16, 3, 3, 3)).astype(np.float32),
-             "w1": rng.uniform(-0.3, 0.3, (16, 16, 3, 3)).astype(np.float32),
-             "b1": rng.uniform(-1, 1, 16).astype(np.float32)}
+    inits = {"w0": rng.uniform(-1, 1, (32, 3, 3, 3)).astype(np.float32),
+             "w1": rng.uniform(-0.3, 0.3, (32, 32, 3, 3)).astype(np.float32),
+             "b1": rng.uniform(-1, 1, 32).astype(np.float32)}
     model = make_model(nodes, {"x": ((1, 3, 9, 10), "float32")}, ["y"], inits)
     graph, groups = prepare_graph(model)
     tasks, _ = extract_tasks(graph, groups)
