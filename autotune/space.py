@@ -50,6 +50,12 @@ REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several r
 MIN_PARALLEL_POINTS = 1 << 16  # elementwise outputs smaller than this default to one loop
 MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this busy
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
+# outer tile loops an anchor's parallel loop may fuse. A channel-blocked conv's first two are
+# batch (1) and output-channel blocks, so with depth 2 only a conv of many blocks ran in
+# parallel: MobileNetV2's 32->16 1x1 conv at 112x112 (one block) ran serially at 2 threads,
+# and 2-6 blocks left a core idle for part of the kernel. Depth 3 adds the output rows.
+# Stored configs keep their meaning (0-2 are unchanged).
+MAX_PARALLEL_DEPTH = 3
 # value of a knob kind that a stored config made before the knob existed implicitly had
 LEGACY = {"pack": 0, "window": 0, "epilogue": 0, "rows": 0}
 # modes of the `<stage>/inline` knob of an injective producer of a reduction (e.g. padding);
@@ -358,7 +364,8 @@ class SearchSpace:
             # output, fused epilogue, or (an intermediate read by a differently shaped
             # consumer) a local tile cache-written at the anchor's own tile loop
             knobs.append(Knob(f"{label}/local", (0, 1) if points >= MIN_CACHE_WORK else (0,)))
-            knobs.append(Knob(f"{label}/parallel", tuple(range(0, min(2, len(op.axis)) + 1))))
+            knobs.append(Knob(f"{label}/parallel",
+                              tuple(range(0, min(MAX_PARALLEL_DEPTH, len(op.axis)) + 1))))
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
@@ -513,18 +520,18 @@ class SearchSpace:
                 for p in range(rows):
                     mid[p] = 1
             streaming = rows is None and n and extents[-1] > 2 * lanes and not _window_axes(op)
+            depth = min(2, n)
             if streaming:
                 inner[-1], mid[-1] = _streaming_tile(knob_choices(n - 1), extents[-1], lanes,
                                                      budget, _kernel_threads(target))
             else:
-                _ensure_parallel_work(extents, mid, inner, min(2, n),
-                                      2 * max(2, target.num_cores))
+                depth = _parallel_depth(extents, mid, inner, 2 * max(2, target.num_cores))
             _tail_free_middles(extents, mid, inner)
             if not streaming and not _window_axes(op):
-                _whole_short_axes(extents, mid, inner, rows, min(2, n))
+                _whole_short_axes(extents, mid, inner, rows, depth)
         else:
-            streaming = False
-        values = {}
+            streaming, depth = False, 0
+        values = {f"{label}/parallel": depth}
         for pos, axis in enumerate(op.axis):
             knob = self._by_name[f"{label}/tile/{pos}:{axis.name}"]
             values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
@@ -1003,11 +1010,28 @@ def _rows_tile(extent: int, want: int) -> int:
     return want
 
 
+def _outer_iterations(extents, mid, inner, depth: int) -> int:
+    return math.prod(-(-extents[p] // (mid[p] * inner[p])) for p in range(depth))
+
+
+def _parallel_depth(extents, mid, inner, want: int) -> int:
+    """How many outer loops the default parallel loop fuses: the first two (shrinking their
+    middle tiles to make `want` iterations), or three when two cannot make them (a conv with
+    few output-channel blocks), shrinking the third's tile too. Returns the depth."""
+    n = len(extents)
+    _ensure_parallel_work(extents, mid, inner, min(2, n), want)
+    if n < 3 or _outer_iterations(extents, mid, inner, 2) >= want:
+        return min(2, n)
+    depth = min(MAX_PARALLEL_DEPTH, n)
+    _ensure_parallel_work(extents, mid, inner, depth, want)
+    return depth
+
+
 def _ensure_parallel_work(extents, mid, inner, depth: int, want: int) -> None:
     """Shrink middle tiles of the first `depth` axes until their outer loops (fused into the
     parallel loop) have at least `want` iterations, or every middle tile is 1."""
     def outer_iterations():
-        return math.prod(-(-extents[p] // (mid[p] * inner[p])) for p in range(depth))
+        return _outer_iterations(extents, mid, inner, depth)
     while outer_iterations() < want:
         candidates = [p for p in range(depth) if mid[p] > 1]
         if not candidates:

@@ -1,7 +1,17 @@
 """Search-space rules for channel-blocked (NCHWc) convs: the pad copy of a blocked input is
 vectorised over its channel block (its NCHW counterpart is not: the padded axis is innermost),
 and nested reduce axes get inner tiles within one register-tile step budget."""
+import random
+
+import numpy as np
+import pytest
+
 from kiln import te
+from kiln.codegen.target import Target
+from kiln.schedule.interpret import interpret
+from kiln.schedule.ir import ForKind
+from kiln.schedule.visitor import StmtVisitor
+from kiln.te.reference import evaluate
 from kiln.autotune.space import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace, _is_copy_axis,
                                  _nested_reduce_tiles)
 from kiln.autotune.task import Task
@@ -47,3 +57,69 @@ def test_nested_reduce_tiles_fill_the_step_budget_from_the_innermost_axis():
     tiles = _nested_reduce_tiles(plain.op)
     assert tiles[1:] == [3, 3] and 256 % tiles[0] == 0
     assert tiles[0] * 9 <= REDUCE_STEPS < 2 * tiles[0] * 9 * 2
+
+
+def _parallel_extents(func) -> list[int]:
+    """Extents of the parallel loops of a lowered function."""
+    found = []
+
+    class Collect(StmtVisitor):
+        def visit_For(self, node):
+            if node.kind == ForKind.PARALLEL:
+                found.append(node.extent.value)
+            self.generic_visit(node)
+
+    Collect()(func.body)
+    return found
+
+
+def test_parallel_depth_three_is_offered_and_earlier_depths_keep_their_meaning():
+    conv = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 16, 1, 1, 1, 0, 16, 16)))
+    gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
+    assert conv._by_name["conv/parallel"].choices == (0, 1, 2, 3)
+    assert gemm._by_name["C/parallel"].choices == (0, 1, 2)
+    config = dict(conv.default_config(), **{"conv/tile/1:ko": [1, 1], "conv/tile/2:y": [2, 1]})
+    extents = {}
+    for depth in (1, 2, 3):
+        sch, args = conv.apply(dict(config, **{"conv/parallel": depth}))
+        extents[depth] = _parallel_extents(lower(sch, args, name="k"))
+    # b and ko are one block each: only the third loop (14 rows in tiles of 2) splits work
+    assert extents == {1: [1], 2: [1], 3: [7]}
+
+
+@pytest.mark.parametrize("op,shape", [
+    ("conv2d_nchwc", (1, 32, 112, 112, 16, 1, 1, 1, 0, 16, 16)),   # MobileNetV2's 32->16
+    ("conv2d_nchwc", (1, 16, 56, 56, 16, 3, 3, 1, 1, 16, 16)),
+    ("depthwise_conv2d_nchwc", (1, 16, 56, 56, 3, 3, 1, 1, 16))])
+def test_the_default_parallel_loop_of_a_one_block_conv_has_work_for_every_core(op, shape):
+    """With one output-channel block the first two outer loops (batch, block) have one
+    iteration: the default now fuses the rows in too. Before, these kernels ran serially at
+    any thread count (parallel extent 1)."""
+    task = Task.from_op(op, shape)
+    space = SearchSpace(task)
+    sch, args = space.apply(space.default_config())
+    cores = Target.from_string(task.target).num_cores
+    extent = _parallel_extents(lower(sch, args, name="k"))[-1]     # the conv's (last) loop
+    assert extent >= 2 * max(2, cores)
+
+
+@pytest.mark.parametrize("op,shape", [
+    ("conv2d_nchwc", (1, 8, 7, 5, 8, 3, 3, 1, 1, 4, 4)),
+    ("conv2d_nchwc", (1, 4, 13, 3, 12, 1, 1, 2, 0, 4, 4)),
+    ("depthwise_conv2d_nchwc", (1, 8, 11, 6, 3, 3, 1, 1, 4))])
+def test_sampled_configs_with_parallel_rows_match_the_reference(op, shape):
+    task = Task.from_op(op, shape)
+    space = SearchSpace(task)
+    label = space.anchors[0].op.name
+    rng = np.random.default_rng(1)
+    inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
+    (want,) = evaluate(list(task.outputs), inputs)
+    picker = random.Random(5)
+    configs = [dict(space.default_config(), **{f"{label}/parallel": 3})]
+    configs += [dict(space.sample(picker), **{f"{label}/parallel": 3}) for _ in range(4)]
+    for config in configs:
+        sch, args = space.apply(config)
+        arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
+                  for t in args]
+        interpret(lower(sch, args, name=task.name), *arrays)
+        np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-5, err_msg=str(config))
