@@ -8,7 +8,6 @@ import pytest
 
 from kiln import te
 from kiln.codegen.target import Target
-from kiln.schedule.interpret import interpret
 from kiln.schedule.ir import ForKind
 from kiln.schedule.visitor import StmtVisitor
 from kiln.te.reference import evaluate
@@ -17,6 +16,8 @@ from kiln.autotune.space import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace
 from kiln.autotune.task import Task
 from kiln.schedule.lower import lower
 from kiln.te import ops
+
+from ..util import run_config, task_inputs
 
 
 def _pad_op(out):
@@ -111,15 +112,11 @@ def test_sampled_configs_with_parallel_rows_match_the_reference(op, shape):
     task = Task.from_op(op, shape)
     space = SearchSpace(task)
     label = space.anchors[0].op.name
-    rng = np.random.default_rng(1)
-    inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
+    inputs = task_inputs(task, seed=1)
     (want,) = evaluate(list(task.outputs), inputs)
     picker = random.Random(5)
     configs = [dict(space.default_config(), **{f"{label}/parallel": 3})]
     configs += [dict(space.sample(picker), **{f"{label}/parallel": 3}) for _ in range(4)]
     for config in configs:
-        sch, args = space.apply(config)
-        arrays = [inputs[t].copy() if t in inputs else np.full(t.shape, np.nan, t.dtype)
-                  for t in args]
-        interpret(lower(sch, args, name=task.name), *arrays)
-        np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-5, err_msg=str(config))
+        (got,) = run_config(task, space, config, inputs, compiled=False)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=str(config))
