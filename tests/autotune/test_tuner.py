@@ -70,10 +70,10 @@ def test_apply_best_says_where_the_schedule_came_from(tmp_path):
     assert source == "default (no tuning records)"
     lower(sch, args, name="mm")
     # a record for another target is never applied here
-    db.commit_record(Record(task.workload_key, "llvm -mcpu=other", {"C/unroll": 0}, (1e-9,),
+    db.commit_record(Record(task.workload_key, "llvm -mcpu=other", {"s0/unroll": 0}, (1e-9,),
                             "OK"))
     assert apply_best(task, "native", db)[2] == "default (no tuning records)"
-    db.commit_record(Record(task.workload_key, target, {"C/unroll": 0, "C/parallel": 0},
+    db.commit_record(Record(task.workload_key, target, {"s0/unroll": 0, "s0/parallel": 0},
                             (1e-3,), "OK"))
     sch, args, source = apply_best(task, "native", db)
     assert source == "database"
@@ -232,7 +232,7 @@ def test_resume_reuses_stored_feature_vectors_instead_of_lowering_again(tmp_path
     db = Database(tmp_path / "t.db")
     task, target = _task(), canonical_target("native")
     space = SearchSpace(task)
-    stored, foreign = space.default_config(), dict(space.default_config(), **{"C/unroll": 0})
+    stored, foreign = space.default_config(), dict(space.default_config(), **{"s0/unroll": 0})
     sentinel = np.full(N_FEATURES, 7.0, np.float32)
     db.commit_record(Record(task.workload_key, target, stored, (1e-3,), "OK"), sentinel,
                      FEATURE_VERSION)
@@ -288,7 +288,7 @@ def test_records_carry_the_thread_count_and_apply_best_picks_per_count(tmp_path)
     added = remeasure_best(task, "native", db, k=1,
                            options=dataclasses.replace(FAST, threads=2))
     assert added and {r.threads for r in added} == {2}
-    slow_at_two = {"C/unroll": 0, "C/parallel": 0}
+    slow_at_two = {"s0/unroll": 0, "s0/parallel": 0}
     db.commit_record(Record(task.workload_key, target, slow_at_two, (1e-12,), "OK", threads=1))
     assert db.best(task.workload_key, target)[0].config == slow_at_two
     sch, _, _ = apply_best(task, "native", db, threads=1)
