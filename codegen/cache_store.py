@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MAGIC = b"KILNCACH"
 _HEADER = struct.Struct("<8sI64sQI")      # magic, format version, key (hex), length, crc32
+HEADER_SIZE = _HEADER.size                  # where an entry's payload starts
 OFF_VALUES = ("off", "0", "no", "false", "none")
 # Kiln's packages (kiln.te -> te/, ...): their sources are part of every key
 _PACKAGES = ("kiln", "kiln.te", "kiln.schedule", "kiln.codegen", "kiln.autotune", "kiln.graph")

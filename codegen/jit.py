@@ -117,8 +117,9 @@ def compile_object(module: ir.Module | str, target: Target) -> tuple[str, bytes,
     _check_host(target)
     start = time.perf_counter()
     mod = optimize(module, target)
+    optimized = str(mod)          # before code generation, whose IR passes change `mod`
     code = target.create_target_machine(for_object=True).emit_object(mod)
-    return str(mod), code, time.perf_counter() - start
+    return optimized, code, time.perf_counter() - start
 
 
 def assembly(optimized_ir: str, target: Target) -> str:

@@ -16,7 +16,7 @@ from ..autotune.tuner import (SIMILAR_CPU_SOURCE, Progress, apply_best, canonica
 from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
-from . import parallel_build
+from . import model_cache, parallel_build
 from .executor import BufferSpec, CompiledModel, Step, build_plan
 from .frontend import load_onnx
 from .ir import Graph
@@ -154,8 +154,6 @@ def compile_model(model, target: str = "native", db=None,
     start = time.perf_counter()
     target = canonical_target(target)
     database = _open_db(db)
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
-    tasks, per_group = extract_tasks(graph, groups, target)
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
                         "at must be >= 1 (None: KILN_NUM_THREADS, else every core)")
@@ -164,6 +162,12 @@ def compile_model(model, target: str = "native", db=None,
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
+    options = (input_shapes, target, database, threads, layout, winograd)
+    cache_key = model_cache.model_key(model, *options)
+    if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
+        return hit
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
+    tasks, per_group = extract_tasks(graph, groups, target)
     with threads_env(threads):      # default schedules are made for this thread count
         kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
     steps, aliases, step_args = [], [], set()
@@ -182,6 +186,8 @@ def compile_model(model, target: str = "native", db=None,
                           "seconds": round(time.perf_counter() - start, 3), **build_stats}})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
+    if cache_key is not None and model_cache.still_valid(cache_key, model, *options):
+        model_cache.store(cache_key, compiled)
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)
     return compiled
