@@ -81,17 +81,20 @@ def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
 
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
                    jobs: int, threads: int) -> tuple[dict, dict, dict]:
-    """Kernels and schedule sources by task name, and CPU seconds per worker: in `jobs`
+    """Kernels and schedule sources by task name, CPU seconds per worker and wall and CPU
+    seconds per kernel (schedule, lowering and codegen): in `jobs`
     worker processes when that can help (several tasks, a C linker to join the object
     files), else here. Schedules are the best known for running at `threads`."""
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
         return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task, threads)
-    kernels, sources = {}, {}
-    cpu = time.process_time()
+    kernels, sources, wall, cpu = {}, {}, {}, {}
     for mt in tasks:
+        start, cpu_start = time.perf_counter(), time.process_time()
         kernels[mt.name], sources[mt.name] = _build_task(mt, target, db, threads=threads)
-    return kernels, sources, {"workers": 1,
-                              "worker_cpu_s": [round(time.process_time() - cpu, 3)]}
+        wall[mt.name] = round(time.perf_counter() - start, 4)
+        cpu[mt.name] = round(time.process_time() - cpu_start, 4)
+    return kernels, sources, {"workers": 1, "worker_cpu_s": [round(sum(cpu.values()), 3)],
+                              "kernel_s": wall, "kernel_cpu_s": cpu}
 
 
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):

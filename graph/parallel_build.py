@@ -107,14 +107,16 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
     return ObjectKernel(func, symbol, params, optimized_ir, code, seconds, key)
 
 
-def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float]:
+def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float, float]:
     """Worker entry: build one task to an object file (schedule fallback as in the parent);
-    also says which worker did it and its CPU seconds (schedule and lowering included)."""
+    also says which worker did it, its CPU and wall seconds (schedule and lowering
+    included)."""
     mt, target, records, build_task = job
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     obj, kind = build_task(mt, target, records,
                            lambda func: compile_object(func, target))
-    return mt.name, obj, kind, os.getpid(), time.process_time() - cpu
+    return (mt.name, obj, kind, os.getpid(), time.process_time() - cpu,
+            time.perf_counter() - wall)
 
 
 def _pool_context():
@@ -181,10 +183,12 @@ def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | Non
     objects = [(name, obj) for name, obj, *_ in results]
     kernels = link_and_load(objects, target)
     per_worker: dict[int, float] = {}
-    for *_, pid, cpu in results:
+    for *_, pid, cpu, _ in results:
         per_worker[pid] = per_worker.get(pid, 0.0) + cpu
     stats = {"workers": len(per_worker),
-             "worker_cpu_s": sorted((round(c, 3) for c in per_worker.values()), reverse=True)}
+             "worker_cpu_s": sorted((round(c, 3) for c in per_worker.values()), reverse=True),
+             "kernel_s": {r[0]: round(r[5], 4) for r in results},
+             "kernel_cpu_s": {r[0]: round(r[4], 4) for r in results}}
     log.info("built %d kernels in %d processes in %.1f s (worker CPU s: %s)", len(objects),
              len(per_worker), time.perf_counter() - start, stats["worker_cpu_s"])
     return kernels, {name: kind for name, _, kind, *_ in results}, stats
