@@ -178,6 +178,7 @@ def cache_bench(names, jobs: int, small: bool, cold_runs: int, warm_runs: int) -
                 "cold_s": statistics.median(r["wall_s"] for r in cold),
                 "cold_cpu_s": statistics.median(r["cpu_s"] for r in cold),
                 "warm_s": statistics.median(r["wall_s"] for r in warm),
+                "warm_cpu_s": statistics.median(r["cpu_s"] for r in warm),
                 "warm_runs": [round(r["wall_s"], 3) for r in warm],
                 "warm_hit": all(r["cached"] for r in warm),
                 "kernels_only_s": kernels_only["wall_s"],
@@ -187,9 +188,10 @@ def cache_bench(names, jobs: int, small: bool, cold_runs: int, warm_runs: int) -
                 "slowest_kernels": sorted(last["kernel_cpu_s"].items(),
                                           key=lambda kv: -kv[1])[:3],
                 "identical_outputs": same})
-    print_table(["model", "kernels", "cold s", "cold cpu s", "warm s (median)",
+    print_table(["model", "kernels", "cold s", "cold cpu s", "warm s (median)", "cpu s",
                  "kernels-only s", "cpu s", "identical"],
                 [[r["model"], r["kernels"], r["cold_s"], r["cold_cpu_s"], r["warm_s"],
+                  r["warm_cpu_s"],
                   r["kernels_only_s"], r["kernels_only_cpu_s"], r["identical_outputs"]]
                  for r in results])
     print()

@@ -36,13 +36,17 @@ def param_specs(func: PrimFunc) -> tuple[ParamSpec, ...]:
 DEFAULT_FASTMATH = ("contract",)
 
 
-def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FASTMATH) -> Kernel:
+def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FASTMATH,
+          cache_kernel: bool = True) -> Kernel:
     """Compile `func` for `target` and return a Kernel callable on numpy arrays.
 
     fastmath: the default ("contract",) lets LLVM fuse a*b+c into one FMA, as C compilers do by
     default (-ffp-contract=on); everything else keeps IEEE semantics. False: strict IEEE
     (no contraction). True: LLVM `fast` on float ops (reductions may reassociate). Or any
     collection of LLVM fast-math flag names.
+    cache_kernel: look the kernel up in (and add it to) the persistent kernel cache
+    (codegen/cache.py) when KILN_CACHE_DIR does not turn it off; tuning candidates, built
+    once each, pass False.
     """
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build() takes a PrimFunc (from kiln.schedule.lower), got "
@@ -52,7 +56,7 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
     module = emit_module(func, target, fastmath_flags(fastmath), parallel=parallel)
     sym, specs = symbol_name(func.name), param_specs(func)
     add_python_entry(module, sym, specs)
-    store = cache.kernel_store()
+    store = cache.kernel_store() if cache_kernel else None
     if store is not None:
         return _build_cached(func, str(module), sym, specs, target, store)
     compiled = compile_module(module, target)

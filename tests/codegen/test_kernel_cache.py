@@ -256,3 +256,15 @@ def test_concurrent_writers_never_expose_a_partial_entry(tmp_path):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
         assert out.strip() == "0"
+
+
+def test_tuning_candidates_stay_out_of_the_cache(cache_root, rng):
+    """codegen.build(cache_kernel=False), as autotune's measurement worker builds."""
+    A = te.placeholder((19,), "float32", name="A")
+    B = te.compute((19,), lambda i: A[i] * 3.0 + 1.0, name="B")
+    func = kiln.lower(kiln.create_schedule(B), [A, B], name="axpb")
+    f = kiln.codegen.build(func, cache_kernel=False)
+    a, b = rng.standard_normal(19).astype("float32"), np.zeros(19, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a * 3.0 + 1.0, rtol=1e-6)
+    assert f.cache_key is None and not (cache_root / "kernels").exists()
