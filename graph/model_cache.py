@@ -95,8 +95,8 @@ def _db_identity(db) -> list | None:
     if not path.is_file():
         return None
     parts = [_stat_identity(path)]
-    wal = Path(str(path) + "-wal")
-    if wal.exists():
+    wal = Path(str(path) + "-wal")       # an empty WAL (a reader's) adds nothing to the file
+    if wal.exists() and wal.stat().st_size > 0:
         parts.append(_stat_identity(wal))
     return None if any(p is None for p in parts) else ["db", *parts]
 

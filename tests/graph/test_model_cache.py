@@ -176,3 +176,19 @@ def test_concurrent_model_compiles(cache_root, tmp_path):
                            text=True, timeout=600)
     assert third.returncode == 0, third.stderr[-2000:]
     assert third.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_a_compile_with_a_database_is_cached(cache_root, tmp_path, monkeypatch, rng):
+    """Reading the tuning database (which opens its WAL) does not change its identity."""
+    import shutil
+    from pathlib import Path
+    shutil.copy(Path(__file__).resolve().parents[2] / "tuning_logs" / "kiln.db",
+                tmp_path / "k.db")
+    monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)    # as if copied long ago
+    path = tmp_path / "m.onnx"
+    onnx.save(models.default_cnn(image_size=13, width=8), path)
+    cold = kiln.compile(str(path), db=str(tmp_path / "k.db"), jobs=1)
+    warm = kiln.compile(str(path), db=Database(tmp_path / "k.db"), jobs=1)
+    assert not _cached(cold) and _cached(warm)
+    assert [s.source for s in warm.plan.steps] == [s.source for s in cold.plan.steps]
+    _check(warm, path, rng)
