@@ -220,7 +220,7 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
     try:
         func = lower(sch, args, name=task.name)
         clock.lap("lower")
-        kernel = codegen.build(func, target=payload["target"])
+        kernel = codegen.build(func, target=payload["target"], cache_kernel=False)
         clock.lap("compile")
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
         return clock.result(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())

@@ -1,11 +1,15 @@
 """`build(func, target)`: loop IR -> a callable Kernel (emit, optimize, JIT)."""
 from __future__ import annotations
 
+import time
+import zlib
+
 from ..schedule.ir import PrimFunc, Store
 from ..schedule.visitor import StmtVisitor
 from ..te.errors import CodegenError
+from . import cache
 from .emit_module import emit_module, fastmath_flags, pool_symbol, symbol_name, threads_symbol
-from .jit import compile_module
+from .jit import compile_module, compile_object
 from .kernel import Kernel, ParamSpec
 from .runtime import backend
 from .pyentry import AVAILABLE as PYENTRY, add_python_entry, entry_symbol, table_symbol
@@ -32,13 +36,17 @@ def param_specs(func: PrimFunc) -> tuple[ParamSpec, ...]:
 DEFAULT_FASTMATH = ("contract",)
 
 
-def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FASTMATH) -> Kernel:
+def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FASTMATH,
+          cache_kernel: bool = True) -> Kernel:
     """Compile `func` for `target` and return a Kernel callable on numpy arrays.
 
     fastmath: the default ("contract",) lets LLVM fuse a*b+c into one FMA, as C compilers do by
     default (-ffp-contract=on); everything else keeps IEEE semantics. False: strict IEEE
     (no contraction). True: LLVM `fast` on float ops (reductions may reassociate). Or any
     collection of LLVM fast-math flag names.
+    cache_kernel: look the kernel up in (and add it to) the persistent kernel cache
+    (codegen/cache.py) when KILN_CACHE_DIR does not turn it off; tuning candidates, built
+    once each, pass False.
     """
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build() takes a PrimFunc (from kiln.schedule.lower), got "
@@ -48,6 +56,9 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
     module = emit_module(func, target, fastmath_flags(fastmath), parallel=parallel)
     sym, specs = symbol_name(func.name), param_specs(func)
     add_python_entry(module, sym, specs)
+    store = cache.kernel_store() if cache_kernel else None
+    if store is not None:
+        return _build_cached(func, str(module), sym, specs, target, store)
     compiled = compile_module(module, target)
     entry = None
     if PYENTRY:
@@ -58,3 +69,23 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
                   pool_slot=(compiled.global_address(pool_symbol(sym)) if parallel == "kiln"
                              else None),
                   compile_seconds=compiled.seconds)
+
+
+def _build_cached(func: PrimFunc, text: str, sym: str, specs, target: Target,
+                  store: cache.Store) -> Kernel:
+    """build() through the kernel cache: keyed on the module's LLVM IR text (see
+    codegen.cache); a miss compiles to an object file and stores it, a hit only loads."""
+    start = time.perf_counter()
+    key = cache.kernel_key(text, target)
+    obj, optimized = cache.read_object(store, key), None
+    if obj is None:
+        optimized, code, seconds = compile_object(text, target)
+        obj = cache.CachedObject(func.name, sym, specs, code,
+                                 zlib.compress(optimized.encode(), 1), seconds)
+        cache.store_object(store, key, obj)
+    kernel = cache.load_objects([obj], target, [key])[0]
+    kernel.name, kernel.func = func.name, func
+    kernel.compile_seconds = time.perf_counter() - start
+    if optimized is not None:
+        kernel._optimized_ir = optimized
+    return kernel

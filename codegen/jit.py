@@ -56,9 +56,10 @@ PIPELINES = {
 }
 
 
-def optimize(module: ir.Module, target: Target, pipeline: str = "o3",
+def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
              timing: list[str] | None = None) -> llvm.ModuleRef:
     """Parse, verify and run an LLVM pipeline (default O3); returns the optimized module.
+    `module` may also be its text (str(module)).
 
     timing: a list to append LLVM's pass-timing report to (where compile time goes).
     """
@@ -66,12 +67,13 @@ def optimize(module: ir.Module, target: Target, pipeline: str = "o3",
         raise CodegenError(f"unknown LLVM pipeline {pipeline!r}; choose one of "
                            f"{', '.join(PIPELINES)}")
     _init_llvm()
-    text = str(module)
+    text = module if isinstance(module, str) else str(module)
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as exc:
-        raise InternalError(f"codegen produced invalid LLVM IR for module {module.name!r}: "
+        name = "?" if isinstance(module, str) else module.name
+        raise InternalError(f"codegen produced invalid LLVM IR for module {name!r}: "
                             f"{exc}; this is a bug in Kiln") from exc
     tm = target.create_target_machine()
     mod.triple = target.triple
@@ -91,10 +93,7 @@ def optimize(module: ir.Module, target: Target, pipeline: str = "o3",
 
 def compile_module(module: ir.Module, target: Target) -> Compiled:
     """Optimize and JIT `module` for `target` (which must run on this host)."""
-    if not target.can_run_on_host():
-        raise CodegenError(f"cannot run code for target '{target}' on this machine (its vector "
-                           f"ISA is not supported here); use target='native' to run, or "
-                           "export_library() to cross-compile")
+    _check_host(target)
     start = time.perf_counter()
     mod = optimize(module, target)
     optimized = str(mod)
@@ -103,6 +102,24 @@ def compile_module(module: ir.Module, target: Target) -> Compiled:
     seconds = time.perf_counter() - start
     log.debug("compiled %s in %.1f ms", module.name, seconds * 1e3)
     return Compiled(engine, optimized, seconds)
+
+
+def _check_host(target: Target) -> None:
+    if not target.can_run_on_host():
+        raise CodegenError(f"cannot run code for target '{target}' on this machine (its vector "
+                           f"ISA is not supported here); use target='native' to run, or "
+                           "export_library() to cross-compile")
+
+
+def compile_object(module: ir.Module | str, target: Target) -> tuple[str, bytes, float]:
+    """Optimize `module` (or its text) and emit a position-independent object file, as
+    export and the kernel cache store it: (optimized IR, object code, seconds)."""
+    _check_host(target)
+    start = time.perf_counter()
+    mod = optimize(module, target)
+    optimized = str(mod)          # before code generation, whose IR passes change `mod`
+    code = target.create_target_machine(for_object=True).emit_object(mod)
+    return optimized, code, time.perf_counter() - start
 
 
 def assembly(optimized_ir: str, target: Target) -> str:

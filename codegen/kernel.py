@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -49,11 +50,13 @@ class Kernel:
 
     def __init__(self, name: str, symbol: str, params: tuple[ParamSpec, ...], target: Target,
                  address: int, threads_address: int, *, entry: tuple[int, int] | None = None,
-                 func=None, optimized_ir: str | None = None, keepalive=None,
+                 func=None, optimized_ir: str | Callable[[], str] | None = None,
+                 keepalive=None,
                  compile_seconds: float = 0.0, pool_slot: int | None = None):
         self.name, self.symbol, self.params, self.target = name, symbol, params, target
         self.func = func
         self.compile_seconds = compile_seconds
+        self.cache_key: str | None = None     # its entry in the kernel cache (codegen.cache)
         self._optimized_ir = optimized_ir
         self._keepalive = keepalive
         self._threads = ctypes.c_int32.from_address(threads_address)
@@ -158,6 +161,9 @@ class Kernel:
 
     def _need(self, attr: str):
         value = getattr(self, attr)
+        if callable(value):          # read on first use (kernels loaded from the cache)
+            value = value()
+            setattr(self, attr, value)
         if value is None:
             raise CodegenError(f"kernel '{self.name}' was loaded from a library and carries no "
                                f"{attr.strip('_')}; rebuild it with kiln.codegen.build() to "

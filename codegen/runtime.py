@@ -35,6 +35,7 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from . import llvm_types as T
+from .cache_store import make_key, open_store
 
 log = logging.getLogger(__name__)
 
@@ -391,6 +392,38 @@ _engine: llvm.ExecutionEngine | None = None
 _address: int | None = None
 
 
+def _compile_runtime(text: str, target) -> bytes:
+    """The pool module's object code (LLVM O2)."""
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    tm = target.create_target_machine()
+    mod.triple, mod.data_layout = target.triple, str(tm.target_data)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
+
+
+def _load_runtime(text: str, target) -> llvm.ExecutionEngine:
+    """An engine holding the pool's code: from the persistent cache when it has this module
+    (compiling it costs ~0.1-0.2 s in every process that runs a parallel kernel)."""
+    store = open_store("runtime", "obj")
+    key = make_key("runtime", target=str(target), ir=text)
+    found = store.read(key) if store is not None else None
+    if found is None:
+        code = _compile_runtime(text, target)
+        if store is not None:
+            store.write(key, [code])
+    else:
+        mm, start = found
+        code = mm[start:]
+        mm.close()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                        target.create_target_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+    engine.finalize_object()
+    return engine
+
+
 def pool_address() -> int:
     """The address of ENTRY in this process (compiled on first use)."""
     global _engine, _address
@@ -403,15 +436,8 @@ def pool_address() -> int:
                 raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "
                                    "aarch64; set KILN_PARALLEL_RUNTIME=gomp")
             target = Target.from_string("native")
-            module = build_runtime_module(target.triple, futex)
-            mod = llvm.parse_assembly(str(module))
-            mod.verify()
-            tm = target.create_target_machine()
-            mod.triple, mod.data_layout = target.triple, str(tm.target_data)
-            pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
-            pb.getModulePassManager().run(mod, pb)
-            _engine = llvm.create_mcjit_compiler(mod, tm)
-            _engine.finalize_object()
+            text = str(build_runtime_module(target.triple, futex))
+            _engine = _load_runtime(text, target)
             _address = _engine.get_function_address(ENTRY)
             log.debug("Kiln thread pool compiled at %#x", _address)
         return _address

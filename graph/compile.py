@@ -20,7 +20,7 @@ from ..autotune.tuner import Progress, remeasure_best
 from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
-from . import parallel_build
+from . import model_cache, parallel_build
 from .executor import BufferSpec, CompiledModel, Step, build_plan
 from .frontend import load_onnx
 from .ir import Graph
@@ -86,7 +86,8 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
                    jobs: int, threads: int) -> tuple[dict, dict, dict]:
     """Kernels and schedule sources by task name, and build statistics (CPU seconds per
-    worker, stored records skipped because they no longer fit their task's space): in `jobs`
+    worker, wall and CPU seconds per kernel: schedule, lowering and codegen; stored records
+    skipped because they no longer fit their task's space): in `jobs`
     worker processes when that can help (several tasks, a C linker to join the object
     files), else here. Schedules are the best known for running at `threads`."""
     selections = {mt.name: select_record(mt.task, target, db, threads) for mt in tasks}
@@ -95,13 +96,15 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
         kernels, sources, stats = parallel_build.build_in_workers(
             tasks, target, selections, jobs, _build_task, threads)
         return kernels, sources, {**stats, "skipped_records": skipped}
-    kernels, sources = {}, {}
-    cpu = time.process_time()
+    kernels, sources, wall, cpu = {}, {}, {}, {}
     for mt in tasks:
+        start, cpu_start = time.perf_counter(), time.process_time()
         kernels[mt.name], sources[mt.name] = _build_task(mt, target, selections[mt.name],
                                                          threads=threads)
-    return kernels, sources, {"workers": 1, "skipped_records": skipped,
-                              "worker_cpu_s": [round(time.process_time() - cpu, 3)]}
+        wall[mt.name] = round(time.perf_counter() - start, 4)
+        cpu[mt.name] = round(time.process_time() - cpu_start, 4)
+    return kernels, sources, {"workers": 1, "worker_cpu_s": [round(sum(cpu.values()), 3)],
+                              "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": skipped}
 
 
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
@@ -165,8 +168,6 @@ def compile_model(model, target: str = "native", db=None,
     start = time.perf_counter()
     target = canonical_target(target)
     database = _open_db(db)
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
-    tasks, per_group = extract_tasks(graph, groups, target)
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
                         "at must be >= 1 (None: KILN_NUM_THREADS, else every core)")
@@ -175,6 +176,12 @@ def compile_model(model, target: str = "native", db=None,
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
+    options = (input_shapes, target, database, threads, layout, winograd)
+    cache_key = model_cache.model_key(model, *options)
+    if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
+        return hit
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
+    tasks, per_group = extract_tasks(graph, groups, target)
     with threads_env(threads):      # default schedules are made for this thread count
         kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
     steps, aliases, step_args = [], [], set()
@@ -193,6 +200,8 @@ def compile_model(model, target: str = "native", db=None,
                           "seconds": round(time.perf_counter() - start, 3), **build_stats}})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
+    if cache_key is not None and model_cache.still_valid(cache_key, model, *options):
+        model_cache.store(cache_key, compiled)
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)
     return compiled

@@ -139,6 +139,33 @@ def resnet18_like(batch: int = 1, image_size: int = 224, base_width: int = 64,
                                       (batch, 3, image_size, image_size))], x)
 
 
+def resnet50_like(batch: int = 1, image_size: int = 224, base_width: int = 64,
+                  num_classes: int = 1000, blocks: tuple[int, ...] = (3, 4, 6, 3)
+                  ) -> onnx.ModelProto:
+    """ResNet-50's layer shapes: 7x7/2 stem, maxpool, 4 stages of bottleneck blocks
+    (1x1 reduce, 3x3 with the stage's stride, 1x1 expand by 4), GAP, FC."""
+    b = _Builder(seed=50)
+    x = b.conv_bn("input", 3, base_width, 7, stride=2)
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = base_width
+    for stage, count in enumerate(blocks):
+        mid = base_width * 2 ** stage
+        cout = 4 * mid
+        for block in range(count):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = b.conv_bn(x, cin, mid, 1)
+            y = b.conv_bn(y, mid, mid, 3, stride)
+            y = b.conv_bn(y, mid, cout, 1, act=None)
+            short = x if stride == 1 and cin == cout else b.conv_bn(x, cin, cout, 1, stride,
+                                                                    act=None)
+            x = b.op("Relu", [b.op("Add", [y, short])])
+            cin = cout
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    x = b.gemm(x, cin, num_classes)
+    return b.model("resnet50_like", [("input", TensorProto.FLOAT,
+                                      (batch, 3, image_size, image_size))], x)
+
+
 _MBV2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
          (6, 160, 3, 2), (6, 320, 1, 1))
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from ..codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from ..codegen.export import FORMAT as LIBRARY_FORMAT
 from ..codegen.export import VERSION as LIBRARY_VERSION
 from ..codegen.export import LibraryError
-from ..codegen.jit import optimize
+from ..codegen import cache
+from ..codegen.jit import compile_object as jit_compile_object
 from ..codegen.kernel import Kernel, ParamSpec
 from ..codegen.runtime import link_flags
 from ..codegen.pyentry import add_python_entry
@@ -47,9 +49,10 @@ class ObjectKernel:
     func: PrimFunc
     symbol: str
     params: tuple[ParamSpec, ...]
-    optimized_ir: str
+    optimized_ir: str | Callable[[], str]   # or how to read it (a cached kernel's)
     object_code: bytes
     seconds: float                # emit + optimise + object code, wall clock
+    cache_key: str | None = None  # its entry in the kernel cache (codegen.cache)
 
 
 def linker() -> str | None:
@@ -67,26 +70,38 @@ def can_fork_workers() -> bool:
 
 
 def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
-    """codegen.build's emit and optimise steps, ending in an object file instead of a JIT."""
+    """codegen.build's emit and optimise steps, ending in an object file instead of a JIT;
+    through the kernel cache when it is on (the same key as codegen.build's)."""
     start = time.perf_counter()
     tgt = Target.from_string(target)
     module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
     symbol, params = symbol_name(func.name), param_specs(func)
     add_python_entry(module, symbol, params)
-    mod = optimize(module, tgt)
-    optimized_ir = str(mod)
-    code = tgt.create_target_machine(for_object=True).emit_object(mod)
-    return ObjectKernel(func, symbol, params, optimized_ir, code, time.perf_counter() - start)
+    text = str(module)
+    store = cache.kernel_store()
+    key = cache.kernel_key(text, tgt) if store is not None else None
+    hit = cache.read_object(store, key) if store is not None else None
+    if hit is not None:
+        return ObjectKernel(func, symbol, params, hit.ir_text, hit.object_code,
+                            time.perf_counter() - start, key)
+    optimized_ir, code, _ = jit_compile_object(text, tgt)
+    seconds = time.perf_counter() - start
+    if store is not None:
+        cache.store_object(store, key, cache.CachedObject(
+            func.name, symbol, params, code, zlib.compress(optimized_ir.encode(), 1), seconds))
+    return ObjectKernel(func, symbol, params, optimized_ir, code, seconds, key)
 
 
-def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float]:
+def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float, float]:
     """Worker entry: build one task to an object file (schedule fallback as in the parent);
-    also says which worker did it and its CPU seconds (schedule and lowering included)."""
+    also says which worker did it, its CPU and wall seconds (schedule and lowering
+    included)."""
     mt, target, selection, build_task, threads = job
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     obj, kind = build_task(mt, target, selection,
                            lambda func: compile_object(func, target), threads)
-    return mt.name, obj, kind, os.getpid(), time.process_time() - cpu
+    return (mt.name, obj, kind, os.getpid(), time.process_time() - cpu,
+            time.perf_counter() - wall)
 
 
 def _pool_context():
@@ -126,7 +141,7 @@ def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> d
         kernel = kernels[name]
         kernel.func, kernel.compile_seconds = obj.func, obj.seconds
         # NOTE: Kernel takes the optimized IR only in its constructor; export and .asm() need it
-        kernel._optimized_ir = obj.optimized_ir
+        kernel._optimized_ir, kernel.cache_key = obj.optimized_ir, obj.cache_key
     return kernels
 
 
@@ -150,10 +165,12 @@ def build_in_workers(tasks: Sequence[ModelTask], target: str,
     objects = [(name, obj) for name, obj, *_ in results]
     kernels = link_and_load(objects, target)
     per_worker: dict[int, float] = {}
-    for *_, pid, cpu in results:
+    for *_, pid, cpu, _ in results:
         per_worker[pid] = per_worker.get(pid, 0.0) + cpu
     stats = {"workers": len(per_worker),
-             "worker_cpu_s": sorted((round(c, 3) for c in per_worker.values()), reverse=True)}
+             "worker_cpu_s": sorted((round(c, 3) for c in per_worker.values()), reverse=True),
+             "kernel_s": {r[0]: round(r[5], 4) for r in results},
+             "kernel_cpu_s": {r[0]: round(r[4], 4) for r in results}}
     log.info("built %d kernels in %d processes in %.1f s (worker CPU s: %s)", len(objects),
              len(per_worker), time.perf_counter() - start, stats["worker_cpu_s"])
     return kernels, {name: kind for name, _, kind, *_ in results}, stats

@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -8,6 +10,14 @@ os.environ.setdefault("KILN_NUM_THREADS", "2")
 # the default tuning database's writable layer (kiln.autotune.default_db): never the user's
 # own ~/.local/share/kiln/tuning.db from a test run
 os.environ["KILN_TUNING_DB"] = os.path.join(tempfile.mkdtemp(prefix="kiln-tests-"), "tuning.db")
+# One kernel cache for the whole session (and the worker processes it starts): tests that
+# build the same kernels or models reuse them, and nothing is written to ~/.cache.
+# KILN_TEST_CACHE_DIR=path keeps the cache in `path` across runs instead; =off disables it.
+_CACHE = os.environ.get("KILN_TEST_CACHE_DIR")
+if _CACHE is None:
+    _CACHE = tempfile.mkdtemp(prefix="kiln-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["KILN_CACHE_DIR"] = _CACHE
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ needs_linker = pytest.mark.skipif(linker() is None, reason="no C compiler driver
 @pytest.fixture(scope="module")
 def serial_and_parallel():
     model = models.default_cnn(image_size=16, width=8)
-    return compile_model(model, jobs=1), compile_model(model, jobs=2)
+    with pytest.MonkeyPatch.context() as mp:    # both compiles build their kernels
+        mp.setenv("KILN_CACHE_DIR", "off")
+        return compile_model(model, jobs=1), compile_model(model, jobs=2)
 
 
 @needs_linker

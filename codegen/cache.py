@@ -1,0 +1,139 @@
+"""The persistent cache of compiled kernels and models: KILN_CACHE_DIR (default
+$XDG_CACHE_HOME/kiln, else ~/.cache/kiln; "off" or "0" disables it).
+
+An entry is one file named by its key, written to a temporary file in the same folder and
+moved into place with os.replace, so concurrent processes see either no entry or a whole one.
+Every entry starts with a header (magic, format version, the key it was stored under, the
+payload's length and CRC-32); an entry whose header, key, length or checksum does not match
+(truncated, bit-flipped, another program's file, an older format) is reported as a miss,
+never loaded, and the rebuilt entry replaces it.
+
+Keys are sha256 over everything that decides the generated code, plus `environment_key()`:
+Kiln's own source files (any edit to Kiln invalidates every entry), the LLVM and llvmlite
+versions, numpy's version (the checked entry reads numpy's object layout) and Python's. The
+kernel key (codegen.build) is over the kernel's unoptimized LLVM IR text, which holds the
+loop IR, the fast-math flags, the parallel runtime and the Python entry, and the target
+string; the compiled kernel is stored as a position-independent object file that MCJIT loads
+without running LLVM's passes or code generation, plus its optimized IR (compressed, read
+only when asked for) and what Kernel needs (symbol, parameter specs).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from .cache_store import Store, cache_dir, make_key, open_store
+from .emit_module import pool_symbol, threads_symbol
+from .kernel import Kernel, ParamSpec
+from .pyentry import AVAILABLE as PYENTRY
+from .pyentry import entry_symbol, table_symbol
+from .target import Target, _init_llvm
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- kernels
+@dataclass(frozen=True)
+class CachedObject:
+    """A compiled kernel as stored: position-independent object code plus metadata."""
+
+    name: str
+    symbol: str
+    params: tuple[ParamSpec, ...]
+    object_code: bytes
+    optimized_ir: bytes          # zlib-compressed text
+    compile_seconds: float       # what building it cost when it was stored
+
+    def ir_text(self) -> str:
+        return zlib.decompress(self.optimized_ir).decode()
+
+
+def kernel_key(llvm_ir: str, target: Target) -> str:
+    return make_key("kernel", target=str(target),
+                    ir=hashlib.sha256(llvm_ir.encode()).hexdigest())
+
+
+def kernel_store(environ=None) -> Store | None:
+    return open_store("kernels", "kobj", environ)
+
+
+def store_object(store: Store, key: str, obj: CachedObject) -> None:
+    meta = json.dumps({"name": obj.name, "symbol": obj.symbol,
+                       "params": [p.to_json() for p in obj.params],
+                       "object_bytes": len(obj.object_code), "ir_bytes": len(obj.optimized_ir),
+                       "compile_seconds": obj.compile_seconds}).encode()
+    store.write(key, [struct.pack("<I", len(meta)), meta, obj.object_code, obj.optimized_ir])
+
+
+def read_object(store: Store, key: str) -> CachedObject | None:
+    found = store.read(key)
+    if found is None:
+        return None
+    mm, start = found
+    try:
+        (n,) = struct.unpack_from("<I", mm, start)
+        meta = json.loads(mm[start + 4:start + 4 + n])
+        at = start + 4 + n
+        obj_end = at + meta["object_bytes"]
+        if obj_end + meta["ir_bytes"] != len(mm):
+            raise ValueError("section sizes do not add up")
+        return CachedObject(meta["name"], meta["symbol"],
+                            tuple(ParamSpec.from_json(p) for p in meta["params"]),
+                            mm[at:obj_end], mm[obj_end:], float(meta["compile_seconds"]))
+    except (ValueError, KeyError, TypeError, struct.error) as exc:  # checksum ok, bad layout
+        Store._invalid(store.path(key), f"malformed payload: {exc}")
+        return None
+    finally:
+        mm.close()
+
+
+def load_objects(objects: list[CachedObject], target: Target,
+                 keys: list[str | None] | None = None) -> list[Kernel]:
+    """Kernels of `objects` (object code of `target`), all in one MCJIT engine: relocation
+    only, no LLVM passes or code generation."""
+    start = time.perf_counter()
+    _init_llvm()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                        target.create_target_machine())
+    for obj in objects:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj.object_code))
+    engine.finalize_object()
+    each = (time.perf_counter() - start) / max(len(objects), 1)
+    kernels = []
+    for k, obj in enumerate(objects):
+        sym = obj.symbol
+        address = engine.get_function_address(sym)
+        threads = engine.get_global_value_address(threads_symbol(sym))
+        if not address or not threads:
+            raise ValueError(f"cached object of kernel '{obj.name}' lacks symbol {sym!r}")
+        entry = None
+        if PYENTRY:
+            entry = (engine.get_function_address(entry_symbol(sym)),
+                     engine.get_global_value_address(table_symbol(sym)))
+        kernel = Kernel(obj.name, sym, obj.params, target, address, threads, entry=entry,
+                        optimized_ir=obj.ir_text, keepalive=engine,
+                        pool_slot=engine.get_global_value_address(pool_symbol(sym)) or None,
+                        compile_seconds=each)
+        kernel.cache_key = keys[k] if keys else None
+        kernels.append(kernel)
+    return kernels
+
+
+def entry_count(environ=None) -> dict[str, int]:
+    """How many entries of each kind the cache folder holds (for reports)."""
+    root = cache_dir(environ)
+    if root is None or not root.is_dir():
+        return {}
+    return {d.name: sum(1 for _ in d.rglob("*") if _.is_file() and not
+                        _.name.startswith(".tmp-")) for d in root.iterdir() if d.is_dir()}
+
+
+__all__ = ["CachedObject", "Store", "cache_dir", "kernel_key", "kernel_store", "load_objects",
+           "make_key", "open_store", "read_object", "store_object"]
