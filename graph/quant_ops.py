@@ -166,3 +166,96 @@ LOWERINGS["dequantize_linear"] = _lower_dequantize
 LOWERINGS["requantize"] = _lower_requantize
 LOWERINGS["matmul_integer"] = lambda node, args: [tq.matmul_integer(args[0], args[1])]
 LOWERINGS["conv2d_integer"] = _lower_conv2d_integer
+
+
+# -- packed int8 kernels (graph/passes/quantize.py: pack_integer_kernels) ----------------------
+# `pack_int8x4(x)`, attrs axis, flip: uint8/int8 -> int32 words of 4 elements along `axis`
+# (an int8 x stored as x + 128 when flip). `matmul_int8x4(a4, w4)` and `conv2d_int8x4(x4,
+# w4)` (attrs like conv2d plus pad_word) sum dot4 products of the words (attr seven_bit:
+# every weight byte in [-64, 63]); they equal matmul_integer/conv2d_integer of the unpacked
+# operands.
+
+@_op("pack_int8x4", OpClass.INJECTIVE)
+def _infer_pack(ins, attrs):
+    x = ins[0]
+    if x.dtype not in QUANT_DTYPES:
+        raise ValueError(f"pack_int8x4 packs uint8/int8, got {x.dtype}")
+    axis = attrs["axis"]
+    shape = list(x.shape)
+    shape[axis] = (shape[axis] + 3) // 4
+    return [(tuple(shape), "int32")]
+
+
+@_op("matmul_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
+def _infer_matmul_int8x4(ins, attrs):
+    a, w = ins
+    if len(w.shape) != 2 or a.shape[-1] != w.shape[0] or "int32" != a.dtype or "int32" != w.dtype:
+        raise ValueError(f"expects packed words a[..., M, K4] and w[K4, N], got "
+                         f"{a.dtype}{list(a.shape)} and {w.dtype}{list(w.shape)}")
+    return [(tuple(a.shape[:-1]) + (w.shape[1],), "int32")]
+
+
+@_op("conv2d_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
+def _infer_conv2d_int8x4(ins, attrs):
+    x, w = ins
+    if x.shape[1] != w.shape[1] or x.dtype != "int32" or w.dtype != "int32":
+        raise ValueError(f"expects packed words x[N, C4, H, W] and w[F, C4, KH, KW], got "
+                         f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
+    n, _, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
+    ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
+    return [((n, w.shape[0], oh, ow), "int32")]
+
+
+def _unpack_words(words: np.ndarray, axis: int, dtype) -> np.ndarray:
+    """int32 words -> their bytes along `axis` (4 per word) as `dtype`."""
+    b = np.ascontiguousarray(words, np.int32)[..., None].view(dtype)   # [..., 4]
+    b = np.moveaxis(b, -1, axis + 1)
+    shape = list(words.shape)
+    shape[axis] *= 4
+    return b.reshape(shape)
+
+
+def _pack_reference(node, x):
+    axis, k = node.attrs["axis"], x.shape[node.attrs["axis"]]
+    x8 = (x.astype(np.int16) + 128).astype(np.uint8) if node.attrs["flip"] else x.view(np.uint8)
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, -k % 4)
+    x8 = np.moveaxis(np.pad(x8, pad), axis, -1)
+    words = np.ascontiguousarray(x8).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
+
+
+def _matmul_int8x4_reference(node, a, w):
+    a8 = _unpack_words(a, a.ndim - 1, np.uint8).astype(np.int64)
+    w8 = _unpack_words(w, 0, np.int8).astype(np.int64)
+    return np.matmul(a8, w8).astype(np.int32)
+
+
+def _conv2d_int8x4_reference(node, x, w):
+    attrs = dict(node.attrs)
+    word = np.array(attrs["pad_word"], np.int32)
+    x8 = _unpack_words(_pad_hw(x, attrs["pads"], word), 1, np.uint8).astype(np.int64)
+    w8 = _unpack_words(w, 1, np.int8).astype(np.int64)
+    attrs.update(pads=(0, 0, 0, 0), groups=1)
+    return _conv_nchw(x8, w8, attrs, node.outputs[0].shape[2:4]).astype(np.int32)
+
+
+IMPLS["pack_int8x4"] = _pack_reference
+IMPLS["matmul_int8x4"] = _matmul_int8x4_reference
+IMPLS["conv2d_int8x4"] = _conv2d_int8x4_reference
+LOWERINGS["pack_int8x4"] = lambda node, args: [tq.pack_int8x4(
+    args[0], node.attrs["axis"], bool(node.attrs["flip"]))]
+LOWERINGS["matmul_int8x4"] = lambda node, args: [tq.matmul_int8x4(
+    args[0], args[1], bool(node.attrs["seven_bit"]))]
+
+
+def _lower_conv2d_int8x4(node, args):
+    a = node.attrs
+    return [tq.conv2d_int8x4(args[0], args[1], int(a["pad_word"]), tuple(a["strides"]),
+                             tuple(a["pads"]), tuple(a["dilations"]), bool(a["seven_bit"]))]
+
+
+LOWERINGS["conv2d_int8x4"] = _lower_conv2d_int8x4

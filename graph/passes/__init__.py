@@ -17,7 +17,7 @@ from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
-from .quantize import fuse_quantized_kernels
+from .quantize import fuse_quantized_kernels, pack_integer_kernels
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
 from .winograd import to_winograd
@@ -33,6 +33,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
+    ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
     ("winograd", to_winograd),                  # blocked 3x3 stride-1 convs
     ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
@@ -60,6 +61,6 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> 
 
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
-           "fuse_quantized_kernels",
+           "fuse_quantized_kernels", "pack_integer_kernels",
            "optimize", "pack_conv_weights", "remove_identities", "simplify", "to_blocked_layout",
            "to_winograd", "verify_graph"]

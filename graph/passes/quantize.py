@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...te.ops import quantized as tq
 from ..ir import Graph, Node, Value
 from ..reference import run_node
 from .dce import eliminate_dead_code
@@ -281,4 +282,82 @@ def fuse_quantized_kernels(graph: Graph) -> Graph:
     nodes = []
     for node in graph.nodes:
         nodes.extend(replaced.get(node.name, [node]))
+    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+
+
+# -- packed int8 kernels -----------------------------------------------------------------------
+
+def _word(byte: int) -> int:
+    """The int32 whose 4 bytes all equal `byte` (0..255)."""
+    return int(np.full(4, byte, np.uint8).view(np.int32)[0])
+
+
+def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> list[Node]:
+    """conv2d_integer / matmul_integer with a constant int8 weight -> pack_int8x4 of the
+    activation + conv2d_int8x4 / matmul_int8x4 (dot4 intrinsics over the reduction axis
+    split by 4) [+ the int8-activation compensation]; [] when it does not apply."""
+    conv = node.op == "conv2d_integer"
+    x, w = node.inputs[0], node.inputs[1]
+    weight = graph.constants.get(w.name) if w is not None else None
+    if weight is None or weight.dtype != np.int8 or (conv and node.attrs["groups"] != 1) \
+            or (not conv and weight.ndim != 2):
+        return []
+    pad_byte = 0
+    if conv and len(node.inputs) > 2 and node.inputs[2] is not None:
+        zp = graph.constants.get(node.inputs[2].name)
+        if zp is None:
+            return []                            # a runtime zero point: keep conv2d_integer
+        pad_byte = int(np.asarray(zp).reshape(-1)[0])
+    flip = x.dtype == "int8"
+    hint = node.name
+
+    def value(shape, dtype, what):
+        return Value(namer(f"{hint}/{what}"), shape, dtype)
+
+    axis = 1 if conv else len(x.shape) - 1
+    packed_shape = list(x.shape)
+    packed_shape[axis] = (packed_shape[axis] + 3) // 4
+    xp = value(tuple(packed_shape), "int32", "x_packed")
+    nodes = [Node("pack_int8x4", (x,), (xp,), {"axis": axis, "flip": flip},
+                  namer(f"{hint}:pack_int8x4"))]
+    words = tq.pack_weight_int8x4(weight, 1 if conv else 0)
+    wp = value(words.shape, "int32", "w_packed")
+    constants[wp.name] = words
+    seven_bit = bool(weight.min() >= -64 and weight.max() <= 63)
+    out = node.outputs[0]
+    acc = value(out.shape, "int32", "acc") if flip else out
+    if conv:
+        attrs = {k: node.attrs[k] for k in ("strides", "dilations", "pads")}
+        attrs.update(pad_word=_word((pad_byte + 128) % 256 if flip else pad_byte % 256),
+                     seven_bit=seven_bit)
+        nodes.append(Node("conv2d_int8x4", (xp, wp), (acc,), attrs,
+                          namer(f"{hint}:conv2d_int8x4")))
+    else:
+        nodes.append(Node("matmul_int8x4", (xp, wp), (acc,), {"seven_bit": seven_bit},
+                          namer(f"{hint}:matmul_int8x4")))
+    if flip:    # the kernel read x + 128: take 128 * the weight sums off again
+        sums = weight.astype(np.int64).sum(axis=(1, 2, 3) if conv else 0)
+        fix = (-128 * sums).astype(np.int32).reshape((-1, 1, 1) if conv else (-1,))
+        fix_value = Value(namer(f"{hint}/flip_offset"), fix.shape, "int32")
+        constants[fix_value.name] = fix
+        nodes.append(Node("add", (acc, fix_value), (out,), {}, namer(f"{hint}:add")))
+    return nodes
+
+
+def pack_integer_kernels(graph: Graph) -> Graph:
+    """Rewrite integer convs (groups 1) and matmuls with constant int8 weights into the packed
+    dot4 kernels; others (grouped/depthwise convs, uint8 or runtime weights) stay as they
+    are."""
+    if not any(n.op in ("conv2d_integer", "matmul_integer") for n in graph.nodes):
+        return graph
+    namer = Namer(graph)
+    constants = dict(graph.constants)
+    nodes, changed = [], False
+    for node in graph.nodes:
+        new = (_pack_rewrite(node, graph, namer, constants)
+               if node.op in ("conv2d_integer", "matmul_integer") else [])
+        nodes.extend(new or [node])
+        changed = changed or bool(new)
+    if not changed:
+        return graph
     return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))

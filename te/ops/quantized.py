@@ -27,8 +27,8 @@ from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import broadcast_shape, check_tensor, read_broadcast
-from .conv import conv2d_nchw
-from .tags import BATCH_MATMUL, BROADCAST, ELEMWISE, MATMUL, PAD
+from .conv import _padded_window, conv2d_nchw
+from .tags import BATCH_MATMUL, BROADCAST, CONV2D_NCHW, ELEMWISE, MATMUL, PAD
 
 QUANT_DTYPES = ("uint8", "int8")
 
@@ -186,3 +186,117 @@ def conv2d_integer(x: Tensor, weight: Tensor, zero_point=0, stride=1,
         padded = pad_with_zero_point(x, tuple(padding), zero_point)
     return conv2d_nchw(padded, weight, stride, 0, dilation, groups, out_dtype="int32",
                        name=name or "conv2d_integer")
+
+
+# -- packed int8 kernels: the reduction axis split by 4 into int32 words -----------------------
+
+def pack_int8x4(x: Tensor, axis: int, flip_sign: bool = False,
+                name: str | None = None) -> Tensor:
+    """uint8/int8 x -> int32 words of 4 consecutive elements along `axis` (extent
+    ceil(K / 4); byte t of word k is x[4k + t], 0 past the end). With `flip_sign` an int8 x
+    is stored as the uint8 x + 128 (the dot4 intrinsics read activations as uint8; the
+    caller compensates with 128 * the weight sums)."""
+    _check_int_operand("pack_int8x4", x, "x")
+    if flip_sign and x.dtype != "int8":
+        raise TEError(f"pack_int8x4(): flip_sign is for int8 activations, '{x.name}' is "
+                      f"{x.dtype}")
+    axis = axis % x.ndim
+    k = x.shape[axis]
+    shape = x.shape[:axis] + ((k + 3) // 4,) + x.shape[axis + 1:]
+
+    def byte(idx, t):
+        src = idx[axis] * 4 + t
+        read = list(idx)
+        read[axis] = E.minimum(src, k - 1)
+        value = x(*read)
+        if flip_sign:
+            value = E.cast(value, "int32") + 128
+        else:
+            value = E.cast(E.cast(value, "uint8"), "int32") if x.dtype == "int8" \
+                else E.cast(value, "int32")
+        return E.select(src < k, value, 0) if k % 4 else value
+
+    def body(*idx):
+        # int32 arithmetic wraps: byte 3 lands in the sign bit, as a bit pattern should
+        return (byte(idx, 0) + byte(idx, 1) * 256 + byte(idx, 2) * 65536
+                + byte(idx, 3) * 16777216)
+
+    return compute(shape, body, name=name or "pack_int8x4", tag="injective")
+
+
+def pack_weight_int8x4(weight: np.ndarray, axis: int) -> np.ndarray:
+    """The compile-time twin of pack_int8x4 for a constant int8 weight: int32 words of 4
+    consecutive elements along `axis`, that axis moved innermost before packing."""
+    w = np.asarray(weight)
+    if w.dtype != np.int8:
+        raise TEError(f"pack_weight_int8x4(): expects an int8 weight, got {w.dtype}")
+    axis = axis % w.ndim
+    k = w.shape[axis]
+    pad = [(0, 0)] * w.ndim
+    pad[axis] = (0, -k % 4)
+    w = np.pad(w, pad)
+    w = np.moveaxis(w, axis, -1)
+    w = w.reshape(w.shape[:-1] + ((k + 3) // 4, 4))
+    w = np.moveaxis(w, -2, axis)                 # [..., K4 (at axis), ..., 4]
+    return np.ascontiguousarray(w).view(np.int32)[..., 0]
+
+
+def _dot4(seven_bit: bool):
+    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8
+
+
+def _check_words(op: str, *tensors: Tensor) -> None:
+    for t in tensors:
+        check_tensor(op, t)
+        if t.dtype != "int32":
+            raise TEError(f"{op}(): '{t.name}' must hold int32 words of 4 packed bytes, got "
+                          f"{t.dtype}")
+
+
+def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
+                  name: str | None = None) -> Tensor:
+    """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
+    activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
+    K). `seven_bit` promises weight bytes in [-64, 63] (a cheaper AVX2 lowering)."""
+    _check_words("matmul_int8x4", a, b)
+    if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
+        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N], got "
+                      f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
+    k = reduce_axis(b.shape[0], "k")
+    dot = _dot4(seven_bit)
+
+    def body(*idx):
+        return te_sum(dot(a(*idx[:-1], k.var), b(k.var, idx[-1])), axis=k)
+
+    shape = a.shape[:-1] + (b.shape[1],)
+    return compute(shape, body, name=name or "matmul_int8x4",
+                   tag=MATMUL if len(shape) == 2 else BATCH_MATMUL)
+
+
+def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
+                  padding=(0, 0, 0, 0), dilation=1, seven_bit: bool = False,
+                  name: str | None = None) -> Tensor:
+    """int32 out[n, f, y, x] = sum over (c4, ry, rx) of dot4(padded[n, c4, ...],
+    weight[f, c4, ry, rx]): x the packed uint8 activations [N, C4, H, W] (4 channels per
+    word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C); the padding holds `pad_word`
+    (the zero point in all 4 bytes, so padded taps cancel in the zero-point compensation)."""
+    _check_words("conv2d_int8x4", x, weight)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        raise TEError(f"conv2d_int8x4(): expects x[N, C4, H, W] and weight[F, C4, KH, KW], "
+                      f"got '{x.name}'{list(x.shape)} and '{weight.name}'"
+                      f"{list(weight.shape)}")
+    n = x.shape[0]
+    f, c4, kh, kw = weight.shape
+    padded = x
+    if any(padding):
+        padded = pad_with_zero_point(x, tuple(padding), pad_word, name="conv2d_int8x4_pad")
+    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("conv2d_int8x4", padded, kh, kw, stride,
+                                                     (0, 0, 0, 0), dilation)
+    rc, ry, rx = reduce_axis(c4, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+    dot = _dot4(seven_bit)
+
+    def body(b, k, y, xx):
+        return te_sum(dot(padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw),
+                          weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
+
+    return compute((n, f, oh, ow), body, name=name or "conv2d_int8x4", tag=CONV2D_NCHW)

@@ -62,6 +62,10 @@ def qdq_conv_model(xdtype: str, per_channel: bool, act: str | None, w_zp: int = 
     return make_model(nodes, {"x": x}, ["y"], inits, opset=19), {"x": x}, float(y_scale)
 
 
+def _integer_convs(ops) -> int:
+    return ops.get("conv2d_integer", 0) + ops.get("conv2d_int8x4", 0)
+
+
 def _assert_within_one_step(got, want, step):
     steps = np.abs(got - want) / step
     assert steps.max() <= 1.0 + 1e-3, f"off by {steps.max():.2f} steps"
@@ -75,7 +79,8 @@ def test_qdq_conv_becomes_integer_kernel(xdtype, per_channel, act, bias):
     model, feeds, step = qdq_conv_model(xdtype, per_channel, act, bias=bias)
     graph = optimize(load_onnx(model))
     ops = graph.op_counts()
-    assert ops.get("conv2d_integer") == 1 and ops.get("requantize") == 1
+    assert _integer_convs(ops) == 1 and ops.get("requantize") == 1
+    assert ops.get("conv2d_int8x4") == 1          # an int8 weight: the packed dot4 kernel
     assert not {"conv2d", "conv2d_nchwc", "conv2d_kpacked"} & set(ops)
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     _assert_within_one_step(run_reference(graph, feeds)["y"], want, step)
@@ -85,7 +90,7 @@ def test_qdq_conv_becomes_integer_kernel(xdtype, per_channel, act, bias):
 def test_grouped_qdq_conv():
     model, feeds, step = qdq_conv_model("uint8", True, "relu", groups=2)
     graph = optimize(load_onnx(model))
-    assert graph.op_counts().get("conv2d_integer") == 1
+    assert graph.op_counts().get("conv2d_integer") == 1     # grouped: not packed
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     _assert_within_one_step(kiln.compile(model, db=None, jobs=1).run(feeds)[0], want, step)
 
@@ -138,7 +143,8 @@ def test_onnxruntime_quantized_model(builder):
     q = _quantize_static(fp32, shape)
     graph = optimize(load_onnx(q))
     ops = graph.op_counts()
-    assert ops.get("conv2d_integer", 0) + ops.get("matmul_integer", 0) >= 2
+    assert _integer_convs(ops) + ops.get("matmul_integer", 0) + ops.get("matmul_int8x4",
+                                                                         0) >= 2
     assert not {"conv2d", "conv2d_nchwc", "matmul", "matmul_prepacked"} & set(ops)
     compiled = kiln.compile(q, db=None, jobs=1)
     worst_int8, worst_fp32 = 0.0, 0.0
