@@ -8,10 +8,12 @@ lowering is chosen from the Target's features, never assumed:
 - AVX2 (256-bit), SSSE3 (128-bit), AVX512-BW (512-bit without VNNI): `vpmaddubsw` multiplies
   u8 x s8 and adds adjacent pairs into int16 with signed saturation, then `vpmaddwd` against
   ones adds the pairs into int32. A pair sum reaches 2 * 255 * 128 = 65280, past int16, so
-  dot4_u8s8 splits the activation bytes a = (a & 0x7f) + 128 * (a >> 7): each half's pair
-  sums stay within int16 (2 * 127 * 128 = 32512 and 2 * 1 * 128) and the two int32 results
-  are added with weights 1 and 128: exact, at 2 vpmaddubsw + 2 vpmaddwd. dot4_u8s7 promises
-  weight bytes in [-64, 63] (pair sums within +-32640), so it takes 1 vpmaddubsw + 1 vpmaddwd.
+  dot4_u8s8 splits the activation bytes a = (a & 0x7f) + (a & 0x80): the low part's pair
+  sums stay within +-32512 and the high part's (0 or 128 times a weight) within [-32768,
+  32512], both int16, and the two int32 results are added: exact, at 2 vpmaddubsw + 2
+  vpmaddwd (a broadcast activation's masks are shared by every vector it meets).
+  dot4_u8s7 promises weight bytes in [-64, 63] (pair sums within +-32640), so it takes 1
+  vpmaddubsw + 1 vpmaddwd.
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
 A vector wider than the native width is split into native chunks and joined again.
@@ -95,10 +97,9 @@ def _maddubs(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, seven_bit: bool) -> ir
     if seven_bit:
         return bld.call(wd, [bld.call(ubsw, [a8, b8]), ones])
     low = bld.and_(a8, ir.Constant(bytes_ty, [0x7F] * (4 * lanes)))
-    high = bld.lshr(a8, ir.Constant(bytes_ty, [7] * (4 * lanes)))
+    high = bld.and_(a8, ir.Constant(bytes_ty, [0x80] * (4 * lanes)))   # 0 or 128
     sum_low = bld.call(wd, [bld.call(ubsw, [low, b8]), ones])
-    sum_high = bld.call(wd, [bld.call(ubsw, [high, b8]),
-                             ir.Constant(words_ty, [128] * (2 * lanes))])
+    sum_high = bld.call(wd, [bld.call(ubsw, [high, b8]), ones])
     return bld.add(sum_low, sum_high)
 
 
