@@ -282,7 +282,33 @@ def fuse_quantized_kernels(graph: Graph) -> Graph:
     nodes = []
     for node in graph.nodes:
         nodes.extend(replaced.get(node.name, [node]))
-    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+    graph = eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+    return graph.replace(nodes=_sink_dequantizes(graph.nodes))
+
+
+def _sink_dequantizes(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+    """Each dequantize_linear moved down to just before its first reader. Fusion seeds groups
+    in node order: a residual branch's DQ placed early would seed the residual add's group
+    and pull the other branch's requantize out of its conv's epilogue (the conv then writes
+    its int32 accumulator); placed late, the conv's group reaches the add first."""
+    readers: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for v in node.inputs:
+            if v is not None:
+                readers.setdefault(v.name, k)
+    moved: dict[int, list[Node]] = {}
+    kept = []
+    for k, node in enumerate(nodes):
+        first = readers.get(node.outputs[0].name)
+        if node.op == "dequantize_linear" and first is not None and first > k + 1:
+            moved.setdefault(first, []).append(node)
+        else:
+            kept.append((k, node))
+    out = []
+    for k, node in kept:
+        out.extend(moved.get(k, []))
+        out.append(node)
+    return tuple(out)
 
 
 # -- packed int8 kernels -----------------------------------------------------------------------
