@@ -31,9 +31,9 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold batch norm", fold_batch_norm),
     ("cancel transposes", cancel_transposes),
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
+    ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
-    ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
     ("winograd", to_winograd),                  # blocked 3x3 stride-1 convs
     ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
