@@ -32,7 +32,7 @@ import onnx
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit_json, kiln_threads, median_seconds, print_table  # noqa: E402
+from common import emit_json, kiln_threads, print_table  # noqa: E402
 
 from kiln.codegen import Target  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
@@ -151,10 +151,12 @@ def _matmul_integer_model(n: int) -> onnx.ModelProto:
     return model
 
 
-def _session(model: onnx.ModelProto, threads: int):
+def _session(model: onnx.ModelProto, threads: int, optimize: bool = True):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    if not optimize:     # the spec: QDQ run as written (float ops between Q and DQ)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
 
@@ -172,16 +174,19 @@ def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024) -> dict:
         sess = _session(model, t)
         theirs = sess.run(None, {"a": a})[0]
         exact = bool(np.array_equal(ours, a.astype(np.int32) @ model_b(model)))
-        k_s = median_seconds(lambda: compiled.run({"a": a}), repeat=repeat)
-        o_s = median_seconds(lambda: sess.run(None, {"a": a}), repeat=repeat)
-        rows.append([t, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s, exact,
-                     int(np.abs(ours.astype(np.int64) - theirs).max())])
-        out[f"gemm_{t}t"] = {"kiln_gops": round(ops / k_s / 1e9, 1),
-                             "ort_gops": round(ops / o_s / 1e9, 1),
-                             "kiln_over_ort_speed": round(o_s / k_s, 3), "exact": exact}
-    print(f"int8 GEMM {n}^3 (u8 x s8 -> s32): Kiln matmul_int8x4 vs onnxruntime MatMulInteger")
-    print_table(["threads", "kiln GOPS", "ort GOPS", "ort time / kiln time", "kiln exact",
-                 "max |kiln - ort|"], rows)
+        timed = _interleaved({"kiln": lambda: compiled.run({"a": a}),
+                              "ort": lambda: sess.run(None, {"a": a})}, repeat)
+        (k_s, k_med), (o_s, o_med) = timed["kiln"], timed["ort"]
+        rows.append([t, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s, ops / k_med / 1e9,
+                     ops / o_med / 1e9, exact, int(np.abs(ours.astype(np.int64) - theirs).max())])
+        out[f"gemm_{t}t"] = {"kiln_gops_best": round(ops / k_s / 1e9, 1),
+                             "ort_gops_best": round(ops / o_s / 1e9, 1),
+                             "kiln_gops_median": round(ops / k_med / 1e9, 1),
+                             "ort_gops_median": round(ops / o_med / 1e9, 1), "exact": exact}
+    print(f"int8 GEMM {n}^3 (u8 x s8 -> s32): Kiln matmul_int8x4 vs onnxruntime MatMulInteger "
+          "(best of interleaved runs; medians after)")
+    print_table(["threads", "kiln GOPS", "ort GOPS", "ort time / kiln time", "kiln median",
+                 "ort median", "kiln exact", "max |kiln - ort|"], rows)
     return out
 
 
@@ -196,21 +201,41 @@ MODELS = {
 }
 
 
-def _accuracy(fp32_sess, int8_sess, compiled, model, samples: int) -> dict:
-    worst_ort, worst_fp32, agree_ort, agree_fp32 = 0.0, 0.0, 0, 0
+def _top1(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0], -1).argmax(-1)
+
+
+def _accuracy(sessions: dict, compiled, model, samples: int) -> dict:
+    """Max abs error and top-1 agreement over `samples` random inputs of Kiln int8 against
+    onnxruntime int8, against the spec (onnxruntime running the QDQ/integer model with graph
+    optimizations off: DQ -> float op -> Q, no fused int8 kernels) and against fp32."""
+    pairs = {"kiln_vs_ort_int8": ("kiln", "ort_int8"), "kiln_vs_spec": ("kiln", "spec"),
+             "ort_int8_vs_spec": ("ort_int8", "spec"), "kiln_vs_fp32": ("kiln", "fp32"),
+             "ort_int8_vs_fp32": ("ort_int8", "fp32")}
+    worst = dict.fromkeys(pairs, 0.0)
+    agree = dict.fromkeys(pairs, 0)
     for feeds in random_inputs(model, samples, seed=7):
-        ours = compiled.run(feeds)[0]
-        ort_int8 = int8_sess.run(None, feeds)[0]
-        fp32 = fp32_sess.run(None, feeds)[0]
-        worst_ort = max(worst_ort, float(np.abs(ours - ort_int8).max()))
-        worst_fp32 = max(worst_fp32, float(np.abs(ort_int8 - fp32).max()))
-        agree_ort += bool(np.array_equal(ours.reshape(ours.shape[0], -1).argmax(-1),
-                                         ort_int8.reshape(ours.shape[0], -1).argmax(-1)))
-        agree_fp32 += bool(np.array_equal(ort_int8.reshape(ours.shape[0], -1).argmax(-1),
-                                          fp32.reshape(ours.shape[0], -1).argmax(-1)))
-    return {"max_abs_kiln_vs_ort_int8": worst_ort, "max_abs_ort_int8_vs_fp32": worst_fp32,
-            "top1_kiln_vs_ort_int8": agree_ort / samples,
-            "top1_ort_int8_vs_fp32": agree_fp32 / samples}
+        outs = {"kiln": compiled.run(feeds)[0]}
+        outs.update({k: sess.run(None, feeds)[0] for k, sess in sessions.items()})
+        for key, (a, b) in pairs.items():
+            worst[key] = max(worst[key], float(np.abs(outs[a] - outs[b]).max()))
+            agree[key] += bool(np.array_equal(_top1(outs[a]), _top1(outs[b])))
+    return {**{f"max_abs_{k}": round(v, 4) for k, v in worst.items()},
+            **{f"top1_{k}": agree[k] / samples for k in pairs}}
+
+
+def _interleaved(fns: dict, repeat: int) -> dict:
+    """(best, median) seconds of each callable, timed in turns so they share the noise."""
+    time.sleep(0.3)
+    for fn in fns.values():
+        fn()
+    times = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return {k: (min(v), statistics.median(v)) for k, v in times.items()}
 
 
 def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int) -> dict:
@@ -225,37 +250,42 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
             int8 = onnx.load(dst)
         feeds = random_inputs(fp32, 1, seed=11)[0]
         entry = {}
-        for t in threads:
-            start = time.perf_counter()
-            with kiln_threads(t):
-                ours = compile_model(int8, db=db, threads=t)
-                ours_fp32 = compile_model(fp32, db=db, threads=t)
+        start = time.perf_counter()          # compiled once, run at each thread count
+        with kiln_threads(max(threads)):
+            ours = compile_model(int8, db=db, threads=max(threads))
             compile_s = time.perf_counter() - start
+            ours_fp32 = compile_model(fp32, db=db, threads=max(threads))
+        print(f"{name}: int8 compiled in {compile_s:.0f} s", flush=True)
+        for t in threads:
+            ours.set_num_threads(t)
+            ours_fp32.set_num_threads(t)
             int8_sess, fp32_sess = _session(int8, t), _session(fp32, t)
-            k8 = median_seconds(lambda: ours.run(feeds), repeat=repeat)
-            o8 = median_seconds(lambda: int8_sess.run(None, feeds), repeat=repeat)
-            k32 = median_seconds(lambda: ours_fp32.run(feeds), repeat=repeat)
-            o32 = median_seconds(lambda: fp32_sess.run(None, feeds), repeat=repeat)
-            entry[f"{t}t"] = {"kiln_int8_ms": round(k8 * 1e3, 3),
-                              "ort_int8_ms": round(o8 * 1e3, 3),
-                              "kiln_fp32_ms": round(k32 * 1e3, 3),
-                              "ort_fp32_ms": round(o32 * 1e3, 3),
-                              "kiln_int8_over_ort_int8": round(k8 / o8, 3),
-                              "compile_s": round(compile_s, 1)}
-            rows.append([name, t, k8 * 1e3, o8 * 1e3, k8 / o8, k32 * 1e3, o32 * 1e3])
+            timed = _interleaved({"kiln_int8": lambda: ours.run(feeds),
+                                  "ort_int8": lambda: int8_sess.run(None, feeds),
+                                  "kiln_fp32": lambda: ours_fp32.run(feeds),
+                                  "ort_fp32": lambda: fp32_sess.run(None, feeds)}, repeat)
+            entry[f"{t}t"] = {f"{k}_ms_{which}": round(v[i] * 1e3, 3) for k, v in timed.items()
+                              for i, which in ((0, "best"), (1, "median"))}
+            entry[f"{t}t"]["compile_s"] = round(compile_s, 1)
+            best = {k: v[0] * 1e3 for k, v in timed.items()}
+            rows.append([name, t, best["kiln_int8"], best["ort_int8"],
+                         best["kiln_int8"] / best["ort_int8"], best["kiln_fp32"],
+                         best["ort_fp32"], timed["kiln_int8"][1] * 1e3,
+                         timed["ort_int8"][1] * 1e3])
             if t == threads[0]:
-                entry["accuracy"] = _accuracy(fp32_sess, int8_sess, ours, fp32, samples)
+                spec = _session(int8, t, optimize=False)
+                entry["accuracy"] = _accuracy({"ort_int8": int8_sess, "spec": spec,
+                                               "fp32": fp32_sess}, ours, fp32, samples)
         out[name] = entry
-    print("quantized models: latency (ms, median), Kiln int8 vs onnxruntime int8 and fp32")
+    print("quantized models: latency in ms (best of the interleaved runs; medians last)")
     print_table(["model", "threads", "kiln int8", "ort int8", "kiln/ort int8", "kiln fp32",
-                 "ort fp32"], rows)
-    print("accuracy on random inputs (max abs error, top-1 agreement)")
-    print_table(["model", "max|kiln-ort int8|", "max|ort int8-fp32|", "top1 kiln=ort int8",
-                 "top1 ort int8=fp32"],
-                [[n, e["accuracy"]["max_abs_kiln_vs_ort_int8"],
-                  e["accuracy"]["max_abs_ort_int8_vs_fp32"],
-                  e["accuracy"]["top1_kiln_vs_ort_int8"],
-                  e["accuracy"]["top1_ort_int8_vs_fp32"]] for n, e in out.items()])
+                 "ort fp32", "kiln int8 median", "ort int8 median"], rows)
+    print("accuracy on random inputs: max abs error / top-1 agreement")
+    keys = ["kiln_vs_spec", "kiln_vs_ort_int8", "ort_int8_vs_spec", "ort_int8_vs_fp32",
+            "kiln_vs_fp32"]
+    print_table(["model"] + keys, [[n] + [f"{e['accuracy']['max_abs_' + k]:.3f} / "
+                                          f"{e['accuracy']['top1_' + k]:.2f}" for k in keys]
+                                   for n, e in out.items()])
     return out
 
 
@@ -265,7 +295,7 @@ def main() -> None:
     parser.add_argument("--models", default="resnet18,mobilenetv2,bert")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--samples", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")
     args = parser.parse_args()
