@@ -62,6 +62,7 @@ class ModuleContext:
     parallel: str                  # "kiln", "gomp" or "serial" (codegen.runtime.backend)
     threads_global: ir.GlobalVariable | None = None
     pool_global: ir.GlobalVariable | None = None
+    target: Target | None = None   # for intrinsics lowered by CPU feature (codegen/dot4.py)
     _counter: int = field(default=0)
 
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -141,7 +142,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
     sym = symbol_name(func.name)
     module = ir.Module(name=sym)
     module.triple = target.triple
-    ctx = ModuleContext(module, sym, fastmath, parallel)
+    ctx = ModuleContext(module, sym, fastmath, parallel, target=target)
     gv = ir.GlobalVariable(module, T.I32, threads_symbol(sym))
     gv.initializer = ir.Constant(T.I32, 1)
     ctx.threads_global = gv

@@ -11,12 +11,13 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from . import llvm_types as T
+from .dot4 import emit_dot4
 
 _LIBM64 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "log1p": "log1p",
            "expm1": "expm1", "sin": "sin", "cos": "cos", "pow": "pow"}
 _LIBM32 = {"log1p": "log1pf", "expm1": "expm1f", "sin": "sinf", "cos": "cosf", "pow": "powf"}
 _POLY32 = ("exp", "log", "tanh", "erf", "sigmoid")
-_ARITY = {"pow": 2}
+_ARITY = {"pow": 2, "dot4_u8s8": 2, "dot4_u8s7": 2}
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -47,6 +48,8 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
     if len(args) != _ARITY.get(name, 1):
         raise CodegenError(f"intrinsic {name} takes {_ARITY.get(name, 1)} argument(s), got "
                            f"{len(args)} in {call}")
+    if name in ("dot4_u8s8", "dot4_u8s7"):
+        return emit_dot4(em, name, args[0], args[1])
     x, ty = args[0], args[0].type
     module = bld.module
     if name == "abs" and not dtype.startswith("float"):

@@ -20,6 +20,7 @@ from ..te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
 from . import ops
 from .ir import Graph, Node, Value
 from .onnx_ops import CONVERTERS
+from .onnx_quant_ops import converter_key
 from .reference import run_node
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def check_supported(model: onnx.ModelProto, opset: int) -> None:
     """Raise one UnsupportedOperatorError listing every unsupported op type and its nodes."""
     missing: dict[str, list[str]] = {}
     for k, node in enumerate(model.graph.node):
-        if node.domain not in _ONNX_DOMAINS or node.op_type not in CONVERTERS:
+        if converter_key(node.domain, node.op_type) not in CONVERTERS:
             label = node.op_type if node.domain in _ONNX_DOMAINS else \
                 f"{node.domain}.{node.op_type}"
             missing.setdefault(label, []).append(node.name or f"#{k}")
@@ -207,7 +208,8 @@ class ConvertContext:
                 val = tuple(v.decode() if isinstance(v, bytes) else v for v in val)
             attrs[a.name] = val
         try:
-            result = CONVERTERS[node.op_type](self, *inputs, **attrs)
+            result = CONVERTERS[converter_key(node.domain, node.op_type)](self, *inputs,
+                                                                         **attrs)
         except TypeError as exc:
             raise ModelFormatError(f"node '{self.node_name}' ({node.op_type}, opset "
                                    f"{self.opset}) has inputs/attributes Kiln does not expect: "

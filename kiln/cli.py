@@ -1,4 +1,4 @@
-"""The `kiln` command line: tune, compile, bench, logs. The CLI owns the terminal (rich)."""
+"""The `kiln` command line: tune, compile, bench, quantize, logs. The CLI owns the terminal (rich)."""
 from __future__ import annotations
 
 import argparse
@@ -139,6 +139,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_quantize(args) -> int:
+    from .quantize import quantize_model
+    out = quantize_model(args.model, args.output, mode=args.mode, calibrate=args.calibrate,
+                         random=args.random, per_channel=not args.per_tensor)
+    console.print(f"wrote {out} ({args.mode} int8, via onnxruntime.quantization)")
+    return 0
+
+
 def _print_comparison(model: str, compiled, repeat: int = 20) -> None:
     """Kiln vs the numpy executor vs onnxruntime on one random input, latency and error."""
     from .bench import compare_model
@@ -246,6 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("model", nargs="?")
     bench.add_argument("--repeat", type=int, default=20)
     bench.set_defaults(func=cmd_bench)
+
+    quant = sub.add_parser("quantize", help="an int8 model via onnxruntime.quantization "
+                           "(static QDQ per-channel, or dynamic for transformers)")
+    quant.add_argument("model")
+    quant.add_argument("-o", "--output", required=True, help="output .onnx path")
+    quant.add_argument("--mode", default="static", choices=("static", "dynamic"),
+                       help="static: QDQ calibrated activations (CNNs); dynamic: activations "
+                            "quantized at run time (transformers)")
+    source = quant.add_mutually_exclusive_group()
+    source.add_argument("--calibrate", metavar="DIR", help="calibrate on the .npy/.npz files "
+                        "of DIR (one sample each; .npz keyed by input name)")
+    source.add_argument("--random", type=int, default=8, metavar="N",
+                        help="calibrate on N random normal inputs (default 8)")
+    quant.add_argument("--per-tensor", action="store_true",
+                       help="one weight scale per tensor (default: per output channel)")
+    quant.set_defaults(func=cmd_quantize)
 
     logs = sub.add_parser("logs", help="what the tuning database holds")
     logs.add_argument("--json", action="store_true", help="one JSON object per task")

@@ -11,12 +11,15 @@ import numpy as np
 
 from ..te import expr as E
 from ..te.errors import LoweringError
+from ..te.reference import dot4_u8s8_reference
 from .ir import Allocate, BufferLoad, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Store
 
 _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
           "tanh": math.tanh, "erf": math.erf, "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
           "pow": math.pow, "abs": abs, "floor": math.floor, "ceil": math.ceil, "round": round,
-          "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1}
+          "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1,
+          "dot4_u8s8": lambda a, b: int(dot4_u8s8_reference(a, b)),
+          "dot4_u8s7": lambda a, b: int(dot4_u8s8_reference(a, b))}
 
 
 def interpret(func: PrimFunc, *arrays: np.ndarray) -> None:

@@ -228,7 +228,12 @@ class Call(Expr):
 
 
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
-              "ceil", "round", "sin", "cos", "log1p", "expm1")
+              "ceil", "round", "sin", "cos", "log1p", "expm1", "dot4_u8s8", "dot4_u8s7")
+# Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
+# dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
+# dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
+# use an instruction whose 16-bit pair sums would saturate otherwise (AVX2 vpmaddubsw).
+INT_INTRINSICS = ("dot4_u8s8", "dot4_u8s7")
 
 
 class IterKind(enum.Enum):
@@ -490,6 +495,11 @@ def call(name: str, *args) -> Expr:
     if name not in INTRINSICS:
         raise TEError(f"unknown intrinsic {name!r}; known: {', '.join(INTRINSICS)}")
     exprs = [_as_expr(a) for a in args]
+    if name in INT_INTRINSICS:
+        if len(exprs) != 2 or any(e.dtype != "int32" for e in exprs):
+            raise TEError(f"intrinsic {name} takes two int32 words of 4 packed bytes, got "
+                          f"{', '.join(e.dtype for e in exprs)}")
+        return Call("int32", name, tuple(exprs))
     if len(exprs) == 2:
         exprs = list(_binary_operands(*exprs))
     dtype = exprs[0].dtype
@@ -509,6 +519,8 @@ def power(x, y): return call("pow", x, y)
 def floor(x): return call("floor", x)
 def ceil(x): return call("ceil", x)
 def round(x): return call("round", x)  # noqa: A001 - TVM's name
+def dot4_u8s8(a, b): return call("dot4_u8s8", a, b)
+def dot4_u8s7(a, b): return call("dot4_u8s7", a, b)
 def sin(x): return call("sin", x)
 def cos(x): return call("cos", x)
 

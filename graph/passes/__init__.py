@@ -17,6 +17,7 @@ from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
+from .quantize import fuse_quantized_kernels, pack_integer_kernels
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
 from .winograd import to_winograd
@@ -24,11 +25,13 @@ from .winograd import to_winograd
 log = logging.getLogger(__name__)
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
+    ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),
     ("fold batch norm", fold_batch_norm),
     ("cancel transposes", cancel_transposes),
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
+    ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
@@ -58,5 +61,6 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> 
 
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
+           "fuse_quantized_kernels", "pack_integer_kernels",
            "optimize", "pack_conv_weights", "remove_identities", "simplify", "to_blocked_layout",
            "to_winograd", "verify_graph"]

@@ -1,0 +1,317 @@
+"""int8: the integer dot-product peak, the int8 GEMM, and quantized models vs onnxruntime int8.
+
+    python benchmarks/int8.py [--parts peak,gemm,models] [--models resnet18,mobilenetv2,bert]
+                              [--threads 1,2] [--samples 100] [--db PATH] [--repeat 7]
+
+- peak: chains of the target's u8 x s8 -> s32 dot instruction with no loads (vpdpbusd with
+  AVX512-VNNI; else vpmaddubsw + vpmaddwd, the pair Kiln's exact AVX2 lowering uses twice per
+  dot4), one and two OS threads: GOPS (2 ops per multiply-add) of the instruction alone.
+- gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
+  space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run.
+- models: the builders of graph/models.py quantized by onnxruntime.quantization (ResNet-18 and
+  MobileNetV2 static QDQ per-channel, calibrated on 8 random inputs; the BERT-like encoder
+  dynamic), Kiln int8 vs onnxruntime int8 vs Kiln fp32 latency; accuracy on `samples` random
+  inputs: max abs error and top-1 agreement of Kiln int8 against onnxruntime int8 and of
+  onnxruntime int8 against fp32.
+Prints tables and, as the last line, one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import llvmlite.ir as ir
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit_json, kiln_threads, print_table  # noqa: E402
+
+from kiln.codegen import Target  # noqa: E402
+from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
+from kiln.codegen.jit import compile_module  # noqa: E402
+from kiln.graph import models  # noqa: E402
+from kiln.graph.compile import compile_model  # noqa: E402
+from kiln.quantize import quantize_model, random_inputs  # noqa: E402
+
+CHAINS = 12
+ITERATIONS = 1 << 21
+
+
+def build_dot_loop(target: Target, chains: int = CHAINS):
+    """`void dot_loop(i64 n, i32* out)`: n rounds of `chains` independent dot steps at the
+    widest width the target has; returns (module, ops per round, instruction name)."""
+    lanes, how = dot4_strategies(target_features(target))[0]
+    i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
+    v32, v16, v8 = ir.VectorType(i32, lanes), ir.VectorType(i16, 2 * lanes), \
+        ir.VectorType(i8, 4 * lanes)
+    module = ir.Module(name="dot_peak")
+    module.triple = target.triple
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i32.as_pointer()]),
+                     "dot_loop")
+    if how == "vnni":
+        dp = ir.Function(module, ir.FunctionType(v32, [v32, v32, v32]),
+                         f"llvm.x86.avx512.vpdpbusd.{lanes * 32}")
+    else:
+        names = {8: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+                 16: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+                 4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd")}[lanes]
+        ubsw = ir.Function(module, ir.FunctionType(v16, [v8, v8]), names[0])
+        wd = ir.Function(module, ir.FunctionType(v32, [v16, v16]), names[1])
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    # operands come through a volatile-free opaque value so LLVM cannot fold the chains
+    a_word = b.bitcast(ir.Constant(v32, [0x01020304] * lanes), v8)
+    b_word = b.bitcast(ir.Constant(v32, [0x01FF0203] * lanes), v8)
+    ones = ir.Constant(v16, [1] * (2 * lanes))
+    b.branch(loop)
+    b.position_at_end(loop)
+    counter = b.phi(i64)
+    accs = [b.phi(v32) for _ in range(chains)]
+    nxt = []
+    for acc in accs:
+        if how == "vnni":
+            nxt.append(b.call(dp, [acc, b.bitcast(a_word, v32), b.bitcast(b_word, v32)]))
+        else:   # acc += pmaddwd(pmaddubsw(acc bytes, b), 1): a dependent chain per register
+            pairs = b.call(ubsw, [b.bitcast(acc, v8), b_word])
+            nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
+    step = b.add(counter, ir.Constant(i64, 1))
+    counter.add_incoming(ir.Constant(i64, 0), entry)
+    counter.add_incoming(step, loop)
+    for k, (acc, new) in enumerate(zip(accs, nxt)):
+        acc.add_incoming(ir.Constant(v32, [k + 1] * lanes), entry)
+        acc.add_incoming(new, loop)
+    b.cbranch(b.icmp_unsigned("<", step, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = nxt[0]
+    for value in nxt[1:]:
+        total = b.add(total, value)
+    b.store(b.extract_element(total, ir.Constant(i32, 0)), fn.args[1])
+    b.ret_void()
+    name = "vpdpbusd" if how == "vnni" else "vpmaddubsw+vpmaddwd"
+    return module, 2 * 4 * lanes * chains, name   # 4 multiply-adds per int32 lane
+
+
+def run_threads(fn, threads: int, iterations: int) -> float:
+    """Seconds for `threads` OS threads each running `iterations` rounds at once."""
+    import threading
+    outs = [ctypes.c_int32() for _ in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def work(k):
+        barrier.wait()
+        fn(iterations, ctypes.byref(outs[k]))
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in pool:
+        t.join()
+    return time.perf_counter() - start
+
+
+def bench_peak(target: Target, repeat: int) -> dict:
+    module, ops_per_round, name = build_dot_loop(target)
+    compiled = compile_module(module, target)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32))(
+        compiled.address("dot_loop"))
+    outs = {"instruction": name}
+    rows = []
+    for threads in (1, 2):
+        run_threads(fn, threads, ITERATIONS // 8)
+        times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
+        gops = threads * ITERATIONS * ops_per_round / 1e9
+        outs[f"peak_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
+        outs[f"peak_gops_{threads}t_best"] = round(gops / min(times), 1)
+        rows.append([threads, gops / statistics.median(times), gops / min(times)])
+    print(f"int8 dot peak ({name}, {CHAINS} chains)")
+    print_table(["threads", "GOPS (median)", "GOPS (best)"], rows)
+    return outs
+
+
+def _matmul_integer_model(n: int) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "mmi",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
+        initializer=[onnx.numpy_helper.from_array(
+            np.random.default_rng(1).integers(-128, 128, (n, n)).astype(np.int8), "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _session(model: onnx.ModelProto, threads: int, optimize: bool = True):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    if not optimize:     # the spec: QDQ run as written (float ops between Q and DQ)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024) -> dict:
+    """MatMulInteger n^3 through Kiln's frontend (-> matmul_int8x4) vs onnxruntime."""
+    model = _matmul_integer_model(n)
+    a = np.random.default_rng(0).integers(0, 256, (n, n)).astype(np.uint8)
+    ops = 2.0 * n ** 3
+    rows, out = [], {}
+    for t in threads:
+        with kiln_threads(t):
+            compiled = compile_model(model, db=db, threads=t)
+        ours = compiled.run({"a": a})[0]
+        sess = _session(model, t)
+        theirs = sess.run(None, {"a": a})[0]
+        exact = bool(np.array_equal(ours, a.astype(np.int32) @ model_b(model)))
+        timed = _interleaved({"kiln": lambda: compiled.run({"a": a}),
+                              "ort": lambda: sess.run(None, {"a": a})}, repeat)
+        (k_s, k_med), (o_s, o_med) = timed["kiln"], timed["ort"]
+        rows.append([t, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s, ops / k_med / 1e9,
+                     ops / o_med / 1e9, exact, int(np.abs(ours.astype(np.int64) - theirs).max())])
+        out[f"gemm_{t}t"] = {"kiln_gops_best": round(ops / k_s / 1e9, 1),
+                             "ort_gops_best": round(ops / o_s / 1e9, 1),
+                             "kiln_gops_median": round(ops / k_med / 1e9, 1),
+                             "ort_gops_median": round(ops / o_med / 1e9, 1), "exact": exact}
+    print(f"int8 GEMM {n}^3 (u8 x s8 -> s32): Kiln matmul_int8x4 vs onnxruntime MatMulInteger "
+          "(best of interleaved runs; medians after)")
+    print_table(["threads", "kiln GOPS", "ort GOPS", "ort time / kiln time", "kiln median",
+                 "ort median", "kiln exact", "max |kiln - ort|"], rows)
+    return out
+
+
+def model_b(model: onnx.ModelProto) -> np.ndarray:
+    return onnx.numpy_helper.to_array(model.graph.initializer[0]).astype(np.int32)
+
+
+MODELS = {
+    "resnet18": (lambda: models.resnet18_like(image_size=224), "static"),
+    "mobilenetv2": (lambda: models.mobilenetv2_like(image_size=224), "static"),
+    "bert": (lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2), "dynamic"),
+}
+
+
+def _top1(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0], -1).argmax(-1)
+
+
+def _accuracy(sessions: dict, compiled, model, samples: int) -> dict:
+    """Max abs error and top-1 agreement over `samples` random inputs of Kiln int8 against
+    onnxruntime int8, against the spec (onnxruntime running the QDQ/integer model with graph
+    optimizations off: DQ -> float op -> Q, no fused int8 kernels) and against fp32."""
+    pairs = {"kiln_vs_ort_int8": ("kiln", "ort_int8"), "kiln_vs_spec": ("kiln", "spec"),
+             "ort_int8_vs_spec": ("ort_int8", "spec"), "kiln_vs_fp32": ("kiln", "fp32"),
+             "ort_int8_vs_fp32": ("ort_int8", "fp32")}
+    worst = dict.fromkeys(pairs, 0.0)
+    agree = dict.fromkeys(pairs, 0)
+    for feeds in random_inputs(model, samples, seed=7):
+        outs = {"kiln": compiled.run(feeds)[0]}
+        outs.update({k: sess.run(None, feeds)[0] for k, sess in sessions.items()})
+        for key, (a, b) in pairs.items():
+            worst[key] = max(worst[key], float(np.abs(outs[a] - outs[b]).max()))
+            agree[key] += bool(np.array_equal(_top1(outs[a]), _top1(outs[b])))
+    return {**{f"max_abs_{k}": round(v, 4) for k, v in worst.items()},
+            **{f"top1_{k}": agree[k] / samples for k in pairs}}
+
+
+def _interleaved(fns: dict, repeat: int) -> dict:
+    """(best, median) seconds of each callable, timed in turns so they share the noise."""
+    time.sleep(0.3)
+    for fn in fns.values():
+        fn()
+    times = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return {k: (min(v), statistics.median(v)) for k, v in times.items()}
+
+
+def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int) -> dict:
+    out, rows = {}, []
+    for name in names:
+        build, mode = MODELS[name]
+        fp32 = build()
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = os.path.join(tmp, "m.onnx"), os.path.join(tmp, "q.onnx")
+            onnx.save(fp32, src)
+            quantize_model(src, dst, mode=mode, random=8)
+            int8 = onnx.load(dst)
+        feeds = random_inputs(fp32, 1, seed=11)[0]
+        entry = {}
+        start = time.perf_counter()          # compiled once, run at each thread count
+        with kiln_threads(max(threads)):
+            ours = compile_model(int8, db=db, threads=max(threads))
+            compile_s = time.perf_counter() - start
+            ours_fp32 = compile_model(fp32, db=db, threads=max(threads))
+        print(f"{name}: int8 compiled in {compile_s:.0f} s", flush=True)
+        for t in threads:
+            ours.set_num_threads(t)
+            ours_fp32.set_num_threads(t)
+            int8_sess, fp32_sess = _session(int8, t), _session(fp32, t)
+            timed = _interleaved({"kiln_int8": lambda: ours.run(feeds),
+                                  "ort_int8": lambda: int8_sess.run(None, feeds),
+                                  "kiln_fp32": lambda: ours_fp32.run(feeds),
+                                  "ort_fp32": lambda: fp32_sess.run(None, feeds)}, repeat)
+            entry[f"{t}t"] = {f"{k}_ms_{which}": round(v[i] * 1e3, 3) for k, v in timed.items()
+                              for i, which in ((0, "best"), (1, "median"))}
+            entry[f"{t}t"]["compile_s"] = round(compile_s, 1)
+            best = {k: v[0] * 1e3 for k, v in timed.items()}
+            rows.append([name, t, best["kiln_int8"], best["ort_int8"],
+                         best["kiln_int8"] / best["ort_int8"], best["kiln_fp32"],
+                         best["ort_fp32"], timed["kiln_int8"][1] * 1e3,
+                         timed["ort_int8"][1] * 1e3])
+            if t == threads[0]:
+                spec = _session(int8, t, optimize=False)
+                entry["accuracy"] = _accuracy({"ort_int8": int8_sess, "spec": spec,
+                                               "fp32": fp32_sess}, ours, fp32, samples)
+        out[name] = entry
+    print("quantized models: latency in ms (best of the interleaved runs; medians last)")
+    print_table(["model", "threads", "kiln int8", "ort int8", "kiln/ort int8", "kiln fp32",
+                 "ort fp32", "kiln int8 median", "ort int8 median"], rows)
+    print("accuracy on random inputs: max abs error / top-1 agreement")
+    keys = ["kiln_vs_spec", "kiln_vs_ort_int8", "ort_int8_vs_spec", "ort_int8_vs_fp32",
+            "kiln_vs_fp32"]
+    print_table(["model"] + keys, [[n] + [f"{e['accuracy']['max_abs_' + k]:.3f} / "
+                                          f"{e['accuracy']['top1_' + k]:.2f}" for k in keys]
+                                   for n, e in out.items()])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="peak,gemm,models")
+    parser.add_argument("--models", default="resnet18,mobilenetv2,bert")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--db", default=None, help="tuning database (default: none, the "
+                        "search space's default schedules)")
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    threads = [int(t) for t in args.threads.split(",")]
+    target = Target.native()
+    figures = {"cpu": target.cpu}
+    if "peak" in parts:
+        figures["peak"] = bench_peak(target, args.repeat)
+    if "gemm" in parts:
+        figures["gemm"] = bench_gemm(threads, args.db, args.repeat)
+    if "models" in parts:
+        figures["models"] = bench_models(args.models.split(","), threads, args.db,
+                                         args.repeat, args.samples)
+    emit_json(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The integer dot-product intrinsics dot4_u8s8 / dot4_u8s7 (te.expr) as LLVM IR.
+
+Each int32 lane holds 4 packed bytes; the result lane is sum_t uint8(a_t) * int8(b_t). The
+lowering is chosen from the Target's features, never assumed:
+
+- AVX512-VNNI (`avx512vnni`; 256-bit lanes need `avx512vl` too) or AVX-VNNI (`avxvnni`,
+  256-bit): one `vpdpbusd` per native vector, exact for both intrinsics.
+- AVX2 (256-bit), SSSE3 (128-bit), AVX512-BW (512-bit without VNNI): `vpmaddubsw` multiplies
+  u8 x s8 and adds adjacent pairs into int16 with signed saturation, then `vpmaddwd` against
+  ones adds the pairs into int32. A pair sum reaches 2 * 255 * 128 = 65280, past int16, so
+  dot4_u8s8 splits the activation bytes a = (a & 0x7f) + (a & 0x80): the low part's pair
+  sums stay within +-32512 and the high part's (0 or 128 times a weight) within [-32768,
+  32512], both int16, and the two int32 results are added: exact, at 2 vpmaddubsw + 2
+  vpmaddwd (a broadcast activation's masks are shared by every vector it meets).
+  dot4_u8s7 promises weight bytes in [-64, 63] (pair sums within +-32640), so it takes 1
+  vpmaddubsw + 1 vpmaddwd.
+- Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
+  products in plain LLVM IR (exact; LLVM vectorizes it as it can).
+A vector wider than the native width is split into native chunks and joined again.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from . import llvm_types as T
+
+I8, I16 = ir.IntType(8), ir.IntType(16)
+
+
+# CPUs whose defaults include the VNNI extensions (target strings such as
+# "llvm -mcpu=znver4" spell no features; "-mattr=-avx512vnni" still turns it off).
+_AVX512_VNNI_CPUS = frozenset({"cascadelake", "cooperlake", "icelake-client", "icelake-server",
+                               "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+                               "graniterapids", "znver4", "znver5"})
+_AVX_VNNI_CPUS = frozenset({"alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+                            "sapphirerapids", "emeraldrapids", "graniterapids", "znver5"})
+
+
+def target_features(target) -> set[str]:
+    """The target's features in effect, with the VNNI extensions its CPU implies."""
+    if target is None:
+        return set()
+    feats = set(target.feature_set())
+    explicit = {f[1:]: f[0] == "+" for f in target.features.split(",") if f}
+    for name, cpus in (("avx512vnni", _AVX512_VNNI_CPUS), ("avxvnni", _AVX_VNNI_CPUS)):
+        if target.cpu in cpus and explicit.get(name, True):
+            feats.add(name)
+    return feats
+
+
+def dot4_strategies(feats: set[str]) -> list[tuple[int, str]]:
+    """(int32 lanes per instruction, "vnni" | "madd") in order of preference."""
+    out = []
+    if "avx512vnni" in feats and "avx512f" in feats:
+        out.append((16, "vnni"))
+    if "avxvnni" in feats or ("avx512vnni" in feats and "avx512vl" in feats):
+        out.append((8, "vnni"))
+    if "avx512bw" in feats:
+        out.append((16, "madd"))
+    if "avx2" in feats:
+        out.append((8, "madd"))
+    if "ssse3" in feats or "avx" in feats:
+        out.append((4, "madd"))
+    return out
+
+
+def _declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+def _vnni(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    lanes = a.type.count
+    ty = ir.VectorType(T.I32, lanes)
+    fn = _declare(bld.module, f"llvm.x86.avx512.vpdpbusd.{lanes * 32}", ty, [ty, ty, ty])
+    return bld.call(fn, [ir.Constant(ty, None), a, b])
+
+
+_MADD = {  # int32 lanes -> (pmaddubsw, pmaddwd) intrinsic names
+    4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd"),
+    8: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+    16: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+}
+
+
+def _maddubs(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, seven_bit: bool) -> ir.Value:
+    lanes = a.type.count
+    bytes_ty, words_ty = ir.VectorType(I8, 4 * lanes), ir.VectorType(I16, 2 * lanes)
+    dwords_ty = ir.VectorType(T.I32, lanes)
+    ubsw_name, wd_name = _MADD[lanes]
+    ubsw = _declare(bld.module, ubsw_name, words_ty, [bytes_ty, bytes_ty])
+    wd = _declare(bld.module, wd_name, dwords_ty, [words_ty, words_ty])
+    a8, b8 = bld.bitcast(a, bytes_ty), bld.bitcast(b, bytes_ty)
+    ones = ir.Constant(words_ty, [1] * (2 * lanes))
+    if seven_bit:
+        return bld.call(wd, [bld.call(ubsw, [a8, b8]), ones])
+    low = bld.and_(a8, ir.Constant(bytes_ty, [0x7F] * (4 * lanes)))
+    high = bld.and_(a8, ir.Constant(bytes_ty, [0x80] * (4 * lanes)))   # 0 or 128
+    sum_low = bld.call(wd, [bld.call(ubsw, [low, b8]), ones])
+    sum_high = bld.call(wd, [bld.call(ubsw, [high, b8]), ones])
+    return bld.add(sum_low, sum_high)
+
+
+def _generic(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    lanes = a.type.count
+    bytes_ty = ir.VectorType(I8, 4 * lanes)
+    wide_ty = ir.VectorType(T.I32, 4 * lanes)
+    prods = bld.mul(bld.zext(bld.bitcast(a, bytes_ty), wide_ty),
+                    bld.sext(bld.bitcast(b, bytes_ty), wide_ty))
+    total = None
+    for t in range(4):
+        part = bld.shuffle_vector(prods, ir.Constant(wide_ty, None),
+                                  ir.Constant(ir.VectorType(T.I32, lanes),
+                                              [4 * lane + t for lane in range(lanes)]))
+        total = part if total is None else bld.add(total, part)
+    return total
+
+
+def _chunks(bld: ir.IRBuilder, v: ir.Value, size: int) -> list[ir.Value]:
+    lanes = v.type.count
+    if lanes == size:
+        return [v]
+    undef = ir.Constant(v.type, None)
+    return [bld.shuffle_vector(v, undef, ir.Constant(ir.VectorType(T.I32, size),
+                                                     list(range(k, k + size))))
+            for k in range(0, lanes, size)]
+
+
+def _join(bld: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
+    """Concatenate equal-width chunks (an odd count is padded with an undef chunk, whose
+    lanes are dropped at the end)."""
+    lanes = sum(p.type.count for p in parts)
+    while len(parts) > 1:
+        if len(parts) % 2:
+            parts = parts + [ir.Constant(parts[-1].type, None)]
+        joined = []
+        for x, y in zip(parts[::2], parts[1::2]):
+            n = x.type.count + y.type.count
+            joined.append(bld.shuffle_vector(x, y, ir.Constant(ir.VectorType(T.I32, n),
+                                                               list(range(n)))))
+        parts = joined
+    out = parts[0]
+    if out.type.count != lanes:
+        out = bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
+            ir.VectorType(T.I32, lanes), list(range(lanes))))
+    return out
+
+
+def emit_dot4(em, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    """dot4_u8s8 / dot4_u8s7 of int32 scalars or vectors `a`, `b` (same type)."""
+    bld = em.builder
+    scalar = not T.is_vector(a)
+    if scalar:
+        a = bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), a,
+                               ir.Constant(T.I32, 0))
+        b = bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), b,
+                               ir.Constant(T.I32, 0))
+    lanes = a.type.count
+    fits = [(size, how) for size, how in dot4_strategies(target_features(
+        getattr(em.mod, "target", None))) if lanes % size == 0]
+    if not fits:
+        out = _generic(bld, a, b)
+    else:
+        size, strategy = fits[0]
+        parts = []
+        for x, y in zip(_chunks(bld, a, size), _chunks(bld, b, size)):
+            parts.append(_vnni(bld, x, y) if strategy == "vnni"
+                         else _maddubs(bld, x, y, name == "dot4_u8s7"))
+        out = _join(bld, parts)
+    return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out

@@ -1,0 +1,302 @@
+"""Quantized (int8/uint8) operators: quantize, dequantize, requantize and the integer GEMM and
+conv that accumulate u8/s8 products in int32.
+
+The float arithmetic is spelled out here once, in this order, and the graph reference
+(graph/quant_ops.py) follows the same order so the two agree bit for bit:
+
+- quantize:   q = clamp(round_half_even(x / scale) + zero_point, lo, hi)   (float32 division,
+  as the ONNX spec writes it and onnxruntime's MLAS computes it; the zero point is added in
+  float32, exact for |value| < 2^24; the clamp happens in float before the cast, so a value
+  out of range saturates instead of wrapping)
+- dequantize: y = float32(int32(q) - int32(zero_point)) * scale   (the subtraction is exact
+  in int32, one rounding in the multiply)
+- requantize: q = clamp(round_half_even(float32(acc) * multiplier) + zero_point, lo, hi)
+  where acc is the int32 accumulator with the zero-point compensation and the int32 bias
+  already added, and multiplier = in_scale * w_scale / out_scale is folded at compile time
+  (graph/passes/quantize.py computes it in float64 and rounds once to float32). float32(acc)
+  is exact below 2^24 in magnitude; above it the accumulator loses low bits, as in
+  onnxruntime.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtype as dt
+from .. import expr as E
+from ..errors import TEError
+from ..tensor import Tensor, compute, reduce_axis
+from ..tensor import sum as te_sum
+from ._common import broadcast_shape, check_tensor, read_broadcast
+from .conv import _padded_window, conv2d_nchw
+from .tags import BATCH_MATMUL, BROADCAST, CONV2D_NCHW, ELEMWISE, MATMUL, PAD
+
+QUANT_DTYPES = ("uint8", "int8")
+
+
+def _check_qdtype(op: str, dtype: str) -> None:
+    if dtype not in QUANT_DTYPES:
+        raise TEError(f"{op}(): quantized dtype must be one of {', '.join(QUANT_DTYPES)}, got "
+                      f"{dtype!r}")
+
+
+def _saturate(value: E.Expr, dtype: str, lo: int | None, hi: int | None) -> E.Expr:
+    """Clamp a float to [lo, hi] (default: the range of `dtype`) and cast: never wraps."""
+    lo = dt.min_value(dtype) if lo is None else lo
+    hi = dt.max_value(dtype) if hi is None else hi
+    clamped = E.minimum(E.maximum(value, E.const(float(lo), value.dtype)),
+                        E.const(float(hi), value.dtype))
+    return E.cast(clamped, dtype)
+
+
+def _tag(shape, *values) -> str:
+    tensors = [v for v in values if isinstance(v, Tensor)]
+    return ELEMWISE if all(t.shape == shape for t in tensors) else BROADCAST
+
+
+def quantize(x: Tensor, scale, zero_point, out_dtype: str = "uint8",
+             name: str | None = None) -> Tensor:
+    """ONNX QuantizeLinear with numpy broadcasting of `scale` and `zero_point` (Tensors or
+    Python numbers); per-axis scales are given reshaped to broadcast along their axis."""
+    check_tensor("quantize", x)
+    _check_qdtype("quantize", out_dtype)
+    if not dt.is_float(x.dtype):
+        raise TEError(f"quantize(): input '{x.name}' must be float, got {x.dtype}")
+    shape = broadcast_shape("quantize", x, scale, zero_point)
+
+    def body(*i):
+        value = E.round(read_broadcast(x, i) / E.cast(read_broadcast(scale, i), x.dtype))
+        zp = read_broadcast(zero_point, i)
+        value = value + (E.cast(zp, x.dtype) if isinstance(zp, E.Expr) else float(zp))
+        return _saturate(value, out_dtype, None, None)
+
+    return compute(shape, body, name=name or "quantize", tag=_tag(shape, x, scale, zero_point))
+
+
+def dequantize(x: Tensor, scale, zero_point, out_dtype: str = "float32",
+               name: str | None = None) -> Tensor:
+    """ONNX DequantizeLinear: float32(int32(x) - int32(zero_point)) * scale, broadcasting."""
+    check_tensor("dequantize", x)
+    if not dt.is_int(x.dtype):
+        raise TEError(f"dequantize(): input '{x.name}' must be an integer tensor, got "
+                      f"{x.dtype}")
+    shape = broadcast_shape("dequantize", x, scale, zero_point)
+
+    def body(*i):
+        zp = read_broadcast(zero_point, i)
+        centred = E.cast(read_broadcast(x, i), "int32") - (
+            E.cast(zp, "int32") if isinstance(zp, E.Expr) else int(zp))
+        s = read_broadcast(scale, i)
+        return E.cast(centred, out_dtype) * (E.cast(s, out_dtype) if isinstance(s, E.Expr)
+                                             else float(s))
+
+    return compute(shape, body, name=name or "dequantize",
+                   tag=_tag(shape, x, scale, zero_point))
+
+
+def requantize(acc: Tensor, multiplier, zero_point, out_dtype: str = "uint8",
+               lo: int | None = None, hi: int | None = None, name: str | None = None) -> Tensor:
+    """int32 accumulator -> int8/uint8: clamp(round_half_even(float32(acc) * multiplier) +
+    zero_point, lo, hi). `lo`/`hi` narrow the saturation range (a fused Relu or Clip)."""
+    check_tensor("requantize", acc)
+    _check_qdtype("requantize", out_dtype)
+    shape = broadcast_shape("requantize", acc, multiplier, zero_point)
+
+    def body(*i):
+        m = read_broadcast(multiplier, i)
+        m = E.cast(m, "float32") if isinstance(m, E.Expr) else float(m)
+        value = E.round(E.cast(read_broadcast(acc, i), "float32") * m)
+        zp = read_broadcast(zero_point, i)
+        value = value + (E.cast(zp, "float32") if isinstance(zp, E.Expr) else float(zp))
+        return _saturate(value, out_dtype, lo, hi)
+
+    return compute(shape, body, name=name or "requantize",
+                   tag=_tag(shape, acc, multiplier, zero_point))
+
+
+def _check_int_operand(op: str, t: Tensor, what: str) -> None:
+    check_tensor(op, t, what)
+    if t.dtype not in QUANT_DTYPES:
+        raise TEError(f"{op}(): {what} '{t.name}' must be uint8 or int8, got {t.dtype}")
+
+
+def matmul_integer(a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+    """int32 out[..., i, j] = sum_k int32(a[..., i, k]) * int32(b[..., k, j]) (numpy matmul
+    batching: b's batch dims broadcast against a's); no zero points (see the graph op)."""
+    _check_int_operand("matmul_integer", a, "a")
+    _check_int_operand("matmul_integer", b, "b")
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise TEError(f"matmul_integer(): expects a[..., M, K] and b[..., K, N], got "
+                      f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise TEError(f"matmul_integer(): batch dims of '{a.name}'{list(a.shape)} and "
+                      f"'{b.name}'{list(b.shape)} do not broadcast") from None
+    k = reduce_axis(a.shape[-1], "k")
+
+    def read(t: Tensor, bidx, row, col):
+        own = t.shape[:-2]
+        lead = len(bidx) - len(own)
+        idx = [0 if d == 1 else bidx[lead + p] for p, d in enumerate(own)]
+        return E.cast(t(*idx, row, col), "int32")
+
+    def body(*idx):
+        bidx, i, j = idx[:-2], idx[-2], idx[-1]
+        return te_sum(read(a, bidx, i, k.var) * read(b, bidx, k.var, j), axis=k)
+
+    shape = tuple(batch) + (a.shape[-2], b.shape[-1])
+    return compute(shape, body, name=name or "matmul_integer",
+                   tag=MATMUL if len(shape) == 2 else BATCH_MATMUL)
+
+
+def pad_with_zero_point(x: Tensor, pads: tuple[int, int, int, int], zero_point,
+                        name: str | None = None) -> Tensor:
+    """x[N, C, H, W] padded by (top, left, bottom, right) with the activation zero point
+    (a Python int or a 0-d/1-element Tensor read at run time): a padded pixel then means
+    the real value 0, so the zero-point compensation of the conv stays exact at borders."""
+    top, left, bottom, right = pads
+    n, c, h, w = x.shape
+    fill = (E.const(int(zero_point), x.dtype) if not isinstance(zero_point, Tensor)
+            else zero_point(*([0] * zero_point.ndim)))
+    if isinstance(fill, E.Expr) and fill.dtype != x.dtype:
+        fill = E.cast(fill, x.dtype)
+
+    def body(b, ch, y, xx):
+        inside = (y >= top) & (y < top + h) & (xx >= left) & (xx < left + w)
+        yy = E.minimum(E.maximum(y - top, 0), h - 1)
+        xc = E.minimum(E.maximum(xx - left, 0), w - 1)
+        return E.select(inside, x(b, ch, yy, xc), fill)
+
+    return compute((n, c, h + top + bottom, w + left + right), body,
+                   name=name or "conv2d_integer_pad", tag=PAD)
+
+
+def conv2d_integer(x: Tensor, weight: Tensor, zero_point=0, stride=1,
+                   padding=(0, 0, 0, 0), dilation=1, groups: int = 1,
+                   name: str | None = None) -> Tensor:
+    """int32 out[n, f, y, x] = sum int32(padded[n, c, ...]) * int32(weight[f, c, ry, rx]),
+    NCHW, where the padding holds the activation `zero_point` (see pad_with_zero_point)."""
+    _check_int_operand("conv2d_integer", x, "x")
+    _check_int_operand("conv2d_integer", weight, "weight")
+    if x.ndim != 4 or len(tuple(padding)) != 4:
+        raise TEError(f"conv2d_integer(): expects x[N, C, H, W] and 4 pads, got "
+                      f"'{x.name}'{list(x.shape)} and pads {padding}")
+    padded = x
+    if any(padding):
+        padded = pad_with_zero_point(x, tuple(padding), zero_point)
+    return conv2d_nchw(padded, weight, stride, 0, dilation, groups, out_dtype="int32",
+                       name=name or "conv2d_integer")
+
+
+# -- packed int8 kernels: the reduction axis split by 4 into int32 words -----------------------
+
+def pack_int8x4(x: Tensor, axis: int, flip_sign: bool = False,
+                name: str | None = None) -> Tensor:
+    """uint8/int8 x -> int32 words of 4 consecutive elements along `axis` (extent
+    ceil(K / 4); byte t of word k is x[4k + t], 0 past the end). With `flip_sign` an int8 x
+    is stored as the uint8 x + 128 (the dot4 intrinsics read activations as uint8; the
+    caller compensates with 128 * the weight sums)."""
+    _check_int_operand("pack_int8x4", x, "x")
+    if flip_sign and x.dtype != "int8":
+        raise TEError(f"pack_int8x4(): flip_sign is for int8 activations, '{x.name}' is "
+                      f"{x.dtype}")
+    axis = axis % x.ndim
+    k = x.shape[axis]
+    shape = x.shape[:axis] + ((k + 3) // 4,) + x.shape[axis + 1:]
+
+    def byte(idx, t):
+        src = idx[axis] * 4 + t
+        read = list(idx)
+        read[axis] = E.minimum(src, k - 1)
+        value = x(*read)
+        if flip_sign:
+            value = E.cast(value, "int32") + 128
+        else:
+            value = E.cast(E.cast(value, "uint8"), "int32") if x.dtype == "int8" \
+                else E.cast(value, "int32")
+        return E.select(src < k, value, 0) if k % 4 else value
+
+    def body(*idx):
+        # int32 arithmetic wraps: byte 3 lands in the sign bit, as a bit pattern should
+        return (byte(idx, 0) + byte(idx, 1) * 256 + byte(idx, 2) * 65536
+                + byte(idx, 3) * 16777216)
+
+    return compute(shape, body, name=name or "pack_int8x4", tag="injective")
+
+
+def pack_weight_int8x4(weight: np.ndarray, axis: int) -> np.ndarray:
+    """The compile-time twin of pack_int8x4 for a constant int8 weight: int32 words of 4
+    consecutive elements along `axis`, that axis moved innermost before packing."""
+    w = np.asarray(weight)
+    if w.dtype != np.int8:
+        raise TEError(f"pack_weight_int8x4(): expects an int8 weight, got {w.dtype}")
+    axis = axis % w.ndim
+    k = w.shape[axis]
+    pad = [(0, 0)] * w.ndim
+    pad[axis] = (0, -k % 4)
+    w = np.pad(w, pad)
+    w = np.moveaxis(w, axis, -1)
+    w = w.reshape(w.shape[:-1] + ((k + 3) // 4, 4))
+    w = np.moveaxis(w, -2, axis)                 # [..., K4 (at axis), ..., 4]
+    return np.ascontiguousarray(w).view(np.int32)[..., 0]
+
+
+def _dot4(seven_bit: bool):
+    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8
+
+
+def _check_words(op: str, *tensors: Tensor) -> None:
+    for t in tensors:
+        check_tensor(op, t)
+        if t.dtype != "int32":
+            raise TEError(f"{op}(): '{t.name}' must hold int32 words of 4 packed bytes, got "
+                          f"{t.dtype}")
+
+
+def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
+                  name: str | None = None) -> Tensor:
+    """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
+    activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
+    K). `seven_bit` promises weight bytes in [-64, 63] (a cheaper AVX2 lowering)."""
+    _check_words("matmul_int8x4", a, b)
+    if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
+        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N], got "
+                      f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
+    k = reduce_axis(b.shape[0], "k")
+    dot = _dot4(seven_bit)
+
+    def body(*idx):
+        return te_sum(dot(a(*idx[:-1], k.var), b(k.var, idx[-1])), axis=k)
+
+    shape = a.shape[:-1] + (b.shape[1],)
+    return compute(shape, body, name=name or "matmul_int8x4",
+                   tag=MATMUL if len(shape) == 2 else BATCH_MATMUL)
+
+
+def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
+                  padding=(0, 0, 0, 0), dilation=1, seven_bit: bool = False,
+                  name: str | None = None) -> Tensor:
+    """int32 out[n, f, y, x] = sum over (c4, ry, rx) of dot4(padded[n, c4, ...],
+    weight[f, c4, ry, rx]): x the packed uint8 activations [N, C4, H, W] (4 channels per
+    word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C); the padding holds `pad_word`
+    (the zero point in all 4 bytes, so padded taps cancel in the zero-point compensation)."""
+    _check_words("conv2d_int8x4", x, weight)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        raise TEError(f"conv2d_int8x4(): expects x[N, C4, H, W] and weight[F, C4, KH, KW], "
+                      f"got '{x.name}'{list(x.shape)} and '{weight.name}'"
+                      f"{list(weight.shape)}")
+    n = x.shape[0]
+    f, c4, kh, kw = weight.shape
+    padded = x
+    if any(padding):
+        padded = pad_with_zero_point(x, tuple(padding), pad_word, name="conv2d_int8x4_pad")
+    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("conv2d_int8x4", padded, kh, kw, stride,
+                                                     (0, 0, 0, 0), dilation)
+    rc, ry, rx = reduce_axis(c4, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+    dot = _dot4(seven_bit)
+
+    def body(b, k, y, xx):
+        return te_sum(dot(padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw),
+                          weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
+
+    return compute((n, f, oh, ow), body, name=name or "conv2d_int8x4", tag=CONV2D_NCHW)
