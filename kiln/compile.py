@@ -6,23 +6,33 @@ from typing import Callable
 
 from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
-from .graph.compile import _open_db, compile_model, tune_model
+from .graph.compile import _open_db, tune_model
+from .graph.dynamic import DynamicModel, compile_specialized
 from .graph.executor import CompiledModel, load_compiled
 from .te.errors import KilnError
 
 
 def compile(model, target: str = "native", db=None,  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
-            threads: int | None = None, winograd: bool = True) -> CompiledModel:
+            threads: int | None = None, winograd: bool = True,
+            constants=None) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db`
     (a Database or path) for running at `threads` (default: KILN_NUM_THREADS, else every
     core), falling back to default schedules. `jobs`: kernels compiled in parallel worker
     processes (default: KILN_NUM_THREADS, else every core). `layout`: "nchwc" keeps conv
     activations channel-blocked, "nchw" keeps the model's layout. `winograd`: 3x3 stride-1
     convs of the blocked layout run as Winograd transforms + batched GEMMs where that is
-    faster (False: every conv direct)."""
-    return compile_model(model, target=target, db=db, input_shapes=input_shapes, jobs=jobs,
-                         layout=layout, threads=threads, winograd=winograd)
+    faster (False: every conv direct).
+
+    Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
+    array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
+    starts, ...). When every shape is known, the result is a CompiledModel. Otherwise it is a
+    DynamicModel (graph/dynamic.py): each run at a new input shape, or a new value of a
+    shape-deciding input, compiles a specialisation (same database and options) that later
+    runs reuse."""
+    return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
+                               jobs=jobs, layout=layout, threads=threads, winograd=winograd,
+                               constants=constants)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db=None,
@@ -41,4 +51,4 @@ def tune(model_or_task, target: str = "native", trials: int = 200, db=None,
                     f"got {type(model_or_task).__name__}")
 
 
-__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "TuneResult"]
+__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "DynamicModel", "TuneResult"]
