@@ -182,8 +182,12 @@ class DynamicModel:
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model, compiling a specialisation first if these input shapes (or values
         of shape-deciding inputs) are new; returns fresh arrays in graph-output order."""
-        feeds = self._feeds(inputs)
-        return self._specialization(feeds).run(feeds)
+        try:        # the usual call: a dict of arrays at a cached shape (it checks them)
+            compiled = self._cache[self._key(inputs)]
+        except (KeyError, TypeError, AttributeError, IndexError):
+            feeds = self._feeds(inputs)     # anything else: check, and compile if new
+            return self._specialization(feeds).run(feeds)
+        return compiled.run(inputs)
 
     __call__ = run
 
@@ -234,8 +238,8 @@ class DynamicModel:
         return feeds
 
     def _key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
-        return (tuple(feeds[n].shape for n in self._names),
-                tuple(np.ascontiguousarray(feeds[n]).tobytes() for n in self._value_inputs))
+        return (tuple([feeds[n].shape for n in self._names]),
+                tuple([feeds[n].tobytes() for n in self._value_inputs]))   # C-order bytes
 
     def _specialization(self, feeds: Mapping[str, np.ndarray]) -> CompiledModel:
         compiled = self._cache.get(self._key(feeds))
