@@ -319,6 +319,9 @@ class CompiledModel:
                  f"database, {borrowed}{len(steps) - from_db - similar} default",
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
+        if self._pinned:
+            lines.append("compiled for the values of the inputs that decide shapes: " + ", ".join(
+                f"{name} = {_preview(arr)}" for name, arr in self._pinned.items()))
         for s in steps:
             lines.append(f"  {s.group:<32} {'+'.join(s.ops):<28} kernel {s.kernel:<34} "
                          f"{s.source}")

@@ -160,6 +160,8 @@ def test_constants_pin_a_value_ahead_of_time(tmp_path, compile_calls):
                                                   r"shape.*value int64\[1\] \[2\]; got "
                                                   r"int64\[1\] \[1\]"):
         compiled.run(_feeds(x, (3, 10), 1, -0.4, 0.6))
+    assert ("decide shapes: shape = int64[2] [3, 10], starts = int64[1] [2]"
+            in compiled.summary())
     compiled.export(tmp_path / "m.so")
     loaded = kiln.load_compiled(tmp_path / "m.so")
     _close(loaded.run(feeds)[0], want)
@@ -255,3 +257,43 @@ def test_frontend_pins_only_inputs_that_decide_shapes():
     with pytest.raises(ModelFormatError, match=r"value given for input 'shape' is "
                                                r"int64\[3\]; the model declares int64\[2\]"):
         load_onnx(model, values={**values, "shape": np.array([3, 10, 1])})
+
+
+def _op_model(op, value_name, value_shape, data_shape, extra=None, opset=18):
+    node = helper.make_node(op, ["x", value_name], ["y"], **(extra or {}))
+    return make_model([node], {"x": (data_shape, "float32"),
+                               value_name: (value_shape, "int64")}, ["y"], opset=opset)
+
+
+# (op, its shape-deciding input, that input's shape, data shape, two values, attributes)
+_SHAPE_INPUT_OPS = [
+    ("Expand", "shape", (3,), (3, 1, 5), ([3, 2, 5], [3, 1, 1]), {}),
+    ("Unsqueeze", "axes", (2,), (3, 5), ([0, -1], [1, 3]), {}),
+    ("Squeeze", "axes", (1,), (1, 3, 1, 5), ([0], [-2]), {}),
+    ("ReduceSum", "axes", (1,), (3, 7, 5), ([1], [-1]), {"keepdims": 0}),
+]
+
+
+@pytest.mark.parametrize("op,name,vshape,xshape,values,attrs", _SHAPE_INPUT_OPS,
+                         ids=[c[0] for c in _SHAPE_INPUT_OPS])
+def test_shape_deciding_inputs_of_more_ops(op, name, vshape, xshape, values, attrs,
+                                           compile_calls):
+    """As onnx's node tests feed them: kiln.compile(model, db=None).run(inputs)."""
+    model = _op_model(op, name, vshape, xshape, attrs)
+    compiled = kiln.compile(model, db=None, jobs=1)
+    x = _rand(*xshape)
+    for value in values + values[:1]:
+        feeds = {"x": x, name: np.array(value, np.int64)}
+        _close(compiled.run(feeds)[0], ort_run(model, feeds)[0])
+    assert len(compile_calls) == 2      # the first value's specialisation is reused
+
+
+def test_inputs_sharing_a_symbolic_dim_must_agree():
+    model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                       {"a": (("N", 5), "float32"), "b": (("N", 5), "float32")}, ["y"])
+    compiled = kiln.compile(model, db=None, jobs=1)
+    a, b = _rand(3, 5), _rand(3, 5)
+    _close(compiled.run({"a": a, "b": b})[0], a + b)
+    with pytest.raises(KernelArgumentError, match=r"cannot run with the input shapes "
+                                                  r"\{'a': \[3, 5\], 'b': \[2, 5\]\}"):
+        compiled.run({"a": a, "b": _rand(2, 5)})
