@@ -297,3 +297,20 @@ def test_inputs_sharing_a_symbolic_dim_must_agree():
     with pytest.raises(KernelArgumentError, match=r"cannot run with the input shapes "
                                                   r"\{'a': \[3, 5\], 'b': \[2, 5\]\}"):
         compiled.run({"a": a, "b": _rand(2, 5)})
+
+
+def test_runtime_clip_bounds_fuse_into_a_blocked_conv():
+    """Clip(conv(x), lo, hi) with lo/hi graph inputs: 0-d kernel arguments of the conv's
+    epilogue in the channel-blocked layout (no layout conversion around them)."""
+    w = _rand(16, 16, 3, 3) * 0.2
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["k"]),
+             helper.make_node("Conv", ["k", "w"], ["y"])]
+    model = make_model(nodes, {"x": ((2, 16, 7, 5), "float32"), "lo": ((), "float32"),
+                               "hi": ((), "float32")}, ["y"], {"w": w})
+    compiled = kiln.compile(model, db=None, jobs=1)
+    assert ("conv2d_nchwc", "max", "min") in [s.ops for s in compiled.plan.steps]
+    for lo, hi in ((-0.3, 0.4), (-1.0, 0.1)):
+        feeds = {"x": _rand(2, 16, 7, 5), "lo": np.array(lo, np.float32),
+                 "hi": np.array(hi, np.float32)}
+        _close(compiled.run(feeds)[0], ort_run(model, feeds)[0])
