@@ -148,8 +148,8 @@ def main() -> None:
     print(f"threads={args.threads}, db={args.db}, medians of {args.rounds} alternating rounds "
           f"of {args.number} runs")
     print_table(["model", "batch", "first run s (compiles)", "ahead-of-time compile s",
-                 "cached run ms", "its CompiledModel ms", "pinned run ms", "cached/pinned (median of rounds)"],
-                rows)
+                 "cached run ms", "its CompiledModel ms", "pinned run ms",
+                 "cached/pinned (median of rounds)"], rows)
     emit_json({"dynamic_shapes": [dict(zip(["model", "batch", "first_run_s", "compile_s",
                                             "cached_ms", "specialisation_ms", "pinned_ms",
                                             "ratio"], r))
