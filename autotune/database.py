@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import sqlite3
+import urllib.parse
+
 import numpy as np
 import sqlite_utils
 
@@ -27,7 +30,9 @@ from ..codegen.target import Target
 from ..te.errors import TargetError, TuningDatabaseError
 from .features import FEATURE_VERSION, N_FEATURES
 
-SCHEMA_VERSION = 1
+# 2: knob names from positions in the canonical DAG (autotune/migrate.py renames schema-1
+# configs, which named stages, axes and tensors after the model they were tuned on)
+SCHEMA_VERSION = 2
 OK_STATUS = "OK"
 
 
@@ -59,6 +64,8 @@ class Record:
     schema_version: int = SCHEMA_VERSION
     timestamp: float = field(default_factory=time.time)
     threads: int | None = None      # threads the kernel ran with when measured; None: unknown
+    # the row's id when read from a log (negative: a record of the read-only base log)
+    record_id: int | None = field(default=None, compare=False)
 
     @property
     def mean_cost(self) -> float:
@@ -79,17 +86,25 @@ _RECORD_FIELDS = ("task_key", "target", "config", "costs", "status")
 
 
 class Database:
-    """A tuning log at `path` (created if missing). Pass it explicitly; there is no global."""
+    """A tuning log at `path` (created if missing). Pass it explicitly; there is no global.
 
-    def __init__(self, path: str | Path):
+    With `base`, the log is layered over a read-only one (the records shipped with Kiln):
+    every read sees the records of both, every write goes to `path`. Records of the base
+    have negative ids in the union, so ids stay unique."""
+
+    def __init__(self, path: str | Path, base: str | Path | None = None):
         self.path = Path(path)
+        self.base = Path(base) if base is not None else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(50):
             try:
-                self._db = sqlite_utils.Database(str(self.path))
+                conn = sqlite3.connect(_sqlite_uri(self.path), uri=True,
+                                       check_same_thread=False)
+                self._db = sqlite_utils.Database(conn)
                 self._db.conn.execute("PRAGMA busy_timeout = 10000")
                 self._db.enable_wal()
                 self._create_tables()
+                self._attach_base()
                 break
             except Exception as exc:  # sqlite3.DatabaseError and friends: not a database file
                 # another process creating the file or switching it to WAL: wait, retry
@@ -123,6 +138,33 @@ class Database:
                                   if_not_exists=True)
         db.conn.commit()
 
+    def _attach_base(self) -> None:
+        """Union views over this log and the read-only base: `all_records`, `all_features`,
+        `all_tasks` (temporary views may span attached databases)."""
+        db = self._db.conn
+        if self.base is None:
+            self._records, self._features, self._tasks = "records", "features", "tasks"
+            return
+        if not self.base.is_file():
+            raise TuningDatabaseError(f"the base tuning database '{self.base}' does not exist; "
+                                      "reinstall Kiln or pass db=<path> to use one log only")
+        # immutable: the shipped file is never written, and its folder may be read-only
+        db.execute("ATTACH DATABASE ? AS base", (_sqlite_uri(self.base) + "?mode=ro&immutable=1",))
+        columns = ", ".join(c for c in self._db["records"].columns_dict if c != "id")
+        db.execute(f"CREATE TEMP VIEW all_records AS SELECT id, {columns} FROM main.records "
+                   f"UNION ALL SELECT -id AS id, {columns} FROM base.records")
+        db.execute("CREATE TEMP VIEW all_features AS SELECT record_id, version, vector FROM "
+                   "main.features UNION ALL SELECT -record_id AS record_id, version, vector "
+                   "FROM base.features")
+        db.execute("CREATE TEMP VIEW all_tasks AS SELECT * FROM main.tasks UNION ALL "
+                   "SELECT * FROM base.tasks WHERE workload_key NOT IN "
+                   "(SELECT workload_key FROM main.tasks)")
+        self._records, self._features, self._tasks = "all_records", "all_features", "all_tasks"
+
+    def __repr__(self) -> str:
+        over = f" over {self.base}" if self.base is not None else ""
+        return f"Database({str(self.path)!r}{over})"
+
     def close(self) -> None:
         """Fold the write-ahead log into the main file (so it can be committed) and close."""
         self._db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -146,10 +188,10 @@ class Database:
                       feature_version: str = "") -> int:
         """Append one record (and, when given, its feature vector tagged with the feature
         layout's version) and commit at once (a crash later cannot lose it); returns its id."""
-        if record.schema_version != SCHEMA_VERSION:
+        if not 1 <= record.schema_version <= SCHEMA_VERSION:
             raise TuningDatabaseError(
-                f"record schema version {record.schema_version} does not match this Kiln's "
-                f"schema version {SCHEMA_VERSION}; re-tune or convert the log")
+                f"record schema version {record.schema_version} is not one this Kiln reads "
+                f"(1 to {SCHEMA_VERSION}); it comes from a newer Kiln: upgrade, or re-tune")
         self._commit_target(record.target)
         mean = record.mean_cost
         table = self._db["records"]
@@ -178,13 +220,15 @@ class Database:
                       config=json.loads(row["config"]), costs=tuple(json.loads(row["costs"])),
                       status=row["status"], error_text=row["error_text"] or "",
                       kiln_version=row["kiln_version"], schema_version=row["schema_version"],
-                      timestamp=row["timestamp"], threads=row.get("threads"))
+                      timestamp=row["timestamp"], threads=row.get("threads"),
+                      record_id=row.get("id"))
 
     def records(self, task_key: str, target: str, threads: int | None = None) -> list[Record]:
         """Every record of `task_key` on exactly `target`, oldest first (all statuses); with
         `threads`, only those measured at that count or of unknown count (older logs)."""
         rows = self._db.query(
-            "SELECT * FROM records WHERE task_key = ? AND target = ? AND schema_version = ? "
+            f"SELECT * FROM {self._records} WHERE task_key = ? AND target = ? "
+            "AND schema_version = ? "
             "AND (? IS NULL OR threads IS NULL OR threads = ?) ORDER BY id",
             [task_key, target, SCHEMA_VERSION, threads, threads])
         return [self._to_record(r) for r in rows]
@@ -217,7 +261,7 @@ class Database:
         if isa is None:
             return []
         rows = self._db.conn.execute(
-            "SELECT target, COUNT(*) AS n FROM records WHERE task_key = ? AND target != ? "
+            f"SELECT target, COUNT(*) AS n FROM {self._records} WHERE task_key = ? AND target != ? "
             "AND status = ? AND schema_version = ? GROUP BY target ORDER BY n DESC, target",
             (task_key, target, OK_STATUS, SCHEMA_VERSION))
         return [other for other, _ in rows if _vector_isa(other) == isa]
@@ -225,7 +269,7 @@ class Database:
     def _best_of(self, task_key: str, target: str, k: int,
                  threads: int | None) -> list[Record]:
         rows = self._db.query(
-            "SELECT * FROM records WHERE task_key = ? AND target = ? AND status = ? "
+            f"SELECT * FROM {self._records} WHERE task_key = ? AND target = ? AND status = ? "
             "AND schema_version = ? AND mean_cost IS NOT NULL ORDER BY "
             "CASE WHEN ? IS NULL OR threads = ? THEN 0 WHEN threads IS NULL THEN 1 ELSE 2 END, "
             "mean_cost, id LIMIT ?",
@@ -237,10 +281,12 @@ class Database:
         """Stored feature vectors of `target`'s records with layout `version`, per task:
         task key -> (X, seconds) with inf for failed candidates; the newest `per_task` of
         each task. Records of other targets are never returned."""
+        # (any schema version: a feature vector describes the measured loop nest, not the
+        # config's knob names, so a record that no longer fits a space still teaches the model)
         rows = self._db.conn.execute(
-            "SELECT r.task_key, r.mean_cost, r.status, f.vector FROM records r "
-            "JOIN features f ON f.record_id = r.id WHERE r.target = ? AND f.version = ? "
-            "AND r.schema_version = ? ORDER BY r.id DESC", (target, version, SCHEMA_VERSION))
+            f"SELECT r.task_key, r.mean_cost, r.status, f.vector FROM {self._records} r "
+            f"JOIN {self._features} f ON f.record_id = r.id WHERE r.target = ? "
+            "AND f.version = ? ORDER BY r.id DESC", (target, version))
         out: dict[str, tuple[list, list]] = {}
         for task_key, mean, status, vector in rows:
             if task_key == exclude_task:
@@ -254,7 +300,8 @@ class Database:
                 if len({len(x) for x in X}) == 1}
 
     def task_info(self, task_key: str) -> dict | None:
-        rows = list(self._db.query("SELECT * FROM tasks WHERE workload_key = ?", [task_key]))
+        rows = list(self._db.query(f"SELECT * FROM {self._tasks} WHERE workload_key = ?",
+                                   [task_key]))
         if not rows:
             return None
         row = dict(rows[0])
@@ -263,28 +310,72 @@ class Database:
 
     def summary(self) -> list[dict]:
         """One row per (task, target) for `kiln logs`: trials by status, best time, GFLOPS,
-        and the thread counts measured (None: records from before counts were stored)."""
+        the thread counts measured (None: records from before counts were stored) and the
+        stale records (`stale`: of an older schema, which no compile applies until they are
+        migrated; see prune_stale)."""
         out = []
         groups = self._db.query(
             "SELECT r.task_key, r.target, t.description, t.flops, MAX(r.timestamp) AS last, "
-            "MIN(CASE WHEN r.status = 'OK' THEN r.mean_cost END) AS best FROM records r "
-            "LEFT JOIN tasks t ON t.workload_key = r.task_key GROUP BY r.task_key, r.target "
-            "ORDER BY last")
+            "MIN(CASE WHEN r.status = 'OK' AND r.schema_version = ? THEN r.mean_cost END) "
+            f"AS best, SUM(r.schema_version != ?) AS stale FROM {self._records} r "
+            f"LEFT JOIN {self._tasks} t ON t.workload_key = r.task_key "
+            "GROUP BY r.task_key, r.target ORDER BY last", [SCHEMA_VERSION, SCHEMA_VERSION])
         for g in groups:
             counts = {row["status"]: row["n"] for row in self._db.query(
-                "SELECT status, COUNT(*) AS n FROM records WHERE task_key = ? AND target = ? "
-                "GROUP BY status", [g["task_key"], g["target"]])}
+                f"SELECT status, COUNT(*) AS n FROM {self._records} WHERE task_key = ? AND "
+                "target = ? GROUP BY status", [g["task_key"], g["target"]])}
             threads = [row["threads"] for row in self._db.query(
-                "SELECT DISTINCT threads FROM records WHERE task_key = ? AND target = ? "
-                "ORDER BY threads", [g["task_key"], g["target"]])]
+                f"SELECT DISTINCT threads FROM {self._records} WHERE task_key = ? AND "
+                "target = ? ORDER BY threads", [g["task_key"], g["target"]])]
             best, flops = g["best"], g["flops"] or 0.0
             out.append({"task_key": g["task_key"], "description": g["description"] or "?",
                         "target": g["target"], "threads": threads,
-                        "trials": sum(counts.values()),
+                        "trials": sum(counts.values()), "stale": int(g["stale"] or 0),
                         "by_status": counts, "best_seconds": best,
                         "best_gflops": flops / best / 1e9 if best and flops else None,
                         "last_time": g["last"]})
         return out
+
+    # ------------------------------------------------------------------ maintenance
+
+    def legacy_records(self, task_key: str) -> list[tuple[int, dict]]:
+        """(id, config) of this log's own records of `task_key` with an older schema (the
+        base log, read-only, is never migrated here)."""
+        rows = self._db.conn.execute(
+            "SELECT id, config FROM main.records WHERE task_key = ? AND schema_version < ?",
+            (task_key, SCHEMA_VERSION))
+        return [(int(i), json.loads(c)) for i, c in rows]
+
+    def upgrade_records(self, configs: dict[int, dict]) -> int:
+        """Store the current-schema `configs` (record id -> config) of older records, in one
+        transaction; returns how many."""
+        with self._db.conn:
+            for record_id, config in configs.items():
+                self._db.conn.execute(
+                    "UPDATE main.records SET config = ?, config_key = ?, schema_version = ? "
+                    "WHERE id = ?", (json.dumps(config, sort_keys=True), config_key(config),
+                                     SCHEMA_VERSION, record_id))
+        return len(configs)
+
+    def stale_count(self) -> int:
+        """Records of this log (not the base) with an older schema."""
+        (n,) = self._db.conn.execute("SELECT COUNT(*) FROM main.records WHERE schema_version "
+                                     "!= ?", (SCHEMA_VERSION,)).fetchone()
+        return int(n)
+
+    def prune_stale(self, record_ids: Iterable[int] = ()) -> int:
+        """Delete this log's records of an older schema and the records `record_ids` (those
+        a space rejected, see autotune/dispatch.py), with their feature vectors; returns how
+        many. The base log is never changed."""
+        ids = {int(i) for i in record_ids if int(i) > 0}
+        ids |= {int(i) for (i,) in self._db.conn.execute(
+            "SELECT id FROM main.records WHERE schema_version != ?", (SCHEMA_VERSION,))}
+        with self._db.conn:
+            for record_id in ids:
+                self._db.conn.execute("DELETE FROM main.features WHERE record_id = ?",
+                                      (record_id,))
+                self._db.conn.execute("DELETE FROM main.records WHERE id = ?", (record_id,))
+        return len(ids)
 
     # ------------------------------------------------------------------ exchange
 
@@ -293,7 +384,8 @@ class Database:
         """The stored feature vectors of `task_key`'s records on `target` with layout
         `version`, by config key (a resumed run need not lower its measured configs again)."""
         rows = self._db.conn.execute(
-            "SELECT r.config_key, f.vector FROM records r JOIN features f ON f.record_id = r.id "
+            f"SELECT r.config_key, f.vector FROM {self._records} r JOIN {self._features} f "
+            "ON f.record_id = r.id "
             "WHERE r.task_key = ? AND r.target = ? AND f.version = ? AND r.schema_version = ? "
             "ORDER BY r.id", (task_key, target, version, SCHEMA_VERSION))
         return {key: np.frombuffer(vector, dtype=np.float32) for key, vector in rows}
@@ -308,13 +400,14 @@ class Database:
         """
         n = 0
         with open(path, "w") as fh:
-            for row in self._db.query("SELECT * FROM tasks ORDER BY workload_key"):
+            for row in self._db.query(f"SELECT * FROM {self._tasks} ORDER BY workload_key"):
                 task = dict(row)
                 task["shapes"] = json.loads(task["shapes"])
                 fh.write(json.dumps({"kind": "task", **task}, sort_keys=True) + "\n")
             rows = self._db.query(
                 "SELECT r.*, f.version AS feature_version, f.vector AS feature_vector "
-                "FROM records r LEFT JOIN features f ON f.record_id = r.id ORDER BY r.id")
+                f"FROM {self._records} r LEFT JOIN {self._features} f ON f.record_id = r.id "
+                "ORDER BY r.id")
             for row in rows:
                 obj = {"kind": "record", **self._to_record(row).to_json()}
                 if row["feature_vector"] is not None:
@@ -370,10 +463,12 @@ def _parse_line(path, lineno: int, line: str, target: str | None,
     missing = [f for f in _RECORD_FIELDS + ("schema_version",) if f not in obj]
     if missing:
         raise TuningDatabaseError(f"{where}: record is missing field(s) {', '.join(missing)}")
-    if obj["schema_version"] != SCHEMA_VERSION:
+    if obj["schema_version"] not in range(1, SCHEMA_VERSION + 1):
+        # (older versions import as stale records, renamed when their task is compiled)
         raise TuningDatabaseError(
             f"{where}: record has schema version {obj['schema_version']}, this Kiln reads "
-            f"schema version {SCHEMA_VERSION}; re-tune on this version instead of importing")
+            f"schema versions 1 to {SCHEMA_VERSION}; re-tune on this version instead of "
+            "importing")
     if target is not None and obj["target"] != target:
         raise TuningDatabaseError(
             f"{where}: record is for target '{obj['target']}', expected '{target}'; records of "
@@ -429,6 +524,10 @@ def _parse_features(where: str, value: Any, lineno: int,
             f"{expected} ({origin}); drop the 'features' field of this line (the record "
             "imports without it) or export the log again")
     return version, np.asarray(vector, dtype=np.float32)
+
+
+def _sqlite_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(Path(path).resolve()))
 
 
 def _vector_isa(target: str) -> frozenset[str] | None:

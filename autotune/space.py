@@ -15,6 +15,11 @@ Rules, per stage of the DAG:
 An epilogue reached through stages that branch and rejoin (GELU) is fused under the anchor's
 `epilogue` knob. A config is a JSON-able dict knob name -> choice; `apply(config)` rebuilds
 the schedule.
+
+Knob names derive from the canonical DAG alone, as the workload key does: `s<k>/<kind>[/...]`
+for the k-th compute stage in canonical topological order, `tile/<axis position>`,
+`reduce/<position>`, `pack/in<j>` for the j-th input. A record tuned on one model therefore
+applies to the same workload in any other, whatever its tensor and node names.
 """
 from __future__ import annotations
 
@@ -154,7 +159,11 @@ class SearchSpace:
     def __init__(self, task: Task):
         self.task = task
         self._default: dict | None = None     # default_config(), cached by validate()
-        self.ops = [op for op in topo_ops(task.outputs) if isinstance(op, ComputeOp)]
+        every_op = topo_ops(task.outputs)
+        self.ops = [op for op in every_op if isinstance(op, ComputeOp)]
+        self._stage_index = {op: k for k, op in enumerate(self.ops)}
+        self._input_index = {op: k for k, op in enumerate(
+            o for o in every_op if isinstance(o, PlaceholderOp))}
         outputs = {t.op for t in task.outputs}
         consumers = {op: [c for c in self.ops if op in {t.op for t in c.input_tensors}]
                      for op in self.ops}
@@ -334,17 +343,26 @@ class SearchSpace:
             vector_last = indices[-1] == op.axis[-1].var if op.axis else False
             if best is not None and (best[0] == tensor.ndim - 1 or not vector_last):
                 # (packing another axis would move a contiguous vector dimension inwards)
-                name = tensor.name
-                if any(p.knob.endswith("/" + name) for p in out):
-                    name = f"{name}#{len(out)}"
-                out.append(_Pack(tensor, best[0], best[1], f"{label}/pack/{name}"))
+                out.append(_Pack(tensor, best[0], best[1],
+                                 f"{label}/pack/{self._input_label(tensor)}"))
         return out
 
     # ------------------------------------------------------------------ knobs
 
     def _stage_label(self, op: ComputeOp) -> str:
-        same = [o for o in self.ops if o.name == op.name]
-        return op.name if len(same) == 1 else f"{op.name}#{self.ops.index(op)}"
+        """`s<k>`: the k-th compute stage in the DAG's canonical topological order (the order
+        the workload key serialises). Knob names derive from positions only, never from op,
+        tensor or axis names, so the same workload built by any model (or exporter) gets
+        the same space and a stored record applies to it."""
+        return f"s{self._stage_index[op]}"
+
+    def _input_label(self, tensor: Tensor) -> str:
+        """`in<j>`: the j-th input (placeholder) in the canonical topological order."""
+        return f"in{self._input_index[tensor.op]}"
+
+    def stage_label(self, op: ComputeOp) -> str:
+        """The knob-name prefix of stage `op` (see _stage_label)."""
+        return self._stage_label(op)
 
     def _make_knobs(self) -> list[Knob]:
         knobs: list[Knob] = []
@@ -354,12 +372,12 @@ class SearchSpace:
             last = len(op.axis) - 1
             for pos, axis in enumerate(op.axis):
                 cap = MAX_VECTOR_TILE if pos == last else MAX_INNER
-                knobs.append(Knob(f"{label}/tile/{pos}:{axis.name}",
+                knobs.append(Knob(f"{label}/tile/{pos}",
                                   _tile_choices(axis.extent, cap)))
             for pos, axis in enumerate(op.reduce_axis):
                 # up to 256, and the whole axis (one register tile accumulates all of it)
                 choices = sorted(set(_factor_candidates(axis.extent, 256)) | {axis.extent})
-                knobs.append(Knob(f"{label}/reduce/{pos}:{axis.name}", tuple(choices)))
+                knobs.append(Knob(f"{label}/reduce/{pos}", tuple(choices)))
             points = math.prod(op.shape) if op.shape else 1
             # output, fused epilogue, or (an intermediate read by a differently shaped
             # consumer) a local tile cache-written at the anchor's own tile loop
@@ -494,7 +512,7 @@ class SearchSpace:
         n = len(extents)
 
         def knob_choices(pos):
-            return self._by_name[f"{label}/tile/{pos}:{op.axis[pos].name}"].choices
+            return self._by_name[f"{label}/tile/{pos}"].choices
         inner, mid = [1] * n, [1] * n
         if n:
             inner[-1] = _vector_tile(extents[-1], lanes)
@@ -533,7 +551,7 @@ class SearchSpace:
             streaming, depth = False, 0
         values = {f"{label}/parallel": depth}
         for pos, axis in enumerate(op.axis):
-            knob = self._by_name[f"{label}/tile/{pos}:{axis.name}"]
+            knob = self._by_name[f"{label}/tile/{pos}"]
             values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
         # one reduce axis (a GEMM's K): the register tile accumulates all of it when it is at
         # most MAX_WHOLE_REDUCE long, else blocks of about 128, so its accumulators are
@@ -543,7 +561,7 @@ class SearchSpace:
         nested = (_nested_reduce_tiles(op) if len(op.reduce_axis) > 1 and not streaming
                   else None)
         for pos, axis in enumerate(op.reduce_axis):
-            knob = self._by_name[f"{label}/reduce/{pos}:{axis.name}"]
+            knob = self._by_name[f"{label}/reduce/{pos}"]
             if gemm_k:
                 want = _reduce_block(axis.extent)
             elif nested is not None:
@@ -586,17 +604,17 @@ class SearchSpace:
         budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
         extents = [a.extent for a in op.axis]
         out = dict(values)
-        vec = self._by_name[f"{label}/tile/{len(extents) - 1}:{op.axis[-1].name}"]
+        vec = self._by_name[f"{label}/tile/{len(extents) - 1}"]
         rows = next((p for p in range(len(extents) - 2, -1, -1) if extents[p] > 1), None)
         mid, inner = values[vec.name]
         if rows is None or inner != panel:
             mid = mid if rows is not None and extents[-1] % (mid * panel) == 0 else 1
             out[vec.name] = _nearest(vec.choices, (mid, panel))
         if rows is None:
-            knob = self._by_name[f"{label}/reduce/0:{op.reduce_axis[0].name}"]
+            knob = self._by_name[f"{label}/reduce/0"]
             out[knob.name] = op.reduce_axis[0].extent
             return out
-        knob = self._by_name[f"{label}/tile/{rows}:{op.axis[rows].name}"]
+        knob = self._by_name[f"{label}/tile/{rows}"]
         mid_r, inner_r = values[knob.name]
         cap = max(1, budget // -(-panel // lanes))
         if inner_r > cap:
@@ -627,6 +645,15 @@ class SearchSpace:
         """Every config in a fixed order (the grid-search baseline walks it)."""
         for values in itertools.product(*(k.choices for k in self.knobs)):
             yield {k.name: _json(v) for k, v in zip(self.knobs, values)}
+
+    def misfit(self, config: dict) -> str | None:
+        """Why `config` (a stored record's, say) does not fit this space, or None if it
+        does: an unknown knob, or a value that is not one of a knob's choices."""
+        try:
+            self.validate(config)
+        except ScheduleError as exc:
+            return str(exc)
+        return None
 
     def validate(self, config: dict) -> dict:
         unknown = sorted(set(config) - set(self._by_name))
@@ -757,8 +784,7 @@ class SearchSpace:
             for pack in (anchor.packs if anchor else ()):
                 if not config[pack.knob]:
                     continue
-                axis = op.axis[pack.axis_pos]
-                panel = config[f"{label}/tile/{pack.axis_pos}:{axis.name}"][1]
+                panel = config[f"{label}/tile/{pack.axis_pos}"][1]
                 copy = _packed_copy(pack.tensor, pack.dim, panel)
                 packed.append((copy, panel))
                 loads[pack.tensor] = (copy, pack.dim, panel)

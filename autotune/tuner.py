@@ -1,8 +1,9 @@
 """The tuning loop: propose a batch, measure it, commit each record at once, refit, repeat.
 
 It resumes from the database (measured configs are `seen` and train the model first), so a
-killed run continues where it stopped. `apply_best`/`build_best` turn the log into a schedule
-and always say where the schedule came from.
+killed run continues where it stopped; stored records that no longer fit the space are left
+out. `apply_best`/`build_best` (autotune/dispatch.py, re-exported here) turn the log into a
+schedule and always say where the schedule came from.
 """
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import codegen
 from ..codegen.runtime_config import num_threads_from_env, threads_env
-from ..codegen.target import Target
-from ..schedule import lower
-from ..schedule.schedule import Schedule
 from ..te.errors import KilnError
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Database, Record, config_key
+from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401 - re-exported
+                       canonical_target, upgrade_legacy_records)
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureStatus, Runner, TaskData
 from .search import Featurizer, SearchConfig, make_search
@@ -32,8 +31,6 @@ from .transfer import load_prior
 log = logging.getLogger(__name__)
 
 SEARCHES = ("xgb", "random", "grid")
-# apply_best's source for a schedule measured on another CPU of the same vector ISA
-SIMILAR_CPU_SOURCE = "similar CPU"
 
 
 SHARE_MIN = 8       # fewer new configs than this are lowered here (a round trip costs more)
@@ -113,11 +110,6 @@ class TuneResult:
     timing: dict = field(default_factory=dict, compare=False)
 
 
-def canonical_target(target: str | Target) -> str:
-    """The database spelling of a target ("native" becomes the host CPU's full string)."""
-    return str(Target.from_string(target))
-
-
 class TaskTuner:
     """Tuning state of one task on one target at one thread count (the runner's): search,
     seen set, best; resumable.
@@ -161,7 +153,14 @@ class TaskTuner:
         # the state is that of one thread count: a config measured at 1 thread is not yet
         # measured at 2 (records of unknown count, from older logs, count for every one)
         self.threads = runner.threads if runner is not None else num_threads_from_env()
+        upgrade_legacy_records(db, self.space)
         past = db.records(self.task.workload_key, self.target, threads=self.threads)
+        misfits = [r for r in past if self.space.misfit(r.config) is not None]
+        if misfits:
+            log.warning("%s: %d stored record(s) do not fit today's search space; tuning "
+                        "goes on without them (`kiln logs --prune` removes them)",
+                        self.task.name, len(misfits))
+            past = [r for r in past if r not in misfits]
         self.seen = {config_key(r.config) for r in past}
         self.n_records = len(past)
         # the best so far is one measured at this count when there is one (as Database.best
@@ -328,11 +327,15 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())
+    space = SearchSpace(task)
+    upgrade_legacy_records(db, space)
     with threads_env(runner.threads):   # the default for the count it is measured at
-        configs = [SearchSpace(task).default_config()]
+        configs = [space.default_config()]
     configs += [r.config for r in db.best(task.workload_key, target, k)]
     configs += [r.config for r in db.best(task.workload_key, target, k, threads=runner.threads)]
-    unique = list({config_key(c): c for c in configs}.values())
+    # (a leader that no longer fits the space is not re-measured: it can never be applied)
+    unique = [c for c in {config_key(c): c for c in configs}.values()
+              if space.misfit(c) is None]
     data = TaskData.make(task)
     records = []
     try:
@@ -346,37 +349,3 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
         if own:
             runner.close()
     return records
-
-
-def apply_best(task: Task, target: str, db: Database | None,
-               threads: int | None = None, similar_cpus: bool = True
-               ) -> tuple[Schedule, list, str]:
-    """The best known schedule of `task` on `target` for running at `threads` (default:
-    KILN_NUM_THREADS, else every core), and where it came from: "database", "database:
-    tuned on <cpu> (same vector ISA)" or "default (no tuning records)". Records measured at
-    another thread count serve only when none was measured at `threads`; with
-    `similar_cpus`, another CPU's records serve only when this one has none and its vector
-    ISA is the same (Database.best), and the source says so."""
-    target = canonical_target(target)
-    task = dataclasses.replace(task, target=target, _key=[])
-    space = SearchSpace(task)
-    threads = threads or num_threads_from_env()
-    best = (db.best(task.workload_key, target, threads=threads, similar_cpus=similar_cpus)
-            if db is not None else [])
-    if best:
-        sch, args = space.apply(best[0].config)
-        if best[0].target == target:
-            return sch, args, "database"
-        cpu = Target.from_string(best[0].target).cpu
-        return sch, args, f"{SIMILAR_CPU_SOURCE}: tuned on {cpu} (same vector ISA)"
-    with threads_env(threads):
-        sch, args = space.apply(space.default_config())
-    return sch, args, "default (no tuning records)"
-
-
-def build_best(task: Task, target: str, db: Database | None, threads: int | None = None):
-    """Compile the best known schedule of `task` for `threads` (see apply_best) into a Kernel."""
-    sch, args, source = apply_best(task, target, db, threads)
-    log.info("%s: building the schedule from the %s", task.name, source)
-    func = lower(sch, args, name=task.name)
-    return codegen.build(func, target=canonical_target(target))

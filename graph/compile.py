@@ -4,6 +4,7 @@ schedule from the tuning database, else the search space's default), memory plan
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Callable, Mapping, Sequence
@@ -11,9 +12,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from .. import codegen
 from ..autotune.database import Database
+from ..autotune.default_db import open_database
+from ..autotune.dispatch import (SIMILAR_CPU_SOURCE, Selection, apply_selection,
+                                 canonical_target, select_record)
 from ..autotune.scheduler import TaskReport, tune_tasks
-from ..autotune.tuner import (SIMILAR_CPU_SOURCE, Progress, apply_best, canonical_target,
-                              remeasure_best)
+from ..autotune.space import SearchSpace
+from ..autotune.tuner import Progress, remeasure_best
 from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
@@ -30,9 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def _open_db(db) -> Database | None:
-    if db is None or isinstance(db, Database):
-        return db
-    return Database(db)
+    """None, "default" (the user's log over the shipped one), a path or a Database."""
+    return open_database(db)
 
 
 LAYOUTS = ("nchwc", "nchw")
@@ -61,14 +64,15 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     return graph, fuse_operators(graph)
 
 
-def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
-                threads: int | None = None):
-    """The kernel of `mt` (or what `build` makes of its PrimFunc) and where its schedule came
-    from ("database", "similar CPU": records of another CPU with the same vector ISA, or
-    "default"); the schedule is the best for `threads`. A database schedule that fails to
-    build falls back to the default one."""
+def _build_task(mt: ModelTask, target: str, selection: Selection,
+                build: Callable | None = None, threads: int | None = None):
+    """The kernel of `mt` (or what `build` makes of its PrimFunc) from the schedule of
+    `selection` (autotune/dispatch.py), and where it came from ("database", "similar CPU":
+    records of another CPU with the same vector ISA, or "default"). A database schedule that
+    fails to build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
-    sch, args, source = apply_best(mt.task, target, db, threads)
+    space = SearchSpace(dataclasses.replace(mt.task, target=target, _key=[]))
+    sch, args, source = apply_selection(space, selection, threads)
     kind = next((k for k in ("database", SIMILAR_CPU_SOURCE) if source.startswith(k)),
                 "default")
     try:
@@ -78,7 +82,7 @@ def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
             raise
         log.warning("%s: the database schedule failed to build (%s); using the default",
                     mt.name, exc)
-        sch, args, _ = apply_best(mt.task, target, None)
+        sch, args, _ = apply_selection(space, Selection(None), threads)
         kernel, kind = build(lower(sch, args, name=mt.name)), "default"
     log.info("%s (%d groups): schedule from the %s", mt.name, len(mt.groups), kind)
     return kernel, kind
@@ -86,16 +90,22 @@ def _build_task(mt: ModelTask, target: str, db, build: Callable | None = None,
 
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
                    jobs: int, threads: int) -> tuple[dict, dict, dict]:
-    """Kernels and schedule sources by task name, and CPU seconds per worker: in `jobs`
+    """Kernels and schedule sources by task name, and build statistics (CPU seconds per
+    worker, stored records skipped because they no longer fit their task's space): in `jobs`
     worker processes when that can help (several tasks, a C linker to join the object
     files), else here. Schedules are the best known for running at `threads`."""
+    selections = {mt.name: select_record(mt.task, target, db, threads) for mt in tasks}
+    skipped = sum(len(s.skipped) for s in selections.values())
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
-        return parallel_build.build_in_workers(tasks, target, db, jobs, _build_task, threads)
+        kernels, sources, stats = parallel_build.build_in_workers(
+            tasks, target, selections, jobs, _build_task, threads)
+        return kernels, sources, {**stats, "skipped_records": skipped}
     kernels, sources = {}, {}
     cpu = time.process_time()
     for mt in tasks:
-        kernels[mt.name], sources[mt.name] = _build_task(mt, target, db, threads=threads)
-    return kernels, sources, {"workers": 1,
+        kernels[mt.name], sources[mt.name] = _build_task(mt, target, selections[mt.name],
+                                                         threads=threads)
+    return kernels, sources, {"workers": 1, "skipped_records": skipped,
                               "worker_cpu_s": [round(time.process_time() - cpu, 3)]}
 
 
@@ -147,8 +157,9 @@ def compile_model(model, target: str = "native", db=None,
                   constants: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
-    db: a tuning Database or its path; each group uses its best record on `target` if there
-    is one, else the default schedule of its search space (`summary()` says which).
+    db: a tuning Database or its path, "default" (the user's log over the records shipped
+    with Kiln) or None (no records); each group uses its best record on `target` that fits
+    its search space, else the space's default schedule (`summary()` says which).
     threads: the thread count the model will run at (default KILN_NUM_THREADS, else every
     core); records measured at that count are preferred (Database.best), and the kernels
     are set to it.
@@ -211,8 +222,9 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
                layout: str = "nchwc", winograd: bool = True,
                **options) -> list[TaskReport]:
     """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
-    resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database
-    or path; required). `options` go to tune_tasks (search, batch_size, seed, options)."""
+    resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database,
+    a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
+    options)."""
     database = _open_db(db)
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "

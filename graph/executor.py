@@ -316,7 +316,8 @@ class CompiledModel:
         lines = [f"compiled model '{self.plan.name}': {len(steps)} kernel calls, "
                  f"{len(set(s.kernel for s in steps))} distinct kernels, "
                  f"{len(self.plan.aliases)} alias groups; schedules: {from_db} from the "
-                 f"database, {borrowed}{len(steps) - from_db - similar} default",
+                 f"database, {borrowed}{len(steps) - from_db - similar} default"
+                 + self._skipped_note(),
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
         if self._pinned:
@@ -328,6 +329,11 @@ class CompiledModel:
         for name in self.plan.aliases:
             lines.append(f"  {name:<32} (view, no kernel)")
         return "\n".join(lines)
+
+    def _skipped_note(self) -> str:
+        skipped = self.plan.meta.get("compile", {}).get("skipped_records", 0)
+        return (f"; {skipped} stored record(s) skipped: they do not fit today's search space"
+                if skipped else "")
 
     def __repr__(self) -> str:
         return (f"<CompiledModel {self.plan.name}: {len(self.plan.steps)} kernels, inputs "

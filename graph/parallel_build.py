@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..autotune.database import Database, Record
+from ..autotune.dispatch import Selection
 from ..codegen import load_library
 from ..codegen.build import DEFAULT_FASTMATH, param_specs
 from ..codegen.emit_module import emit_module, fastmath_flags, symbol_name
@@ -38,21 +38,6 @@ from ..schedule.ir import PrimFunc
 from .tasks import ModelTask
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class KnownRecords:
-    """The best records of some tasks, looked up by the parent: a read-only stand-in for the
-    tuning Database (apply_best only calls `best`), so workers never open SQLite."""
-
-    records: dict[str, tuple[Record, ...]]
-
-    def best(self, task_key: str, target: str, k: int = 1, threads: int | None = None,
-             similar_cpus: bool = False) -> list[Record]:
-        """The looked-up records (already ranked for the compile's thread count; another
-        CPU's only with `similar_cpus`, as Database.best)."""
-        return [r for r in self.records.get(task_key, ())
-                if similar_cpus or r.target == target][:k]
 
 
 @dataclass(frozen=True)
@@ -97,10 +82,10 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
 def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float]:
     """Worker entry: build one task to an object file (schedule fallback as in the parent);
     also says which worker did it and its CPU seconds (schedule and lowering included)."""
-    mt, target, records, build_task = job
+    mt, target, selection, build_task, threads = job
     cpu = time.process_time()
-    obj, kind = build_task(mt, target, records,
-                           lambda func: compile_object(func, target))
+    obj, kind = build_task(mt, target, selection,
+                           lambda func: compile_object(func, target), threads)
     return mt.name, obj, kind, os.getpid(), time.process_time() - cpu
 
 
@@ -145,18 +130,14 @@ def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> d
     return kernels
 
 
-def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | None, jobs: int,
-                     build_task: Callable, threads: int | None = None
+def build_in_workers(tasks: Sequence[ModelTask], target: str,
+                     selections: dict[str, Selection], jobs: int, build_task: Callable,
+                     threads: int | None = None
                      ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     """Build every task in a pool of `jobs` processes, handed out in graph order; returns
     kernels and schedule sources by task name, and the CPU seconds each worker spent (on an
-    idle machine the busiest one bounds the wall time). Schedules are the best for running
-    at `threads` (Database.best)."""
-    records = KnownRecords({mt.task.workload_key: tuple(db.best(mt.task.workload_key, target,
-                                                                threads=threads,
-                                                                similar_cpus=True))
-                            for mt in tasks} if db is not None else {})
-    known = records if db is not None else None
+    idle machine the busiest one bounds the wall time). `selections` (by task name) are the
+    records the parent chose (autotune/dispatch.py), so workers never open SQLite."""
     # NOTE: no compile-cost model exists yet. FLOPs are a poor proxy: ResNet-18's max-pool
     # (3 MFLOP) spends 23 s in LLVM, the convs 1-2 s each, so largest-FLOPs-first started
     # it last (busiest-worker speedup 1.2x); in graph order it starts second.
@@ -164,7 +145,8 @@ def build_in_workers(tasks: Sequence[ModelTask], target: str, db: Database | Non
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
                              mp_context=_pool_context()) as pool:
-        results = list(pool.map(_work, [(mt, target, known, build_task) for mt in order]))
+        results = list(pool.map(_work, [(mt, target, selections[mt.name], build_task,
+                                         threads) for mt in order]))
     objects = [(name, obj) for name, obj, *_ in results]
     kernels = link_and_load(objects, target)
     per_worker: dict[int, float] = {}

@@ -18,22 +18,19 @@ from .te.errors import KilnError
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # pipes get a wide table
 
-DEFAULT_DB = Path(__file__).resolve().parent.parent / "tuning_logs" / "kiln.db"
 DEFAULT_MODEL_TRIALS = 64
 
 
-def _default_db() -> Path:
-    """tuning_logs/kiln.db of the source tree (an editable install), else ./tuning_logs."""
-    if DEFAULT_DB.parent.is_dir():
-        return DEFAULT_DB
-    return Path.cwd() / "tuning_logs" / "kiln.db"
-
-
 def _open_db(path):
-    from .autotune.database import Database
-    path = Path(path) if path else _default_db()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return Database(path)
+    """--db PATH: that log; no --db: the user's log layered over the shipped records
+    (kiln.autotune.default_db), as kiln.compile and kiln.tune use."""
+    from .autotune.default_db import DEFAULT, open_database
+    return open_database(path or DEFAULT)
+
+
+def _db_name(db) -> str:
+    from .autotune.default_db import describe
+    return describe(db)
 
 
 class _ProgressBar:
@@ -87,7 +84,7 @@ def _tune_op(args, db) -> int:
     task = Task.from_op(args.op, shape, target=args.target)
     trials = args.trials if args.trials is not None else 200
     console.print(f"tuning [bold]{task.description}[/] on {args.target}, {trials} trials "
-                  f"(database {db.path})")
+                  f"({_db_name(db)})")
     with _ProgressBar(trials) as bar:
         result = tune_task(task, args.target, trials, db, search=args.search, callback=bar)
     state = "interrupted; " if result.interrupted else ""
@@ -102,7 +99,7 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
     from .graph.compile import compile_model, remeasure_model, tune_model
     label = "the bundled default model" if is_default else model
     console.print(f"tuning {label} on {target}: up to {trials} trials in total "
-                  f"(reusing {db.path})")
+                  f"(reusing the {_db_name(db)})")
     start = time.perf_counter()
     with _ProgressBar(trials) as bar:
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
@@ -156,16 +153,47 @@ def _print_comparison(model: str, compiled, repeat: int = 20) -> None:
     print(json.dumps(figures, sort_keys=True))
 
 
+def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
+    """(task name, record, why) for each stored record of `model`'s tasks on any target
+    that does not fit the task's search space today."""
+    import dataclasses
+
+    from .autotune.space import SearchSpace
+    from .graph.compile import model_tasks
+    out = []
+    for mt in model_tasks(model, target):
+        targets = {r["target"] for r in db.summary() if r["task_key"] == mt.task.workload_key}
+        for tgt in sorted(targets):
+            space = SearchSpace(dataclasses.replace(mt.task, target=tgt, _key=[]))
+            for record in db.records(mt.task.workload_key, tgt):
+                reason = space.misfit(record.config)
+                if reason is not None:
+                    out.append((mt.name, record, reason))
+    return out
+
+
 def cmd_logs(args) -> int:
     db = _open_db(args.db)
+    if args.check or args.prune:
+        misfits = _misfits(db, args.check, args.target) if args.check else []
+        for name, record, reason in misfits:
+            console.print(f"{name}: record {record.record_id} does not fit: {reason}")
+        if args.check:
+            console.print(f"{len(misfits)} record(s) of {args.check}'s tasks do not fit "
+                          "today's search spaces")
+        if args.prune:
+            removed = db.prune_stale(r.record_id for _, r, _ in misfits)
+            console.print(f"removed {removed} stale record(s) from {db.path} (records shipped "
+                          "with Kiln are never changed)")
+        return 0
     rows = db.summary()
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True, default=str))
         return 0
-    table = Table(title=f"tuning database {db.path}")
-    for col in ("task", "cpu", "threads", "trials", "ok", "failed", "best ms", "GFLOPS",
-                "last"):
+    table = Table(title=_db_name(db))
+    for col in ("task", "cpu", "threads", "trials", "ok", "failed", "stale", "best ms",
+                "GFLOPS", "last"):
         table.add_column(col, no_wrap=col in ("task", "last"))
     for r in rows:
         ok = r["by_status"].get("OK", 0)
@@ -177,8 +205,13 @@ def cmd_logs(args) -> int:
             if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
         threads = ",".join("?" if t is None else str(t) for t in r["threads"])
         table.add_row(r["description"].split(":")[0], cpu, threads, str(r["trials"]), str(ok),
-                      str(r["trials"] - ok), best, gflops, when)
+                      str(r["trials"] - ok), str(r["stale"] or "-"), best, gflops, when)
     console.print(table)
+    stale = sum(r["stale"] for r in rows)
+    if stale:
+        console.print(f"{stale} stale record(s): made for an older search space, never "
+                      "applied (a compile of their model renames those it can; `kiln logs "
+                      "--prune` removes yours, the records shipped with Kiln stay)")
     if not rows:
         console.print("the database holds no records yet: run `kiln tune`")
     return 0
@@ -216,10 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     logs = sub.add_parser("logs", help="what the tuning database holds")
     logs.add_argument("--json", action="store_true", help="one JSON object per task")
+    logs.add_argument("--check", metavar="MODEL", help="list the records of MODEL's tasks "
+                      "that do not fit today's search spaces")
+    logs.add_argument("--prune", action="store_true", help="remove stale records (older "
+                      "schema; with --check, also the misfits it lists) from your log")
+    logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
 
     for p in (tune, comp, bench, logs):
-        p.add_argument("--db", help=f"tuning database (default: {_default_db()})")
+        p.add_argument("--db", help="tuning database file (default: your own log, "
+                       "KILN_TUNING_DB or ~/.local/share/kiln/tuning.db, layered over the "
+                       "records shipped with Kiln; new measurements go to your log)")
     for p in (tune, comp, bench):
         p.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
         p.add_argument("--threads", type=int, metavar="N",

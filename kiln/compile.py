@@ -2,27 +2,32 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
-from .graph.compile import _open_db, tune_model
+from .autotune.database import Database
+from .autotune.default_db import open_database
+from .graph.compile import tune_model
 from .graph.dynamic import DynamicModel, compile_specialized
 from .graph.executor import CompiledModel, load_compiled
 from .te.errors import KilnError
 
 
-def compile(model, target: str = "native", db=None,  # noqa: A001 - the public name
+def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
             threads: int | None = None, winograd: bool = True,
             constants=None) -> CompiledModel | DynamicModel:
-    """Compile an ONNX model (path or ModelProto) with the best schedules known in `db`
-    (a Database or path) for running at `threads` (default: KILN_NUM_THREADS, else every
-    core), falling back to default schedules. `jobs`: kernels compiled in parallel worker
-    processes (default: KILN_NUM_THREADS, else every core). `layout`: "nchwc" keeps conv
-    activations channel-blocked, "nchw" keeps the model's layout. `winograd`: 3x3 stride-1
-    convs of the blocked layout run as Winograd transforms + batched GEMMs where that is
-    faster (False: every conv direct).
+    """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
+    running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
+    default schedules. `db`: "default" (the user's tuning log layered over the records
+    shipped with Kiln, as the CLI uses), a path or Database, or None (no records).
+    `jobs`: kernels compiled in parallel worker processes (default: KILN_NUM_THREADS, else
+    every core). `layout`: "nchwc" keeps conv activations channel-blocked, "nchw" keeps the
+    model's layout. `winograd`: 3x3 stride-1 convs of the blocked layout run as Winograd
+    transforms + batched GEMMs where that is faster (False: every conv direct).
 
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
@@ -35,15 +40,21 @@ def compile(model, target: str = "native", db=None,  # noqa: A001 - the public n
                                constants=constants)
 
 
-def tune(model_or_task, target: str = "native", trials: int = 200, db=None,
+def tune(model_or_task, target: str = "native", trials: int = 200, db="default",
          callback: Callable[[Progress], None] | None = None, **options):
     """Tune a model (ONNX path or ModelProto: its tasks share `trials`) or one autotune Task;
-    every measurement is recorded in `db` (a Database or path, required)."""
+    every measurement is recorded in `db`: "default" (the user's tuning log, layered over
+    the shipped records; see kiln.autotune.default_db), a path or Database, or None (a
+    throwaway log, deleted when tuning ends: only the returned result remains)."""
     if db is None:
-        raise KilnError("kiln.tune needs a tuning database: pass db='tuning_logs/kiln.db' "
-                        "or a kiln.autotune.database.Database")
+        with tempfile.TemporaryDirectory(prefix="kiln-tune-") as tmp:
+            database = Database(Path(tmp) / "tune.db")
+            try:
+                return tune(model_or_task, target, trials, database, callback, **options)
+            finally:
+                database.close()
     if isinstance(model_or_task, Task):
-        return tune_task(model_or_task, target, trials, _open_db(db), callback=callback,
+        return tune_task(model_or_task, target, trials, open_database(db), callback=callback,
                          **options)
     if isinstance(model_or_task, (str, os.PathLike)) or hasattr(model_or_task, "graph"):
         return tune_model(model_or_task, target, trials, db, callback=callback, **options)

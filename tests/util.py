@@ -64,3 +64,17 @@ def run_config(task, space, config, inputs: dict, compiled: bool = True) -> list
     else:
         interpret(func, *arrays)
     return [arrays[p] for p in task.output_positions]
+
+
+def knob(space, stage: str, rest: str) -> str:
+    """The name of knob `rest` ("tile/2", "inline", ...) of the stage this test's DAG calls
+    `stage` (knob names are positions, s<k>/..., so tests look them up by op name)."""
+    ops = [o for o in space.ops if o.name == stage]
+    assert len(ops) == 1, f"{len(ops)} stages named {stage!r}: {[o.name for o in space.ops]}"
+    return f"{space.stage_label(ops[0])}/{rest}"
+
+
+def pack_knob(space, stage: str, tensor: str) -> str:
+    """The pack knob of input `tensor` (by name) of the stage named `stage`."""
+    anchor = next(a for a in space.anchors if a.op.name == stage)
+    return next(p.knob for p in anchor.packs if p.tensor.name == tensor)

@@ -15,20 +15,20 @@ def _synthetic_seconds(config: dict, lanes: int) -> float:
     """A roofline-style cost of a matmul config: vectorised full lanes, parallel outer loops,
     unrolled register tiles and a local accumulator speed it up; tiny or huge tiles hurt.
     Realistic in direction and magnitude, deterministic so the test is stable."""
-    mid_i, inner_i = config["C/tile/0:i"]
-    mid_j, inner_j = config["C/tile/1:j"]
+    mid_i, inner_i = config["s0/tile/0"]
+    mid_j, inner_j = config["s0/tile/1"]
     speed = 1.0
-    if config["C/vectorize"] and inner_j >= lanes:
+    if config["s0/vectorize"] and inner_j >= lanes:
         speed *= lanes * (1.0 if inner_j % lanes == 0 else 0.6)
-    elif config["C/vectorize"] and inner_j > 1:
+    elif config["s0/vectorize"] and inner_j > 1:
         speed *= inner_j / 2
-    speed *= (1.0 + 0.9 * min(config["C/parallel"], 1))
-    if config["C/unroll"]:
+    speed *= (1.0 + 0.9 * min(config["s0/parallel"], 1))
+    if config["s0/unroll"]:
         speed *= 1.0 + 0.5 * min(inner_i, 4) / 4
-    if config["C/local"]:
+    if config["s0/local"]:
         speed *= 1.4
-    tile_bytes = 4 * (mid_i * inner_i * config["C/reduce/0:k"]
-                      + config["C/reduce/0:k"] * mid_j * inner_j)
+    tile_bytes = 4 * (mid_i * inner_i * config["s0/reduce/0"]
+                      + config["s0/reduce/0"] * mid_j * inner_j)
     speed /= 1.0 + max(0.0, np.log2(tile_bytes / 32768.0))
     return 1e-3 / speed
 
@@ -36,7 +36,7 @@ def _synthetic_seconds(config: dict, lanes: int) -> float:
 def _dataset(n, seed):
     task = Task.from_op("matmul", (128, 128, 128))
     space = SearchSpace(task)
-    lanes = space.default_config()["C/lanes"]
+    lanes = space.default_config()["s0/lanes"]
     rng = random.Random(seed)
     featurize = Featurizer(space)
     configs = [space.sample(rng) for _ in range(n)]

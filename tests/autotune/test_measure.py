@@ -21,7 +21,7 @@ def data(task):
 @pytest.fixture(scope="module")
 def simple_config(task):
     config = SearchSpace(task).default_config()
-    return dict(config, **{"C/local": 0, "C/parallel": 0})
+    return dict(config, **{"s0/local": 0, "s0/parallel": 0})
 
 
 @pytest.fixture(scope="module")

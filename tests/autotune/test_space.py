@@ -11,6 +11,7 @@ from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind
 from kiln.te.errors import ScheduleError
 from kiln.te.reference import evaluate
+from tests.util import knob
 
 # tiny awkward shapes (primes, non-multiples of the vector width) keep the interpreter fast
 OPERATORS = [
@@ -69,11 +70,11 @@ def test_rules_classify_stages():
 
 def test_local_accumulator_and_epilogue_fusion_are_applied():
     space = SearchSpace(Task.from_op("dense", (16, 8, 32)))
-    config = dict(space.default_config(), **{"D/local": 1})
+    config = dict(space.default_config(), **{knob(space, "D", "local"): 1})
     sch, _ = space.apply(config)
     assert sch[space.anchors[0].op].attach is AttachKind.AT      # D computed inside Y's tile
     mm = SearchSpace(Task.from_op("matmul", (16, 8, 32)))
-    sch, _ = mm.apply(dict(mm.default_config(), **{"C/local": 1}))
+    sch, _ = mm.apply(dict(mm.default_config(), **{"s0/local": 1}))
     assert any(s.name == "C.local" and s.attach is AttachKind.AT for s in sch.stages)
     text = str(lower(sch, list(mm.task.args), name="mm"))
     assert "allocate C.local" in text and "vectorized" in text and "parallel" in text
@@ -81,8 +82,8 @@ def test_local_accumulator_and_epilogue_fusion_are_applied():
 
 def test_tile_choices_include_non_divisors_near_powers_of_two():
     space = SearchSpace(Task.from_op("matmul", (24, 24, 24)))
-    knob = next(k for k in space.knobs if k.name == "C/tile/0:i")
-    inner = {c[1] for c in knob.choices}
+    tile = next(k for k in space.knobs if k.name == "s0/tile/0")
+    inner = {c[1] for c in tile.choices}
     assert {1, 2, 3, 4, 6, 8, 12, 16}.issubset(inner)   # divisors and 16, a non-divisor
 
 
@@ -112,8 +113,8 @@ def test_unknown_knob_is_invalid_config():
 
 def test_value_outside_choices_is_invalid_config():
     space = SearchSpace(Task.from_op("matmul", (8, 8, 8)))
-    with pytest.raises(ScheduleError, match=r"not a choice of knob 'C/unroll'"):
-        space.apply({"C/unroll": 7})
+    with pytest.raises(ScheduleError, match=r"not a choice of knob 's0/unroll'"):
+        space.apply({"s0/unroll": 7})
 
 
 @pytest.mark.parametrize("op_name,shape", OPERATORS)

@@ -17,7 +17,7 @@ from kiln.autotune.task import Task
 from kiln.schedule.lower import lower
 from kiln.te import ops
 
-from ..util import run_config, task_inputs
+from ..util import knob, run_config, task_inputs
 
 
 def _pad_op(out):
@@ -36,9 +36,9 @@ def test_only_an_unpadded_innermost_axis_is_a_copy_axis():
 def test_the_blocked_pad_copy_is_vectorised_as_rows_and_at_the_anchor():
     task = Task.from_op("depthwise_conv2d_nchwc", (1, 16, 9, 7, 3, 3, 2, 1, 8))
     space = SearchSpace(task)
-    knob = next(k for k in space.knobs if k.name.endswith("_pad/inline"))
+    (pad,) = [k for k in space.knobs if k.name.endswith("/inline")]
     for mode in (ROOT_ROWS, AT_ANCHOR):
-        config = dict(space.default_config(), **{knob.name: mode})
+        config = dict(space.default_config(), **{pad.name: mode})
         sch, args = space.apply(config)
         text = str(lower(sch, args, name="k"))
         pad_loops = [line for line in text.splitlines() if "for i4 in" in line]
@@ -77,12 +77,13 @@ def _parallel_extents(func) -> list[int]:
 def test_parallel_depth_three_is_offered_and_earlier_depths_keep_their_meaning():
     conv = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 16, 1, 1, 1, 0, 16, 16)))
     gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
-    assert conv._by_name["conv/parallel"].choices == (0, 1, 2, 3)
-    assert gemm._by_name["C/parallel"].choices == (0, 1, 2)
-    config = dict(conv.default_config(), **{"conv/tile/1:ko": [1, 1], "conv/tile/2:y": [2, 1]})
+    assert conv._by_name[knob(conv, "conv", "parallel")].choices == (0, 1, 2, 3)
+    assert gemm._by_name["s0/parallel"].choices == (0, 1, 2)
+    config = dict(conv.default_config(), **{knob(conv, "conv", "tile/1"): [1, 1],
+                                            knob(conv, "conv", "tile/2"): [2, 1]})
     extents = {}
     for depth in (1, 2, 3):
-        sch, args = conv.apply(dict(config, **{"conv/parallel": depth}))
+        sch, args = conv.apply(dict(config, **{knob(conv, "conv", "parallel"): depth}))
         extents[depth] = _parallel_extents(lower(sch, args, name="k"))
     # b and ko are one block each: only the third loop (14 rows in tiles of 2) splits work
     assert extents == {1: [1], 2: [1], 3: [7]}
@@ -111,7 +112,7 @@ def test_the_default_parallel_loop_of_a_one_block_conv_has_work_for_every_core(o
 def test_sampled_configs_with_parallel_rows_match_the_reference(op, shape):
     task = Task.from_op(op, shape)
     space = SearchSpace(task)
-    label = space.anchors[0].op.name
+    label = space.stage_label(space.anchors[0].op)
     inputs = task_inputs(task, seed=1)
     (want,) = evaluate(list(task.outputs), inputs)
     picker = random.Random(5)

@@ -13,6 +13,7 @@ from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind
 from kiln.te.reference import evaluate
+from tests.util import knob
 
 AVX2 = "llvm -mcpu=haswell"
 AVX512 = "llvm -mcpu=skylake-avx512"
@@ -35,10 +36,11 @@ def blocked_conv(n, c, h, w, k, kb, r=3, target="native"):
     return Task(f"bconv_{c}x{h}", (R,), (X, Wp, R), target)
 
 
-def _register_tile(space, label):
+def _register_tile(space, stage):
+    label = knob(space, stage, "")
     inner = {k: space.default_config()[k][1] for k in space.default_config()
-             if k.startswith(label + "/tile/")}
-    return [inner[k] for k in sorted(inner, key=lambda n: int(n.split("/")[2].split(":")[0]))]
+             if k.startswith(label + "tile/")}
+    return [inner[k] for k in sorted(inner, key=lambda n: int(n.split("/")[2]))]
 
 
 @pytest.mark.parametrize("target,lanes,regs", [(AVX2, 8, 16), (AVX512, 16, 32)])
@@ -71,10 +73,11 @@ def test_tail_free_vector_and_row_tiles_are_preferred():
 
 
 def test_reduce_defaults_take_kernel_windows_whole():
-    config = SearchSpace(Task.from_op("conv2d", (1, 64, 14, 14, 64, 3, 3, 1, 1))
-                         ).default_config()
-    assert config["conv/reduce/1:ry"] == 3 and config["conv/reduce/2:rx"] == 3
-    assert 8 <= config["conv/reduce/0:rc"] <= 16
+    space = SearchSpace(Task.from_op("conv2d", (1, 64, 14, 14, 64, 3, 3, 1, 1)))
+    config = space.default_config()
+    assert config[knob(space, "conv", "reduce/1")] == 3
+    assert config[knob(space, "conv", "reduce/2")] == 3
+    assert 8 <= config[knob(space, "conv", "reduce/0")] <= 16
 
 
 @pytest.mark.parametrize("task", [Task.from_op("matmul", (512, 512, 512)),
@@ -85,9 +88,9 @@ def test_default_parallel_loop_has_work_for_every_core(task):
     space = SearchSpace(task)
     config = space.default_config()
     anchor = space.anchors[0]
-    label = anchor.op.name
+    label = space.stage_label(anchor.op)
     outers = [math.ceil(a.extent / (mid * inner)) for a, (mid, inner) in zip(
-        anchor.op.axis, (config[f"{label}/tile/{p}:{a.name}"] for p, a in
+        anchor.op.axis, (config[f"{label}/tile/{p}"] for p, a in
                          enumerate(anchor.op.axis)))]
     from kiln.codegen.target import Target
     cores = Target.from_string(task.target).num_cores
@@ -98,9 +101,9 @@ def test_intermediate_anchor_offers_and_applies_a_local_accumulator():
     task = blocked_conv(1, 3, 6, 6, 8, 4)
     space = SearchSpace(task)
     assert space.anchors[0].epilogue is None and not space.anchors[0].is_output
-    assert space._by_name["Oc/local"].choices == (0, 1)
+    assert space._by_name[knob(space, "Oc", "local")].choices == (0, 1)
     config = space.default_config()
-    assert config["Oc/local"] == 1
+    assert config[knob(space, "Oc", "local")] == 1
     sch, args = space.apply(config)
     local = next(s for s in sch.stages if s.name == "Oc.local")
     assert local.attach is AttachKind.AT
@@ -116,7 +119,8 @@ def test_blocked_conv_sampled_configs_match_reference(shape):
     inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
     (want,) = evaluate(list(task.outputs), inputs)
     picker = random.Random(3)
-    configs = [space.default_config(), dict(space.default_config(), **{"Oc/local": 0})]
+    configs = [space.default_config(),
+               dict(space.default_config(), **{knob(space, "Oc", "local"): 0})]
     configs += [space.sample(picker) for _ in range(3)]
     for config in configs:
         sch, args = space.apply(config)
@@ -187,8 +191,8 @@ def test_a_short_cache_tile_axis_is_taken_whole(width, mid):
     space = SearchSpace(Task.from_op("conv2d_nchwc", (1, 64, width, width, 64, 3, 3, 1, 1, 16,
                                                      16), target=AVX2))
     config = space.default_config()
-    assert config["conv/tile/2:y"] == [mid, 1]
-    assert config["conv/parallel"] == 2                  # y is not one of the parallel axes
+    assert config[knob(space, "conv", "tile/2")] == [mid, 1]
+    assert config[knob(space, "conv", "parallel")] == 2      # y is not one of the parallel axes
 
 
 @pytest.mark.parametrize("extent,rows", [(7, 4), (8, 4), (14, 6), (13, 6), (6, 6), (3, 3),
@@ -204,8 +208,9 @@ def test_default_cache_tiles_divide_the_axes(width):
     unrolled register tile (3 x 4 pixels over a 28-wide row did, at a third of the speed)."""
     space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
     config = space.default_config()
-    for name, (mid, inner) in ((k, v) for k, v in config.items() if k.startswith("Oc/tile/")):
-        pos = int(name.split("/")[2].split(":")[0])
+    prefix = knob(space, "Oc", "tile/")
+    for name, (mid, inner) in ((k, v) for k, v in config.items() if k.startswith(prefix)):
+        pos = int(name.split("/")[2])
         extent = space.anchors[0].op.axis[pos].extent
         if extent % inner == 0:
             assert (extent // inner) % mid == 0, (name, extent, mid, inner)
@@ -240,7 +245,8 @@ def test_elementwise_default_vector_and_parallel(shape, vector, parallel):
     task = Task(f"ew_{shape}", (Y,), (X, Y), AVX2)
     space = SearchSpace(task)
     config = space.default_config()
-    assert config["y/vector"] == vector and config["y/parallel"] == parallel
+    assert config[knob(space, "y", "vector")] == vector
+    assert config[knob(space, "y", "parallel")] == parallel
     native = SearchSpace(Task(f"ew_{shape}", (Y,), (X, Y)))
     sch, args = native.apply(native.default_config())
     x = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)

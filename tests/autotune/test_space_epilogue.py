@@ -12,7 +12,7 @@ from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind
 from kiln.te.reference import evaluate
 
-from ..util import run_config, task_inputs
+from ..util import knob, run_config, task_inputs
 
 
 def _linear(m, k, n, batched):
@@ -75,7 +75,7 @@ def test_gelu_diamond_is_the_anchors_joined_epilogue():
     assert {op.name for op in space.inlined} == {"add", "multiply", "divide", "erf", "add1"}
     # the exit keeps its elementwise knobs: they schedule it when the knob is 0
     assert [op.name for op in space.elementwise] == ["gelu"]
-    assert space.default_config()["matmul/epilogue"] == 1
+    assert space.default_config()[knob(space, "matmul", "epilogue")] == 1
     assert LEGACY["epilogue"] == 0
 
 
@@ -109,7 +109,7 @@ def test_fused_epilogue_computes_the_anchor_inside_the_exit_tile():
 def test_stored_configs_without_the_knob_keep_the_separate_epilogue_loop():
     space = SearchSpace(gelu_task(32, 16, 64))
     stored = {k: v for k, v in space.default_config().items() if not k.endswith("/epilogue")}
-    assert space.validate(stored)["matmul/epilogue"] == 0
+    assert space.validate(stored)[knob(space, "matmul", "epilogue")] == 0
     sch, args = space.apply(stored)
     assert sch[space.anchors[0].op].attach is AttachKind.ROOT
     assert any(s.name == "matmul.local" for s in sch.stages)
@@ -129,7 +129,7 @@ def test_gelu_configs_match_reference(m, k, n, batched):
     expected = evaluate(list(task.outputs), inputs)
     rng = random.Random(m * 1000 + k * 10 + n + batched)
     default = space.default_config()
-    configs = [default, dict(default, **{"matmul/epilogue": 0})]
+    configs = [default, dict(default, **{knob(space, "matmul", "epilogue"): 0})]
     configs += [space.sample(rng) for _ in range(6)]
     for config in configs:
         for got, want in zip(run_config(task, space, config, inputs, compiled=True), expected):

@@ -43,30 +43,30 @@ def _expected(op_name, shape, arrays):
 def test_pack_knobs_come_from_the_access_pattern():
     def packs(task):
         return [k.name for k in SearchSpace(task).knobs if "/pack/" in k.name]
-    assert packs(Task.from_op("matmul", (64, 64, 64))) == ["C/pack/A", "C/pack/B"]
+    assert packs(Task.from_op("matmul", (64, 64, 64))) == ["s0/pack/in0", "s0/pack/in1"]
     # B[k, j] with j at most two vectors wide is already a contiguous panel
-    assert packs(Task.from_op("matmul", (7, 5, 11))) == ["C/pack/A"]
-    assert packs(Task.from_op("dense", (8, 8, 40))) == ["D/pack/X", "D/pack/W"]
-    assert packs(Task.from_op("conv2d", (1, 4, 8, 8, 8, 3, 3, 1, 1))) == ["conv/pack/W"]
+    assert packs(Task.from_op("matmul", (7, 5, 11))) == ["s0/pack/in0"]
+    assert packs(Task.from_op("dense", (8, 8, 40))) == ["s0/pack/in0", "s0/pack/in1"]  # X, W
+    assert packs(Task.from_op("conv2d", (1, 4, 8, 8, 8, 3, 3, 1, 1))) == ["s1/pack/in1"]  # W
     # the input is read through the pad stage and the packed weight's ki is a narrow panel
     assert packs(blocked_conv(1, 3, 6, 6, 8, 4)) == []
 
 
 def test_pack_is_off_by_default_and_for_stored_configs_lacking_it(monkeypatch):
     space = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
-    assert space.default_config()["C/pack/B"] == 0
+    assert space.default_config()["s0/pack/in1"] == 0
     stored = {k: v for k, v in space.default_config().items() if "/pack/" not in k}
     real_default = space.default_config
     monkeypatch.setattr(space, "default_config",
-                        lambda: dict(real_default(), **{"C/pack/A": 1, "C/pack/B": 1}))
+                        lambda: dict(real_default(), **{"s0/pack/in0": 1, "s0/pack/in1": 1}))
     full = space.validate(stored)
-    assert full["C/pack/A"] == 0 and full["C/pack/B"] == 0      # legacy: the old schedule
+    assert full["s0/pack/in0"] == 0 and full["s0/pack/in1"] == 0      # legacy: the old schedule
 
 
 def test_packed_matmul_reads_panels_and_keeps_argument_order():
     task = Task.from_op("matmul", (32, 16, 40))
     space = SearchSpace(task)
-    config = dict(space.default_config(), **{"C/pack/B": 1, "C/tile/1:j": [1, 16]})
+    config = dict(space.default_config(), **{"s0/pack/in1": 1, "s0/tile/1": [1, 16]})
     sch, args = space.apply(config)
     assert [t.name for t in args] == ["A", "B", "C"]
     assert args[:2] == list(task.args[:2]) and args[2].shape == (32, 40)
@@ -113,7 +113,7 @@ def test_gemm_sized_anchors_pack_by_default_small_ones_do_not():
     # up to 256, or about 128) and stays in place
     for shape, k_tile in [((256, 512, 256), 128), ((256, 128, 256), 128), ((64, 1024, 128), 128)]:
         config = SearchSpace(Task.from_op("matmul", shape)).default_config()
-        assert config["C/reduce/0:k"] == k_tile, shape
-        assert config["C/pack/A"] == 0 and config["C/pack/B"] == 1, shape
+        assert config["s0/reduce/0"] == k_tile, shape
+        assert config["s0/pack/in0"] == 0 and config["s0/pack/in1"] == 1, shape
     small = SearchSpace(Task.from_op("matmul", (16, 8, 24)))
     assert not any(v for k, v in small.default_config().items() if "/pack/" in k)

@@ -55,19 +55,19 @@ def test_sampled_configs_compute_the_product(name):
 def test_gemm_default_is_a_register_tile_of_one_panel():
     task, _, _ = _task((1, 128, 256), 1000, 16)        # 1000 columns: not a multiple of 16
     config = SearchSpace(task).default_config()
-    assert config["C/tile/2:i2"][1] == 16
+    assert config["s0/tile/2"][1] == 16
     target = Target.native()
     vectors = -(-16 // target.vector_lanes("float32"))  # one panel: 2 AVX2 or 1 AVX-512 vector
     budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
-    assert config["C/tile/1:i1"][1] * vectors <= budget  # rows x panel within the budget
-    assert config["C/reduce/0:k"] == 256
+    assert config["s0/tile/1"][1] * vectors <= budget  # rows x panel within the budget
+    assert config["s0/reduce/0"] == 256
 
 
 def test_gemv_default_accumulates_whole_panels():
     task, _, _ = _task((1, 1280), 1000, 40)
     space = SearchSpace(task)
     config = space.default_config()
-    assert config["C/tile/1:i1"] == [1, 40] and config["C/reduce/0:k"] == 1280
+    assert config["s0/tile/1"] == [1, 40] and config["s0/reduce/0"] == 1280
     sch, args = space.apply(config)
     text = str(lower(sch, args, name="k"))
     # panel | k | the panel's 40 columns: one contiguous run of P per k

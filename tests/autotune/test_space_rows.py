@@ -14,7 +14,7 @@ from kiln.schedule.lower import lower
 from kiln.te import ops
 from kiln.te.reference import evaluate
 
-from ..util import run_config, task_inputs
+from ..util import knob, run_config, task_inputs
 
 
 def softmax_task(*shape):
@@ -88,12 +88,13 @@ def _names(ops_):
 def test_softmax_is_one_row_group_with_exp_computed_per_row():
     space = SearchSpace(softmax_task(4, 128))
     (group,) = space.row_groups
-    assert group.out.name == "softmax" and group.knob == "softmax/rows"
+    assert group.out.name == "softmax" and group.knob == knob(space, "softmax", "rows")
     assert _names(group.members) == ["softmax_max", "softmax_sum"]
     assert _names(group.stages) == ["softmax_exp"]
     default = space.default_config()
-    assert default["softmax/rows"] >= 1
-    assert default["softmax_exp/inline"] == AT_ANCHOR     # read twice: materialised per row
+    assert default[knob(space, "softmax", "rows")] >= 1
+    # read twice: materialised per row
+    assert default[knob(space, "softmax_exp", "inline")] == AT_ANCHOR
     assert LEGACY["rows"] == 0
 
 
@@ -101,7 +102,8 @@ def test_layer_norm_mean_and_row_max_groups():
     ln = SearchSpace(layer_norm_task(3, 40))
     (group,) = ln.row_groups
     assert _names(group.members) == ["layer_norm_sum", "layer_norm_var"]
-    assert ln.default_config()["layer_norm_sq/inline"] == INLINE    # one reader: recomputed
+    # one reader: recomputed
+    assert ln.default_config()[knob(ln, "layer_norm_sq", "inline")] == INLINE
     (mean,) = SearchSpace(mean_task(5, 24)).row_groups
     assert mean.out.name == "mean" and _names(mean.members) == ["mean_sum"]
     (rowmax,) = SearchSpace(row_max_task(6, 33)).row_groups
@@ -138,8 +140,8 @@ def test_row_schedule_splits_the_reductions_and_vectorises():
 def test_stored_configs_without_the_knob_keep_the_old_schedule():
     space = SearchSpace(softmax_task(4, 64))
     stored = {k: v for k, v in space.default_config().items() if not k.endswith("/rows")}
-    stored["softmax_exp/inline"] = 2
-    assert space.validate(stored)["softmax/rows"] == 0
+    stored[knob(space, "softmax_exp", "inline")] = 2
+    assert space.validate(stored)[knob(space, "softmax", "rows")] == 0
     sch, args = space.apply(stored)
     text = str(lower(sch, args, name="softmax"))
     assert "_rf" not in text
@@ -170,8 +172,9 @@ def test_row_configs_match_reference(make, shape):
     default = space.default_config()
     configs = [dict(default, **{group.knob: v}) for v in (0, 1, 2)]
     for stage in group.stages:
-        if f"{stage.name}/inline" in default:
-            configs += [dict(default, **{f"{stage.name}/inline": mode}) for mode in range(4)]
+        name = f"{space.stage_label(stage)}/inline"
+        if name in default:
+            configs += [dict(default, **{name: mode}) for mode in range(4)]
     rng = random.Random(sum(shape) + len(shape))
     configs += [space.sample(rng) for _ in range(4)]
     for k, config in enumerate(configs):
@@ -207,7 +210,8 @@ def test_row_group_of_a_joined_epilogue_every_knob_combination():
     default = space.default_config()
     for rows in (0, 1, 2):
         for epilogue in (0, 1):
-            config = dict(default, **{group.knob: rows, "rowsum/epilogue": epilogue})
+            config = dict(default, **{group.knob: rows,
+                                      knob(space, "rowsum", "epilogue"): epilogue})
             (got,) = run_config(task, space, config, inputs, compiled=True)
             np.testing.assert_allclose(got, expected[0], rtol=1e-4, atol=1e-5,
                                        err_msg=str(config))

@@ -13,6 +13,7 @@ from kiln.schedule.lower import lower
 from kiln.te import ops
 from kiln.te.errors import ScheduleError
 from kiln.te.reference import evaluate
+from tests.util import knob
 
 DW = "depthwise_conv2d_nchw"
 
@@ -54,9 +55,10 @@ def _text(task, config):
 def test_depthwise_default_is_a_channel_plane_with_taps_inside_the_rows():
     space = SearchSpace(depthwise(96, 56, 56, 1))
     config = space.default_config()
-    assert config[f"{DW}/window"] == 2 and config[f"{DW}_pad/inline"] == AT_ANCHOR
-    assert config[f"{DW}/tile/1:k"] == [1, 1]                 # one channel per iteration
-    y, x = config[f"{DW}/tile/2:y"], config[f"{DW}/tile/3:xx"]
+    assert config[knob(space, DW, "window")] == 2
+    assert config[knob(space, DW + "_pad", "inline")] == AT_ANCHOR
+    assert config[knob(space, DW, "tile/1")] == [1, 1]                 # one channel per iteration
+    y, x = config[knob(space, DW, "tile/2")], config[knob(space, DW, "tile/3")]
     assert y[0] * y[1] == 56 and x[0] * x[1] == 56            # the whole plane, no tail
     target = Target.native()
     lanes = target.vector_lanes("float32")
@@ -70,15 +72,17 @@ def test_depthwise_default_is_a_channel_plane_with_taps_inside_the_rows():
 
 
 def test_pooling_default_is_a_window_anchor_too():
-    config = SearchSpace(maxpool(64, 112, 112)).default_config()
-    assert config["maxpool/window"] == 2 and config["maxpool_pad/inline"] == AT_ANCHOR
+    space = SearchSpace(maxpool(64, 112, 112))
+    config = space.default_config()
+    assert config[knob(space, "maxpool", "window")] == 2
+    assert config[knob(space, "maxpool_pad", "inline")] == AT_ANCHOR
 
 
 def test_channel_reduction_is_not_a_window_and_its_pad_is_materialised_as_rows():
     space = SearchSpace(Task.from_op("conv2d", (1, 16, 14, 14, 16, 3, 3, 1, 1)))
     assert not any(k.name.endswith("/window") for k in space.knobs)
     config = space.default_config()
-    assert config["conv_pad/inline"] == ROOT_ROWS
+    assert config[knob(space, "conv_pad", "inline")] == ROOT_ROWS
     text = _text(space.task, config)
     assert "in parallel(256)" in text                         # 16 channels x 16 padded rows
     assert "i0.i1.fused.i2.fused in parallel(256)" in text    # div/mod once per row,
@@ -102,8 +106,9 @@ def test_pooling_default_matches_reference_on_awkward_shapes(shape):
 @pytest.mark.parametrize("window", [0, 1, 2])
 def test_every_window_and_padding_mode_is_correct(mode, window):
     task = depthwise(3, 9, 11, 2)
-    config = dict(SearchSpace(task).default_config(),
-                  **{f"{DW}/window": window, f"{DW}_pad/inline": mode})
+    space = SearchSpace(task)
+    config = dict(space.default_config(),
+                  **{knob(space, DW, "window"): window, knob(space, DW + "_pad", "inline"): mode})
     _run(task, config)
 
 
@@ -119,19 +124,19 @@ def test_a_stored_config_without_the_window_knob_keeps_its_schedule():
     task = depthwise(8, 10, 10, 1)
     space = SearchSpace(task)
     stored = {k: v for k, v in space.default_config().items() if not k.endswith("/window")}
-    stored[f"{DW}_pad/inline"] = ROOT_FLAT                    # the old default
-    assert space.validate(stored)[f"{DW}/window"] == 0
+    stored[knob(space, DW + "_pad", "inline")] = ROOT_FLAT                    # the old default
+    assert space.validate(stored)[knob(space, DW, "window")] == 0
     old = _text(task, stored)
-    assert old == _text(task, dict(stored, **{f"{DW}/window": 0}))
-    assert old != _text(task, dict(stored, **{f"{DW}/window": 2}))
+    assert old == _text(task, dict(stored, **{knob(space, DW, "window"): 0}))
+    assert old != _text(task, dict(stored, **{knob(space, DW, "window"): 2}))
     # mode 0 is still the flat fused loop (div/mod of one index) it always was
     assert "i0.i1.fused.i2.fused.i3.outer.fused in parallel" in old
 
 
 def test_an_unknown_padding_mode_is_rejected():
     space = SearchSpace(depthwise(2, 5, 5, 1))
-    with pytest.raises(ScheduleError, match="not a choice of knob 'depthwise_conv2d_nchw_pad"):
-        space.validate(dict(space.default_config(), **{f"{DW}_pad/inline": 7}))
+    with pytest.raises(ScheduleError, match="not a choice of knob 's0/inline'"):
+        space.validate(dict(space.default_config(), **{knob(space, DW + "_pad", "inline"): 7}))
 
 
 def gemv(k, n, target="native"):
@@ -144,12 +149,13 @@ def gemv(k, n, target="native"):
 
 
 def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
-    config = SearchSpace(gemv(1280, 1000)).default_config()
-    assert config["matmul/tile/0:i"] == [1, 1]
-    mid, inner = config["matmul/tile/1:j"]
+    space = SearchSpace(gemv(1280, 1000))
+    config = space.default_config()
+    assert config[knob(space, "matmul", "tile/0")] == [1, 1]
+    mid, inner = config[knob(space, "matmul", "tile/1")]
     assert inner % 8 == 0 and 1000 % inner == 0 and inner <= 48   # tail-free vectors
     assert 1000 % (mid * inner) == 0                              # whole column blocks
-    assert config["matmul/reduce/0:k"] == 1                       # k | block | vector
+    assert config[knob(space, "matmul", "reduce/0")] == 1                       # k | block | vector
     text = _text(gemv(1280, 1000), config)
     update = text.split("for k.outer in range(1280)")[1]          # the column loop is inside k
     assert f"for j.outer in range({mid})" in update.split("add[")[0]
@@ -158,8 +164,9 @@ def test_gemv_default_streams_rows_of_b_in_tail_free_column_blocks():
 def test_gemv_default_splits_columns_across_cores_when_it_divides(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.delenv("KILN_NUM_THREADS", raising=False)
-    config = SearchSpace(gemv(784, 256, "llvm -mcpu=haswell")).default_config()
-    mid, inner = config["matmul/tile/1:j"]
+    space = SearchSpace(gemv(784, 256, "llvm -mcpu=haswell"))
+    config = space.default_config()
+    mid, inner = config[knob(space, "matmul", "tile/1")]
     assert 256 // (mid * inner) == 2 and inner == 32
 
 
@@ -171,15 +178,16 @@ def test_gemv_column_blocks_keep_every_core_busy(monkeypatch, cores):
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     monkeypatch.delenv("KILN_NUM_THREADS", raising=False)
     task = gemv(1280, 1000, "llvm -mcpu=haswell")
-    config = SearchSpace(task).default_config()
-    mid, inner = config["matmul/tile/1:j"]
+    space = SearchSpace(task)
+    config = space.default_config()
+    mid, inner = config[knob(space, "matmul", "tile/1")]
     assert 1000 % (mid * inner) == 0
     blocks = 1000 // (mid * inner)
     if cores == 1:
         assert (mid, inner) == (25, 40)
     else:
         assert (mid, inner) == (5, 8) and blocks == 25      # 5 blocks would idle cores
-    assert config["matmul/parallel"] >= 1
+    assert config[knob(space, "matmul", "parallel")] >= 1
     text = _text(task, config)
     assert f"in parallel({blocks})" in text
     update = text.split("for k.outer in range(1280)")[1]
@@ -192,9 +200,10 @@ def test_gemv_keeps_one_column_block_when_kernels_run_on_one_thread(monkeypatch)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.setenv("KILN_NUM_THREADS", "1")
     task = gemv(1280, 1000, "llvm -mcpu=haswell")
-    assert SearchSpace(task).default_config()["matmul/tile/1:j"] == [25, 40]
+    space = SearchSpace(task)
+    assert space.default_config()[knob(space, "matmul", "tile/1")] == [25, 40]
     monkeypatch.setenv("KILN_NUM_THREADS", "2")
-    assert SearchSpace(task).default_config()["matmul/tile/1:j"] == [5, 8]
+    assert SearchSpace(task).default_config()[knob(space, "matmul", "tile/1")] == [5, 8]
 
 
 @pytest.mark.parametrize("shape", [(13, 1001), (1, 17), (7, 40), (300, 2)])

@@ -52,7 +52,7 @@ def test_worker_reports_its_phases():
     assert all(v >= 0 for v in result.phases.values())
     assert result.build_seconds == pytest.approx(result.phases["lower"]
                                                  + result.phases["compile"])
-    bad = run_payload(dict(payload, config={"C/unroll": 7}))
+    bad = run_payload(dict(payload, config={"s0/unroll": 7}))
     assert bad.status is MeasureStatus.INVALID_CONFIG and "run" not in bad.phases
 
 

@@ -25,18 +25,18 @@ def _synthetic_seconds(config: dict, lanes: int, flops: float) -> float:
     """A deterministic roofline-style law shared by every matmul shape: full vector lanes,
     parallel outer loops, unrolled register tiles and a local accumulator help; tiles whose
     working set overflows 32 KiB hurt. Same law for tasks A and B, so transfer can work."""
-    mid_i, inner_i = config["C/tile/0:i"]
-    mid_j, inner_j = config["C/tile/1:j"]
-    k = config["C/reduce/0:k"]
+    mid_i, inner_i = config["s0/tile/0"]
+    mid_j, inner_j = config["s0/tile/1"]
+    k = config["s0/reduce/0"]
     speed = 1.0
-    if config["C/vectorize"] and inner_j >= lanes:
+    if config["s0/vectorize"] and inner_j >= lanes:
         speed *= lanes * (1.0 if inner_j % lanes == 0 else 0.6)
-    elif config["C/vectorize"] and inner_j > 1:
+    elif config["s0/vectorize"] and inner_j > 1:
         speed *= inner_j / 2
-    speed *= 1.0 + 0.9 * min(config["C/parallel"], 1)
-    if config["C/unroll"]:
+    speed *= 1.0 + 0.9 * min(config["s0/parallel"], 1)
+    if config["s0/unroll"]:
         speed *= 1.0 + 0.5 * min(inner_i, 4) / 4
-    if config["C/local"]:
+    if config["s0/local"]:
         speed *= 1.4
     tile_bytes = 4 * (mid_i * inner_i * k + k * mid_j * inner_j)
     speed /= 1.0 + max(0.0, np.log2(tile_bytes / 32768.0))
@@ -46,7 +46,7 @@ def _synthetic_seconds(config: dict, lanes: int, flops: float) -> float:
 def _task_rows(shape, n, seed):
     task = Task.from_op("matmul", shape)
     space = SearchSpace(task)
-    lanes = space.default_config()["C/lanes"]
+    lanes = space.default_config()["s0/lanes"]
     rng = random.Random(seed)
     configs = [space.sample(rng) for _ in range(n)]
     X, ok = Featurizer(space).matrix(configs)
@@ -126,16 +126,16 @@ def test_log_without_features_table_opens_and_keeps_its_records(tmp_path):
     target = canonical_target("native")
     task = Task.from_op("matmul", (16, 8, 24))
     db = Database(path)
-    db.commit_record(Record(task.workload_key, target, {"C/unroll": 0}, (1e-3,), "OK"))
+    db.commit_record(Record(task.workload_key, target, {"s0/unroll": 0}, (1e-3,), "OK"))
     db.close()
     conn = sqlite3.connect(path)                 # make it look like a log from before features
     conn.execute("DROP TABLE features")
     conn.commit()
     conn.close()
     db = Database(path)
-    assert [r.config for r in db.records(task.workload_key, target)] == [{"C/unroll": 0}]
+    assert [r.config for r in db.records(task.workload_key, target)] == [{"s0/unroll": 0}]
     assert db.feature_rows(target, FEATURE_VERSION) == {}
-    db.commit_record(Record(task.workload_key, target, {"C/unroll": 1}, (2e-3,), "OK"),
+    db.commit_record(Record(task.workload_key, target, {"s0/unroll": 1}, (2e-3,), "OK"),
                      np.zeros(N_FEATURES), FEATURE_VERSION)
     assert len(db.feature_rows(target, FEATURE_VERSION)[task.workload_key][1]) == 1
 
@@ -155,7 +155,7 @@ def test_tuner_starts_trained_from_stored_features_of_another_task(tmp_path):
     assert load_prior(capped, db, target, max_rows=10) == 10     # the newest 10 rows of A
     np.testing.assert_array_equal(capped.rows[task_a.workload_key][0], X[-10:])
     # the first batch is model-guided: scored by the prior, it beats random picks of B
-    lanes = warm.space.default_config()["C/lanes"]
+    lanes = warm.space.default_config()["s0/lanes"]
     proposed = warm.search.propose(set(), 12)
     rng = random.Random(5)
     random_picks = [warm.space.sample(rng) for _ in range(12)]

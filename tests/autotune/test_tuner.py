@@ -2,6 +2,7 @@
 schedule is rebuilt from the database (and says where it came from)."""
 import dataclasses
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -70,10 +71,10 @@ def test_apply_best_says_where_the_schedule_came_from(tmp_path):
     assert source == "default (no tuning records)"
     lower(sch, args, name="mm")
     # a record for another target is never applied here
-    db.commit_record(Record(task.workload_key, "llvm -mcpu=other", {"C/unroll": 0}, (1e-9,),
+    db.commit_record(Record(task.workload_key, "llvm -mcpu=other", {"s0/unroll": 0}, (1e-9,),
                             "OK"))
     assert apply_best(task, "native", db)[2] == "default (no tuning records)"
-    db.commit_record(Record(task.workload_key, target, {"C/unroll": 0, "C/parallel": 0},
+    db.commit_record(Record(task.workload_key, target, {"s0/unroll": 0, "s0/parallel": 0},
                             (1e-3,), "OK"))
     sch, args, source = apply_best(task, "native", db)
     assert source == "database"
@@ -232,7 +233,7 @@ def test_resume_reuses_stored_feature_vectors_instead_of_lowering_again(tmp_path
     db = Database(tmp_path / "t.db")
     task, target = _task(), canonical_target("native")
     space = SearchSpace(task)
-    stored, foreign = space.default_config(), dict(space.default_config(), **{"C/unroll": 0})
+    stored, foreign = space.default_config(), dict(space.default_config(), **{"s0/unroll": 0})
     sentinel = np.full(N_FEATURES, 7.0, np.float32)
     db.commit_record(Record(task.workload_key, target, stored, (1e-3,), "OK"), sentinel,
                      FEATURE_VERSION)
@@ -288,7 +289,7 @@ def test_records_carry_the_thread_count_and_apply_best_picks_per_count(tmp_path)
     added = remeasure_best(task, "native", db, k=1,
                            options=dataclasses.replace(FAST, threads=2))
     assert added and {r.threads for r in added} == {2}
-    slow_at_two = {"C/unroll": 0, "C/parallel": 0}
+    slow_at_two = {"s0/unroll": 0, "s0/parallel": 0}
     db.commit_record(Record(task.workload_key, target, slow_at_two, (1e-12,), "OK", threads=1))
     assert db.best(task.workload_key, target)[0].config == slow_at_two
     sch, _, _ = apply_best(task, "native", db, threads=1)
@@ -340,7 +341,12 @@ def test_best_so_far_prefers_records_measured_at_the_thread_count(tmp_path):
     tune_task(task, "native", trials=2, db=db, search="random", batch_size=2, options=one)
     tagged = min(r.mean_cost for r in db.records(task.workload_key, target, threads=1)
                  if r.status == "OK")
-    db.commit_record(Record(task.workload_key, target, {"legacy": 1}, (1e-12,), "OK"))
+    space = SearchSpace(dataclasses.replace(task, target=target, _key=[]))
+    measured = {config_key(r.config) for r in db.records(task.workload_key, target)}
+    picker = random.Random(9)
+    legacy = next(c for c in iter(lambda: space.sample(picker), None)
+                  if config_key(c) not in measured)
+    db.commit_record(Record(task.workload_key, target, legacy, (1e-12,), "OK"))
     result = tune_task(task, "native", trials=3, db=db, search="random", batch_size=2,
                        options=one)
     assert result.measured == 0 and result.total_trials == 3

@@ -16,7 +16,7 @@ from kiln.codegen.promote import promote_register_tiles
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, Scope, Store, seq
 from kiln.schedule.lower import lower
 from kiln.te import expr as E
-from tests.util import run_config, task_inputs
+from tests.util import knob, run_config, task_inputs
 
 AVX2_FILE = 16 * 32   # bytes of 16 ymm registers
 
@@ -144,12 +144,12 @@ def test_promoted_hand_built_matmuls_match_numpy(tile):
 
 
 @pytest.mark.parametrize("shape,overrides", [
-    ((96, 256, 256), {"C/tile/0:i": [4, 6]}),
-    ((96, 256, 256), {"C/tile/0:i": [4, 6], "C/local": 0}),          # accumulates into C
-    ((90, 100, 72), {"C/tile/0:i": [4, 6], "C/reduce/0:k": 48}),     # M and K tails
-    ((37, 67, 40), {"C/tile/0:i": [2, 6], "C/tile/1:j": [1, 16], "C/reduce/0:k": 16}),
-    ((100, 64, 48), {"C/tile/0:i": [2, 6]}),                          # a 4-row tail tile
-    ((64, 64, 48), {"C/tile/0:i": [2, 8], "C/unroll": 0}),           # rolled rows: not promoted
+    ((96, 256, 256), {"s0/tile/0": [4, 6]}),
+    ((96, 256, 256), {"s0/tile/0": [4, 6], "s0/local": 0}),          # accumulates into C
+    ((90, 100, 72), {"s0/tile/0": [4, 6], "s0/reduce/0": 48}),     # M and K tails
+    ((37, 67, 40), {"s0/tile/0": [2, 6], "s0/tile/1": [1, 16], "s0/reduce/0": 16}),
+    ((100, 64, 48), {"s0/tile/0": [2, 6]}),                          # a 4-row tail tile
+    ((64, 64, 48), {"s0/tile/0": [2, 8], "s0/unroll": 0}),           # rolled rows: not promoted
 ])
 def test_matmul_configs_match_numpy(shape, overrides):
     task = Task.from_op("matmul", shape)
@@ -175,11 +175,12 @@ def _conv_nchwc_reference(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("overrides", [{}, {"conv/window": 2}, {"conv/tile/4:ki": [1, 16]},
-                                       {"conv/tile/3:xx": [1, 6]}])   # a guarded row tail
+@pytest.mark.parametrize("overrides", [{}, {"window": 2}, {"tile/4": [1, 16]},
+                                       {"tile/3": [1, 6]}])   # a guarded row tail
 def test_blocked_conv_configs_match_numpy(overrides):
     task = Task.from_op("conv2d_nchwc", (1, 32, 7, 7, 32, 3, 3, 1, 1, 16, 16))
     space = SearchSpace(task)
+    overrides = {knob(space, "conv", k): v for k, v in overrides.items()}
     config = {k: v for k, v in dict(space.default_config(), **overrides).items()
               if k in {kn.name for kn in space.knobs}}
     inputs = task_inputs(task)
@@ -201,8 +202,8 @@ def _loop_blocks(llvm_ir: str, function: str) -> list[str]:
 def test_a_six_row_gemm_tile_keeps_its_accumulators_in_registers():
     task = Task.from_op("matmul", (96, 256, 256))
     space = SearchSpace(task)
-    config = dict(space.default_config(), **{"C/tile/0:i": [4, 6], "C/tile/1:j": [4, 16],
-                                             "C/local": 1, "C/unroll": 1, "C/parallel": 2})
+    config = dict(space.default_config(), **{"s0/tile/0": [4, 6], "s0/tile/1": [4, 16],
+                                             "s0/local": 1, "s0/unroll": 1, "s0/parallel": 2})
     sch, args = space.apply(config)
     kernel = build(lower(sch, args, name="mm6"))
     ir = kernel.llvm_ir()

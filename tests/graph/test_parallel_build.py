@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.autotune.database import Record
 from kiln.graph import models
 from kiln.graph.compile import compile_model
 from kiln.graph.executor import load_compiled
-from kiln.graph.parallel_build import KnownRecords, linker
+from kiln.graph.parallel_build import linker
 from kiln.te.errors import KilnError
 
 needs_linker = pytest.mark.skipif(linker() is None, reason="no C compiler driver to link with")
@@ -50,16 +49,6 @@ def test_parallel_model_exports_and_loads(serial_and_parallel, tmp_path):
 def test_jobs_must_be_positive():
     with pytest.raises(KilnError, match=r"jobs=0.*must be >= 1"):
         compile_model(models.mlp(sizes=(8, 4)), jobs=0)
-
-
-def test_known_records_answer_like_the_database():
-    def record(target, cost):
-        return Record("key", target, {"k": 1}, (cost,), "ok")
-    known = KnownRecords({"key": (record("znver3", 1.0), record("znver4", 0.5),
-                                  record("znver3", 2.0))})
-    assert [r.costs for r in known.best("key", "znver3")] == [(1.0,)]
-    assert [r.costs for r in known.best("key", "znver3", k=5)] == [(1.0,), (2.0,)]
-    assert known.best("key", "skylake") == [] and known.best("other", "znver3") == []
 
 
 def _compile_in_daemon(queue) -> None:

@@ -1,0 +1,135 @@
+"""From the tuning log to a schedule: the best stored record that fits today's space.
+
+A compile asks `apply_best` for each task. The search goes: this CPU's records at the thread
+count the kernel will run at, then at other counts (Database.best ranks them), then, with
+`similar_cpus`, another CPU of the same vector ISA; else the space's default. A record whose
+config does not fit the space (a knob the space no longer has, a value it no longer offers)
+is skipped, logged once per task, and counted; a record never makes a compile fail. Records
+of an older schema are renamed on the way (autotune/migrate.py) where the log is writable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sqlite3
+from dataclasses import dataclass
+
+from .. import codegen
+from ..codegen.runtime_config import num_threads_from_env, threads_env
+from ..codegen.target import Target
+from ..schedule import lower
+from ..schedule.schedule import Schedule
+from .database import Database, Record
+from .migrate import legacy_knob_names, rename_config
+from .space import SearchSpace
+from .task import Task
+
+log = logging.getLogger(__name__)
+
+# the source of a schedule measured on another CPU of the same vector ISA
+SIMILAR_CPU_SOURCE = "similar CPU"
+DEFAULT_SOURCE = "default (no tuning records)"
+# stored records looked at, fastest first, before settling for the default
+MAX_CANDIDATES = 64
+_warned: set[tuple[str, str]] = set()      # (task key, target) whose skips were logged
+
+
+def canonical_target(target: str | Target) -> str:
+    """The database spelling of a target ("native" becomes the host CPU's full string)."""
+    return str(Target.from_string(target))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The record a task's schedule comes from (None: the default) and the faster records
+    that were skipped because their configs do not fit the task's space."""
+
+    record: Record | None
+    skipped: tuple[tuple[Record, str], ...] = ()
+
+    def source(self, target: str) -> str:
+        if self.record is None:
+            return DEFAULT_SOURCE
+        if self.record.target == target:
+            return "database"
+        cpu = Target.from_string(self.record.target).cpu
+        return f"{SIMILAR_CPU_SOURCE}: tuned on {cpu} (same vector ISA)"
+
+
+def upgrade_legacy_records(db: Database, space: SearchSpace) -> int:
+    """Rename the task's records of an older schema in `db` (a writable log) to today's
+    knob names; returns how many. A read-only log is left as it is."""
+    legacy = db.legacy_records(space.task.workload_key)
+    if not legacy:
+        return 0
+    names = legacy_knob_names(space)
+    renamed = {rid: new for rid, config in legacy
+               if (new := rename_config(space, config, names)) is not None}
+    try:
+        return db.upgrade_records(renamed)
+    except sqlite3.OperationalError as exc:     # a read-only file or folder
+        log.info("%s: cannot rename its older records in %s (%s)", space.task.name, db, exc)
+        return 0
+
+
+def select_record(task: Task, target: str, db: Database | None, threads: int | None = None,
+                  similar_cpus: bool = True, space: SearchSpace | None = None) -> Selection:
+    """The fastest stored record of `task` (see the module docstring) that fits its space."""
+    if db is None:
+        return Selection(None)
+    target = canonical_target(target)
+    task = dataclasses.replace(task, target=target, _key=[])
+    space = space or SearchSpace(task)
+    upgrade_legacy_records(db, space)
+    threads = threads or num_threads_from_env()
+    skipped: list[tuple[Record, str]] = []
+    tiers = [target] + (db.similar_targets(task.workload_key, target) if similar_cpus else [])
+    chosen = None
+    for tier in tiers:
+        for record in db.best(task.workload_key, tier, k=MAX_CANDIDATES, threads=threads):
+            reason = space.misfit(record.config)
+            if reason is None:
+                chosen = record
+                break
+            skipped.append((record, reason))
+        if chosen is not None:
+            break
+    if skipped and (task.workload_key, target) not in _warned:
+        _warned.add((task.workload_key, target))
+        log.warning("%s: skipped %d stored record(s) that do not fit today's search space "
+                    "(first: %s); `kiln logs` counts them, `kiln logs --prune` removes them",
+                    task.name, len(skipped), skipped[0][1])
+    return Selection(chosen, tuple(skipped))
+
+
+def apply_best(task: Task, target: str, db: Database | None,
+               threads: int | None = None, similar_cpus: bool = True
+               ) -> tuple[Schedule, list, str]:
+    """The best known schedule of `task` on `target` for running at `threads` (default:
+    KILN_NUM_THREADS, else every core), and where it came from: "database", "similar CPU:
+    tuned on <cpu> (same vector ISA)" or "default (no tuning records)"."""
+    target = canonical_target(target)
+    task = dataclasses.replace(task, target=target, _key=[])
+    space = SearchSpace(task)
+    selection = select_record(task, target, db, threads, similar_cpus, space)
+    return apply_selection(space, selection, threads)
+
+
+def apply_selection(space: SearchSpace, selection: Selection, threads: int | None = None
+                    ) -> tuple[Schedule, list, str]:
+    """The schedule `selection` names (the space's default for no record) and its source."""
+    target = space.task.target
+    if selection.record is not None:
+        sch, args = space.apply(selection.record.config)
+        return sch, args, selection.source(target)
+    with threads_env(threads or num_threads_from_env()):
+        sch, args = space.apply(space.default_config())
+    return sch, args, DEFAULT_SOURCE
+
+
+def build_best(task: Task, target: str, db: Database | None, threads: int | None = None):
+    """Compile the best known schedule of `task` for `threads` (see apply_best) into a Kernel."""
+    sch, args, source = apply_best(task, target, db, threads)
+    log.info("%s: building the schedule from the %s", task.name, source)
+    func = lower(sch, args, name=task.name)
+    return codegen.build(func, target=canonical_target(target))
