@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
 from .. import codegen
 from ..autotune.database import Database
 from ..autotune.default_db import open_database
@@ -21,7 +22,7 @@ from ..codegen.runtime_config import num_threads_from_env, threads_env
 from ..schedule import lower
 from ..te.errors import KilnError
 from . import model_cache, parallel_build
-from .executor import BufferSpec, CompiledModel, Step, build_plan
+from .executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
 from .frontend import load_onnx
 from .ir import Graph
 from .memory_plan import check_plan, plan_buffers
@@ -41,9 +42,12 @@ LAYOUTS = ("nchwc", "nchw")
 
 
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  layout: str = "nchwc", winograd: bool = True
+                  layout: str = "nchwc", winograd: bool = True,
+                  constants: Mapping[str, np.ndarray] | None = None
                   ) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
+
+    constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
 
     layout: "nchwc" keeps conv activations channel-blocked (passes.blocked_layout); "nchw"
     keeps the model's layout (each conv unpacks its channel-blocked result).
@@ -52,7 +56,8 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
-    graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes)
+    graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes,
+                                                             values=constants)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
     graph = optimize(graph, skip=skip)
@@ -151,7 +156,8 @@ def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
 def compile_model(model, target: str = "native", db=None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   jobs: int | None = None, layout: str = "nchwc",
-                  threads: int | None = None, winograd: bool = True) -> CompiledModel:
+                  threads: int | None = None, winograd: bool = True,
+                  constants: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -164,6 +170,9 @@ def compile_model(model, target: str = "native", db=None,
     the core count; 1 compiles in this process). The kernels are the same either way.
     layout: "nchwc" (default) or "nchw"; winograd: Winograd 3x3 convs (default on), see
     prepare_graph.
+    constants: values of graph inputs that decide shapes (a Reshape's shape, ...); the model
+    is compiled for them and `run` checks them (CompiledModel: plan.meta["pinned"]). Without
+    one, frontend.InputValueNeeded names the input (kiln.compile then specialises at run).
     """
     start = time.perf_counter()
     target = canonical_target(target)
@@ -177,10 +186,11 @@ def compile_model(model, target: str = "native", db=None,
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
     options = (input_shapes, target, database, threads, layout, winograd)
-    cache_key = model_cache.model_key(model, *options)
+    # (the model cache's key does not cover pinned input values: such compiles skip it)
+    cache_key = model_cache.model_key(model, *options) if not constants else None
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants)
     tasks, per_group = extract_tasks(graph, groups, target)
     with threads_env(threads):      # default schedules are made for this thread count
         kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
@@ -197,7 +207,8 @@ def compile_model(model, target: str = "native", db=None,
     plan = build_plan(graph.name, [v.name for v in graph.inputs],
                       [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
                       naive, {"target": target, "threads": threads, "compile": {
-                          "seconds": round(time.perf_counter() - start, 3), **build_stats}})
+                          "seconds": round(time.perf_counter() - start, 3), **build_stats},
+                          **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
     if cache_key is not None and model_cache.still_valid(cache_key, model, *options):

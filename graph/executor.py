@@ -140,6 +140,9 @@ class CompiledModel:
             self.buffers[spec.name] = self._allocate(spec, constants)
         self._inputs = [(name, self.buffers[name], self._specs[name]) for name in plan.inputs]
         self._input_names = set(plan.inputs)
+        # inputs whose values decided shapes at compile time: run checks them (and fills them
+        # in when they are left out)
+        self._pinned = pinned_arrays(plan.meta.get("pinned", {}))
         self._steps = []
         for step in plan.steps:
             kernel = self._kernel(step)
@@ -197,15 +200,19 @@ class CompiledModel:
                 raise KernelArgumentError(
                     f"model '{self.plan.name}' has no input named {', '.join(map(repr, unknown))}"
                     f"; its inputs are {', '.join(self.plan.inputs)}")
-            missing = [n for n in self.plan.inputs if n not in inputs]
+            missing = [n for n in self.plan.inputs if n not in inputs and n not in self._pinned]
             if missing:
                 spec = self._specs[missing[0]]
                 raise KernelArgumentError(
                     f"model '{self.plan.name}': input '{spec.name}' ({spec.dtype}"
                     f"{list(spec.shape)}) was not given")
-            values = [inputs[n] for n in self.plan.inputs]
+            values = [inputs[n] if n in inputs else self._pinned[n] for n in self.plan.inputs]
         else:
             values = list(inputs) if not isinstance(inputs, np.ndarray) else [inputs]
+            if self._pinned and len(values) == len(self._inputs) - len(self._pinned):
+                rest = iter(values)    # the pinned inputs may be left out
+                values = [self._pinned[n] if n in self._pinned else next(rest)
+                          for n in self.plan.inputs]
             if len(values) != len(self._inputs):
                 raise KernelArgumentError(
                     f"model '{self.plan.name}' takes {len(self._inputs)} inputs "
@@ -218,6 +225,12 @@ class CompiledModel:
                     f"{list(spec.shape)}, got {arr.dtype}{list(arr.shape)}. Pass an array of "
                     f"that shape (cast with .astype(np.{spec.dtype})).")
             np.copyto(buf, arr)
+            if name in self._pinned and not np.array_equal(buf, self._pinned[name]):
+                raise KernelArgumentError(
+                    f"input '{name}' of model '{self.plan.name}' decides a shape, and the "
+                    f"model was compiled for its value {_preview(self._pinned[name])}; got "
+                    f"{_preview(buf)}. Compile for that value (kiln.compile(..., constants="
+                    f"{{'{name}': ...}}), or without constants= to specialise at run time).")
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; returns fresh arrays in graph-output order."""
@@ -241,8 +254,10 @@ class CompiledModel:
     def _example_inputs(self) -> list[np.ndarray]:
         rng = np.random.default_rng(0)
         out = []
-        for _, buf, spec in self._inputs:
-            if buf.dtype.kind == "f":
+        for name, buf, spec in self._inputs:
+            if name in self._pinned:
+                out.append(self._pinned[name])
+            elif buf.dtype.kind == "f":
                 out.append(rng.standard_normal(spec.shape).astype(buf.dtype))
             else:
                 out.append(np.zeros(spec.shape, buf.dtype))  # valid for indices, masks, ids
@@ -305,6 +320,9 @@ class CompiledModel:
                  + self._skipped_note(),
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
+        if self._pinned:
+            lines.append("compiled for the values of the inputs that decide shapes: " + ", ".join(
+                f"{name} = {_preview(arr)}" for name, arr in self._pinned.items()))
         for s in steps:
             lines.append(f"  {s.group:<32} {'+'.join(s.ops):<28} kernel {s.kernel:<34} "
                          f"{s.source}")
@@ -338,6 +356,25 @@ class CompiledModel:
         _sidecar(path, ".plan.json").write_text(json.dumps(doc, indent=1))
         log.info("exported %s: %d kernels, %d constants", path, len(used), len(constants))
         return path
+
+
+def pinned_json(pinned: Mapping[str, np.ndarray]) -> dict:
+    """Pinned input values as plain data for Plan.meta["pinned"]."""
+    return {name: {"dtype": str(arr.dtype), "shape": list(arr.shape), "value": arr.tolist()}
+            for name, arr in pinned.items()}
+
+
+def pinned_arrays(doc: Mapping[str, dict]) -> dict[str, np.ndarray]:
+    """The arrays of Plan.meta["pinned"] (see pinned_json)."""
+    return {name: np.array(d["value"], dtype=d["dtype"]).reshape(d["shape"])
+            for name, d in doc.items()}
+
+
+def _preview(arr: np.ndarray, limit: int = 8) -> str:
+    flat = arr.reshape(-1)
+    items = ", ".join(str(v) for v in flat[:limit].tolist())
+    more = f", ... ({flat.size} values)" if flat.size > limit else ""
+    return f"{arr.dtype}{list(arr.shape)} [{items}{more}]"
 
 
 def _sidecar(path: Path, suffix: str) -> Path:

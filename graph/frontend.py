@@ -1,9 +1,11 @@
 """Load an ONNX model into Kiln's graph IR with static shapes.
 
-`load_onnx(path_or_proto, input_shapes=None)`: parse (ModelFormatError naming the file if that
-fails), run onnx.checker, check every operator is supported (one UnsupportedOperatorError that
-lists them all), fix symbolic input dims (to the given shapes, or 1), run onnx shape inference
-as a cross-check, then convert node by node with the converters in `onnx_ops.py`.
+`load_onnx(path_or_proto, input_shapes=None, values=None)`: parse (ModelFormatError naming the
+file if that fails), run onnx.checker, check every operator is supported (one
+UnsupportedOperatorError that lists them all), fix symbolic input dims (to the given shapes, or
+1), run onnx shape inference as a cross-check, then convert node by node with the converters in
+`onnx_ops.py`. Graph inputs that decide shapes are read from `values` (see load_onnx);
+graph/dynamic.py compiles a model per input shape and value on the fly.
 """
 from __future__ import annotations
 
@@ -118,11 +120,26 @@ def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
     return np.array(arr, order="C")
 
 
+class InputValueNeeded(ModelFormatError):
+    """A node needs the value of a graph input at compile time (a shape-deciding input such
+    as Reshape's shape) and none was given; `input_name` names the graph input."""
+
+    def __init__(self, message: str, input_name: str):
+        super().__init__(message)
+        self.input_name = input_name
+
+    def __reduce__(self):
+        return (InputValueNeeded, (self.args[0], self.input_name))
+
+
 class ConvertContext:
     """State of one conversion: values by ONNX name, emitted nodes, constants."""
 
-    def __init__(self, opset: int):
+    def __init__(self, opset: int, input_values: Mapping[str, np.ndarray] | None = None):
         self.opset = opset
+        self.input_values = input_values or {}
+        self.pinned: dict[str, np.ndarray] = {}     # graph inputs whose values were read
+        self._from_inputs: set[str] = set()         # static values that depend on them
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
         self.constants: dict[str, np.ndarray] = {}
@@ -170,21 +187,57 @@ class ConvertContext:
         return v
 
     def static(self, v: Value, what: str) -> np.ndarray:
-        """The compile-time value of `v` (a constant, or computed from constants only)."""
+        """The compile-time value of `v`: a constant, computed from constants, or from graph
+        inputs whose values were given (`input_values`; each one read is recorded in
+        `pinned`). InputValueNeeded if it depends on a graph input whose value is not given."""
+        return self._evaluate(v, what, use_inputs=True)
+
+    def try_static(self, v: Value) -> np.ndarray | None:
+        """The value of `v` if it follows from constants alone, else None (a runtime value);
+        never reads or pins a graph input's value."""
+        return self._evaluate(v, "", use_inputs=False)
+
+    def _evaluate(self, v: Value, what: str, use_inputs: bool) -> np.ndarray | None:
         if v.name in self.constants:
             return self.constants[v.name]
         if v.name in self._static:
+            if not use_inputs and v.name in self._from_inputs:
+                return None
             return self._static[v.name]
         node = self._producer.get(v.name)
         if node is None:
-            raise ModelFormatError(
-                f"node '{self.node_name}' ({self.op_type}) needs its '{what}' input "
-                f"('{v.name}') at compile time, but it comes from a graph input; Kiln needs "
-                "static shapes (fix the input shapes or make it an initializer).")
-        args = [None if i is None else self.static(i, what) for i in node.inputs]
+            return self._input_value(v, what) if use_inputs else None
+        args = [None if i is None else self._evaluate(i, what, use_inputs) for i in node.inputs]
+        if any(a is None and i is not None for a, i in zip(args, node.inputs)):
+            return None
+        tainted = any(i is not None and i.name in self._from_inputs for i in node.inputs)
         for out, arr in zip(node.outputs, run_node(node, args)):
             self._static[out.name] = arr
+            if tainted:
+                self._from_inputs.add(out.name)
         return self._static[v.name]
+
+    def _input_value(self, v: Value, what: str) -> np.ndarray:
+        """The given value of graph input `v` (pinned from now on)."""
+        if v.name not in self.input_values:
+            raise InputValueNeeded(
+                f"node '{self.node_name}' ({self.op_type}) needs its '{what}' input "
+                f"('{v.name}') at compile time, but it comes from graph input '{v.name}'. "
+                f"Pass its value with kiln.compile(model, constants={{'{v.name}': ...}}); "
+                "without it, kiln.compile specialises the model on the value seen at run "
+                "time.", v.name)
+        arr = np.asarray(self.input_values[v.name])
+        if arr.shape != v.shape or _dt.canonical(arr.dtype) != v.dtype:
+            cast = arr.astype(v.dtype) if arr.shape == v.shape else None
+            if cast is None or not np.array_equal(cast, arr):
+                raise ModelFormatError(
+                    f"the value given for input '{v.name}' is {arr.dtype}{list(arr.shape)}; "
+                    f"the model declares {v.dtype}{list(v.shape)}")
+            arr = cast
+        arr = np.array(arr, order="C")
+        self.pinned[v.name] = self._static[v.name] = arr
+        self._from_inputs.add(v.name)
+        return arr
 
     def convert(self, node: onnx.NodeProto, index: int) -> None:
         self.node_name = node.name or f"{node.op_type}_{index}"
@@ -221,8 +274,15 @@ class ConvertContext:
 
 
 def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
-              name: str | None = None) -> Graph:
-    """Convert an ONNX file path or ModelProto to a Graph with static shapes."""
+              name: str | None = None,
+              values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Convert an ONNX file path or ModelProto to a Graph with static shapes.
+
+    values: values of graph inputs that conversion may fix at compile time. A node input that
+    decides a shape (Reshape's shape, Slice's starts, Pad's pads, ...) and comes from a graph
+    input reads it here; each one read is recorded in `Graph.pinned` and stays a graph input.
+    Without a value, InputValueNeeded names the input. Inputs that decide no shape (Clip's
+    bounds, Pad's constant value) are never read here: they stay runtime kernel arguments."""
     source = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     proto = _read_model(model, source)
     opset = model_opset(proto)
@@ -231,7 +291,8 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
         raise ModelFormatError(f"ONNX model {source} is invalid: {exc}") from exc
-    ctx = ConvertContext(opset)
+    _check_value_names(proto, values or {})
+    ctx = ConvertContext(opset, values)
     ctx._taken.update(_all_names(proto.graph))
     for t in proto.graph.initializer:
         ctx.values[t.name] = ctx.const(_array(t, f"initializer '{t.name}'"), name=t.name)
@@ -247,7 +308,17 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
             raise ModelFormatError(f"graph output '{o.name}' of {source} is never computed")
         outputs.append(ctx.values[o.name])
     graph_name = name or proto.graph.name or "model"
-    return Graph(tuple(inputs), tuple(ctx.nodes), tuple(outputs), ctx.constants, graph_name)
+    return Graph(tuple(inputs), tuple(ctx.nodes), tuple(outputs), ctx.constants, graph_name,
+                 pinned=ctx.pinned)
+
+
+def _check_value_names(proto: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+    init = {t.name for t in proto.graph.initializer}
+    real = [i.name for i in proto.graph.input if i.name not in init]
+    unknown = sorted(set(values) - set(real))
+    if unknown:
+        raise ModelFormatError(f"constants names {unknown}, which are not inputs of the "
+                               f"model; its inputs are {real}")
 
 
 def _all_names(g: onnx.GraphProto) -> set[str]:

@@ -127,7 +127,10 @@ def _fmt_attr(v: Any) -> str:
 class Graph:
     """Inputs, nodes in execution order, outputs, and the constant arrays by value name.
 
-    `constants` is treated as immutable: passes copy it before changing it.
+    `constants` is treated as immutable: passes copy it before changing it. `pinned` holds
+    the values of graph inputs that decided a shape when the graph was built (a Reshape's
+    shape, a Slice's starts, ...): they stay graph inputs, but the graph is only valid for
+    these values.
     """
 
     inputs: tuple[Value, ...]
@@ -135,6 +138,7 @@ class Graph:
     outputs: tuple[Value, ...]
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "graph"
+    pinned: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -158,7 +162,7 @@ class Graph:
 
     def replace(self, **changes) -> "Graph":
         fields_ = dict(inputs=self.inputs, nodes=self.nodes, outputs=self.outputs,
-                       constants=self.constants, name=self.name)
+                       constants=self.constants, name=self.name, pinned=self.pinned)
         fields_.update(changes)
         return Graph(**fields_)
 

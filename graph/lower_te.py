@@ -209,7 +209,8 @@ def _pad(node, args):
     x = args[0]
     pads = node.attrs["pads"]
     rank = len(x.shape)
-    return [ops.pad(x, list(pads[:rank]), list(pads[rank:]), node.attr("value", 0.0),
+    value = args[1] if len(args) > 1 else node.attr("value", 0.0)   # 0-d tensor: runtime
+    return [ops.pad(x, list(pads[:rank]), list(pads[rank:]), value,
                     node.attr("mode", "constant"))]
 
 

@@ -102,11 +102,29 @@ def _gelu(ctx, x, approximate="none"):
 @converter("Clip")
 def _clip(ctx, x, lo=None, hi=None, min=None, max=None):  # noqa: A002 (ONNX names)
     if ctx.opset >= 11:  # bounds became optional inputs
-        min = None if lo is None else float(ctx.static(lo, "min"))
-        max = None if hi is None else float(ctx.static(hi, "max"))
+        runtime = [b for b in (lo, hi) if b is not None and ctx.try_static(b) is None]
+        if runtime:
+            return _clip_runtime(ctx, x, lo, hi)
+        min = None if lo is None else float(ctx.try_static(lo))
+        max = None if hi is None else float(ctx.try_static(hi))
     attrs = {"min": None if min is None else float(min), "max": None if max is None
              else float(max)}
     return ctx.emit("clip", [x], attrs, final=True)
+
+
+def _clip_runtime(ctx, x, lo, hi):
+    """Clip whose bounds (or one of them) are only known at run time (a graph input): `max`
+    with the lower bound, then `min` with the upper one, each bound a 0-d kernel argument
+    (min > max gives max, as ONNX specifies)."""
+    y = x
+    for bound, op in ((lo, "max"), (hi, "min")):
+        if bound is None:
+            continue
+        last = op == "min" or hi is None
+        if bound.shape != ():
+            bound = ctx.emit("reshape", [bound], {"shape": ()})
+        y = ctx.emit(op, [y, bound], final=last)
+    return y
 
 
 @converter("Cast")
@@ -533,9 +551,15 @@ def _gather_nd(ctx, data, indices, batch_dims=0):
 def _pad(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="constant", pads=None,
          value=0.0):
     rank = len(x.shape)
+    inputs = [x]
     if ctx.opset >= 11:
         pads = ctx.static(pads_in, "pads").tolist()
-        value = 0.0 if value_in is None else ctx.static(value_in, "constant_value").item()
+        known = None if value_in is None else ctx.try_static(value_in)
+        value = 0.0 if known is None else known.item()
+        if value_in is not None and known is None and mode == "constant":
+            # a runtime value (a graph input): the pad op reads it as a 0-d kernel argument
+            inputs.append(value_in if value_in.shape == () else
+                          ctx.emit("reshape", [value_in], {"shape": ()}))
         if axes_in is not None:
             axes = [_axis(ctx, a, rank) for a in ctx.static(axes_in, "axes").tolist()]
             full = [0] * (2 * rank)
@@ -546,8 +570,8 @@ def _pad(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="constant", pad
         raise _unsupported(ctx, f"Pad mode {mode!r}")
     if len(pads) != 2 * rank:
         raise ModelFormatError(f"node '{ctx.node_name}' (Pad): {len(pads)} pads for rank {rank}")
-    return ctx.emit("pad", [x], {"pads": tuple(int(p) for p in pads), "mode": mode,
-                                 "value": float(value)}, final=True)
+    return ctx.emit("pad", inputs, {"pads": tuple(int(p) for p in pads), "mode": mode,
+                                    "value": float(value)}, final=True)
 
 
 # -- folded at conversion time -----------------------------------------------------------------

@@ -11,7 +11,9 @@ The op set is a normalised subset of ONNX, chosen so each op maps onto one TE op
   + the bias `add`.
 - Flatten, Squeeze, Unsqueeze become `reshape`; Expand becomes `broadcast_to`.
 - GlobalAveragePool/GlobalMaxPool become `reduce_mean`/`reduce_max` over (2, 3), keepdims.
-- Relu stays `relu` (an elementwise max with 0); Clip carries its bounds as attrs.
+- Relu stays `relu` (an elementwise max with 0); Clip carries its bounds as attrs, or, when a
+  bound is only known at run time (a graph input), becomes `max`/`min` with 0-d operands.
+  Pad's runtime constant value is likewise a 0-d second input of `pad`.
 - BatchNormalization stays `batch_norm` until the simplify pass folds it into the preceding
   conv2d/matmul or decomposes it into `mul` + `add` with per-channel constants.
 - Dropout (inference) and Identity become `identity`, removed by the simplify pass.
@@ -189,6 +191,11 @@ def _gather_nd(ins, attrs):
 
 @_register("pad", OpClass.INJECTIVE)
 def _pad(ins, attrs):
+    """An optional second input is the constant fill as a 0-d tensor (a runtime value; the
+    `value` attr otherwise)."""
+    if len(ins) > 1 and (ins[1].shape != () or ins[1].dtype != ins[0].dtype):
+        raise ValueError(f"the pad value must be a 0-d {ins[0].dtype} tensor, got "
+                         f"{ins[1].dtype}{list(ins[1].shape)}")
     pads = attrs["pads"]
     rank = len(ins[0].shape)
     shape = tuple(d + pads[k] + pads[k + rank] for k, d in enumerate(ins[0].shape))

@@ -179,7 +179,7 @@ def _gather_nd(node, data, idx):
 
 
 @_impl("pad")
-def _pad(node, x):
+def _pad(node, x, value=None):
     pads, mode = node.attrs["pads"], node.attrs["mode"]
     r = x.ndim
     begin, end = pads[:r], pads[r:]
@@ -188,7 +188,8 @@ def _pad(node, x):
     x = x[crop]  # negative pads crop
     width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if mode == "constant":
-        return np.pad(x, width, mode="constant", constant_values=node.attrs["value"])
+        fill = node.attrs["value"] if value is None else value.item()
+        return np.pad(x, width, mode="constant", constant_values=fill)
     return np.pad(x, width, mode={"reflect": "reflect", "edge": "edge"}[mode])
 
 

@@ -10,14 +10,16 @@ from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
 from .autotune.database import Database
 from .autotune.default_db import open_database
-from .graph.compile import compile_model, tune_model
+from .graph.compile import tune_model
+from .graph.dynamic import DynamicModel, compile_specialized
 from .graph.executor import CompiledModel, load_compiled
 from .te.errors import KilnError
 
 
 def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
-            threads: int | None = None, winograd: bool = True) -> CompiledModel:
+            threads: int | None = None, winograd: bool = True,
+            constants=None) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
     running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
     default schedules. `db`: "default" (the user's tuning log layered over the records
@@ -25,9 +27,17 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     `jobs`: kernels compiled in parallel worker processes (default: KILN_NUM_THREADS, else
     every core). `layout`: "nchwc" keeps conv activations channel-blocked, "nchw" keeps the
     model's layout. `winograd`: 3x3 stride-1 convs of the blocked layout run as Winograd
-    transforms + batched GEMMs where that is faster (False: every conv direct)."""
-    return compile_model(model, target=target, db=db, input_shapes=input_shapes, jobs=jobs,
-                         layout=layout, threads=threads, winograd=winograd)
+    transforms + batched GEMMs where that is faster (False: every conv direct).
+
+    Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
+    array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
+    starts, ...). When every shape is known, the result is a CompiledModel. Otherwise it is a
+    DynamicModel (graph/dynamic.py): each run at a new input shape, or a new value of a
+    shape-deciding input, compiles a specialisation (same database and options) that later
+    runs reuse."""
+    return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
+                               jobs=jobs, layout=layout, threads=threads, winograd=winograd,
+                               constants=constants)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db="default",
@@ -52,4 +62,4 @@ def tune(model_or_task, target: str = "native", trials: int = 200, db="default",
                     f"got {type(model_or_task).__name__}")
 
 
-__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "TuneResult"]
+__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "DynamicModel", "TuneResult"]

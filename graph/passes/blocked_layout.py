@@ -170,6 +170,8 @@ class _Rewriter:
                 inputs.append(twin)
             elif v.shape == out.shape:
                 inputs.append(self.as_blocked(v, block))
+            elif v.shape == ():     # one runtime number (Clip's bound from a graph input)
+                inputs.append(v)
             else:
                 return False
         self.emit_blocked(node, node.op, inputs, dict(node.attrs), block)

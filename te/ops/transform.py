@@ -22,8 +22,9 @@ def pad(x: Tensor, pad_before, pad_after=None, value=0.0, mode: str = "constant"
         name: str | None = None) -> Tensor:
     """Pad every dimension (`pad_before[d]`/`pad_after[d]` elements; negative crops).
 
-    mode "constant" fills with `value`, "edge" repeats the border, "reflect" mirrors without
-    repeating the border (numpy's modes of the same names).
+    mode "constant" fills with `value` (a number, or a 0-d tensor of x's dtype read at run
+    time), "edge" repeats the border, "reflect" mirrors without repeating the border (numpy's
+    modes of the same names).
     """
     check_tensor("pad", x)
     before = _pad_list("pad_before", pad_before, x)
@@ -37,7 +38,14 @@ def pad(x: Tensor, pad_before, pad_after=None, value=0.0, mode: str = "constant"
     if mode == "reflect" and any(b >= n or a >= n for n, b, a in zip(x.shape, before, after)):
         raise TEError(f"pad(): reflect padding of '{x.name}'{list(x.shape)} needs every pad "
                       f"smaller than its dimension, got before={before}, after={after}")
-    fill = E.const(value, x.dtype) if mode == "constant" else None
+    fill = None
+    if mode == "constant" and isinstance(value, Tensor):
+        if value.shape != () or value.dtype != x.dtype:
+            raise TEError(f"pad(): a tensor fill value must be 0-d {x.dtype}, got "
+                          f"'{value.name}' {value.dtype}{list(value.shape)}")
+        fill = value()
+    elif mode == "constant":
+        fill = E.const(value, x.dtype)
 
     def body(*idx):
         src = [i - b if b else i for i, b in zip(idx, before)]

@@ -172,6 +172,18 @@ def test_pad(run, rng, mode):
     np.testing.assert_array_equal(run(Y, {X: x})[0], want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_pad_with_a_runtime_fill_tensor(run, rng, dtype):
+    """The fill is a 0-d tensor read at run time (ONNX Pad's value from a graph input)."""
+    X, V = te.placeholder((3, 5), dtype, name="X"), te.placeholder((), dtype, name="V")
+    x = (_x(rng, (3, 5)) * 10).astype(dtype)
+    Y = ops.pad(X, (1, 2), (2, 0), value=V)
+    for fill in (-7, 3):
+        v = np.array(fill, dtype)
+        np.testing.assert_array_equal(run(Y, {X: x, V: v})[0],
+                                      np.pad(x, ((1, 2), (2, 0)), constant_values=fill))
+
+
 def test_pad_negative_crops(run, rng):
     X = te.placeholder((5, 4), name="X")
     x = _x(rng, (5, 4))
@@ -187,3 +199,6 @@ def test_pad_errors():
         ops.pad(X, (3, 0), mode="reflect")
     with pytest.raises(TEError, match="pad_before must list one int per dimension"):
         ops.pad(X, (1,))
+    with pytest.raises(TEError, match=r"a tensor fill value must be 0-d float32, got 'V' "
+                                      r"float32\[1\]"):
+        ops.pad(X, (1, 1), value=te.placeholder((1,), name="V"))
