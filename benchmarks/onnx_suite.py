@@ -31,6 +31,7 @@ class _OrtRep:
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
+        options.log_severity_level = 3      # errors only: its warnings flood the table
         self.session = ort.InferenceSession(model.SerializeToString(), options,
                                             providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
