@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -287,6 +288,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     proto = _read_model(model, source)
     opset = model_opset(proto)
     check_supported(proto, opset)  # first: the most useful message for an exotic model
+    proto = _fill_untyped_outputs(proto, source)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
@@ -319,6 +321,46 @@ def _check_value_names(proto: onnx.ModelProto, values: Mapping[str, np.ndarray])
     if unknown:
         raise ModelFormatError(f"constants names {unknown}, which are not inputs of the "
                                f"model; its inputs are {real}")
+
+
+def _fill_untyped_outputs(proto: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """A copy of `proto` whose graph outputs declared without a type or without a shape
+    (onnx.checker requires both; onnxruntime infers them) carry the type onnx's shape
+    inference gives them, with a warning; `proto` itself when every output is typed.
+    An output whose type inference cannot tell stays as it is (the checker then names it)."""
+    def untyped(o: onnx.ValueInfoProto) -> bool:
+        if not o.type.HasField("tensor_type"):
+            return not o.type.HasField("sequence_type") and not o.type.HasField(
+                "optional_type") and not o.type.HasField("map_type")
+        return not o.type.tensor_type.HasField("shape")
+    missing = [o.name for o in proto.graph.output if untyped(o)]
+    if not missing:
+        return proto
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return proto
+    found = {v.name: v.type for v in list(inferred.graph.value_info) +
+             list(inferred.graph.output)}
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    for out in fixed.graph.output:
+        if out.name not in missing:
+            continue
+        t = found.get(out.name)
+        if t is None or not t.tensor_type.elem_type or not t.tensor_type.HasField("shape"):
+            continue
+        declared = out.type.tensor_type.elem_type
+        if declared and declared != t.tensor_type.elem_type:
+            continue  # a contradiction the checker/inference will report
+        out.type.CopyFrom(t)
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in t.tensor_type.shape.dim]
+        message = (f"{source}: graph output '{out.name}' is declared without a "
+                   f"{'shape' if declared else 'type'}; using the inferred "
+                   f"{onnx.TensorProto.DataType.Name(t.tensor_type.elem_type)}{dims}")
+        warnings.warn(message, stacklevel=2)
+    return fixed
 
 
 def _all_names(g: onnx.GraphProto) -> set[str]:

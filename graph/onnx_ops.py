@@ -40,6 +40,15 @@ def _axis(ctx: ConvertContext, axis: int, rank: int) -> int:
     return axis % rank if rank else 0
 
 
+def _insert_axis(ctx: ConvertContext, axis: int, rank: int) -> int:
+    """A position between dims (Flatten's split point), in [-rank, rank]: a negative one
+    counts from the end of the input's `rank` dims, not of rank + 1 positions."""
+    if not -rank <= axis <= rank:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): axis {axis} is out "
+                               f"of range [-{rank}, {rank}] for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
 def _unsupported(ctx: ConvertContext, what: str) -> UnsupportedOperatorError:
     return UnsupportedOperatorError(
         f"node '{ctx.node_name}' ({ctx.op_type}, opset {ctx.opset}): {what} is not supported by "
@@ -441,7 +450,7 @@ def _reshape(ctx, x, shape, allowzero=0):
 
 @converter("Flatten")
 def _flatten(ctx, x, axis=1):
-    axis = _axis(ctx, axis, len(x.shape) + 1)
+    axis = _insert_axis(ctx, axis, len(x.shape))
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
     return _reshape_to(ctx, x, (rows, x.size // rows if rows else 0))
 

@@ -38,6 +38,9 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("winograd", to_winograd),                  # blocked 3x3 stride-1 convs
     ("pack conv weights", pack_conv_weights),   # convs the blocked layout left in NCHW
     ("prepack matmul weights", prepack_matmul_weights),  # constant W -> column panels
+    # a layout pass may leave a conversion nobody reads; a group without outputs would be
+    # a kernel with nothing to compute
+    ("eliminate dead code last", eliminate_dead_code),
 )
 
 

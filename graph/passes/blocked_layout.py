@@ -26,6 +26,11 @@ _BINARY = frozenset({"add", "sub", "mul", "div", "max", "min", "pow"})
 _SPATIAL_REDUCTIONS = frozenset({"reduce_mean", "reduce_max", "reduce_sum", "reduce_min"})
 
 
+def _is_per_channel(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """(N, C, 1, 1) against an (N, C, H, W) output: its blocked twin broadcasts too."""
+    return len(shape) == 4 and shape[0] == out[0] and shape[1] == out[1] and shape[2:] == (1, 1)
+
+
 def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     n, c, h, w = shape
     return (n, c // block, h, w, block)
@@ -159,21 +164,27 @@ class _Rewriter:
             return False
         block = next(self.blocked[v.name].shape[-1] for v in node.inputs
                      if v.name in self.blocked)
-        inputs = []
+        # decide every operand before emitting anything: a conversion emitted for one
+        # operand of a node that then stays in NCHW would be left without a reader
+        plan = []
         for v in node.inputs:
-            if v.name in self.blocked and v.shape == out.shape:
-                inputs.append(self.blocked[v.name])
+            twin = self.blocked.get(v.name)
+            if twin is not None and twin.shape[-1] == block and (
+                    v.shape == out.shape or _is_per_channel(v.shape, out.shape)):
+                plan.append(twin)            # same shape, or (N, C, 1, 1): broadcasts
             elif v.name in self.constants:
                 twin = self.per_channel(v, out.shape[1], block)
                 if twin is None:
                     return False
-                inputs.append(twin)
+                plan.append(twin)
             elif v.shape == out.shape:
-                inputs.append(self.as_blocked(v, block))
+                plan.append(None)            # converted below
             elif v.shape == ():     # one runtime number (Clip's bound from a graph input)
-                inputs.append(v)
+                plan.append(v)
             else:
                 return False
+        inputs = [self.as_blocked(v, block) if twin is None else twin
+                  for v, twin in zip(node.inputs, plan)]
         self.emit_blocked(node, node.op, inputs, dict(node.attrs), block)
         return True
 

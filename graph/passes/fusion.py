@@ -229,6 +229,10 @@ def check_groups(graph: Graph, groups: Sequence[FusedGroup]) -> None:
                 raise InternalError(f"node '{n.name}' is in groups '{seen[n.name]}' and "
                                     f"'{g.name}'; this is a bug in Kiln's fusion")
             seen[n.name] = g.name
+        if not g.outputs:
+            raise InternalError(f"group '{g.name}' ({'+'.join(g.ops)}) computes nothing any "
+                                "other group or graph output reads (a dead node survived the "
+                                "passes); this is a bug in Kiln")
         missing = [v.name for v in g.inputs if v.name not in ready]
         if missing:
             raise InternalError(f"group '{g.name}' reads {missing} before they are computed "

@@ -1,0 +1,38 @@
+"""onnx's backend node tests through Kiln's ONNX backend (kiln.backend), one test per onnx
+case module (an operator), against the committed list of cases Kiln does not pass.
+
+A test fails when a case outside the list fails, when a listed case passes (shrink the list)
+or fails differently (an "unsupported" case that now gives a wrong answer). Regenerate the list
+with `python -m tests.onnx_node.update_expected` after adding operators.
+"""
+from __future__ import annotations
+
+import pytest
+
+from . import runner
+
+EXPECTED = runner.read_expected()
+MODULES = [m for m in runner.case_modules() if not m.rsplit(".", 1)[-1].startswith("_")]
+
+
+def test_list_names_known_modules():
+    unknown = sorted(set(EXPECTED.by_module) - set(MODULES))
+    assert not unknown, f"expected_failures.txt lists modules onnx does not have: {unknown}"
+
+
+def test_list_has_no_wrong_answers():
+    """A wrong answer is a bug to fix, never an accepted failure."""
+    wrong = [name for cases in EXPECTED.by_module.values() for name, r in cases.items()
+             if r.status == "wrong"]
+    assert not wrong, f"expected_failures.txt accepts wrong answers: {wrong}"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_node_cases(module):
+    results = [runner.run_kiln(case) for case in runner.module_cases(module)]
+    problems = runner.compare(results, EXPECTED.module(module))
+    assert not problems, (
+        f"onnx {runner.onnx.__version__} node cases of '{module}' (list made with onnx "
+        f"{EXPECTED.onnx_version}) differ from tests/onnx_node/expected_failures.txt:\n  "
+        + "\n  ".join(problems) + "\nIf the change is intended, regenerate the list: "
+        "python -m tests.onnx_node.update_expected")
