@@ -16,7 +16,12 @@ from .ir import Allocate, BufferLoad, Evaluate, For, IfThenElse, PrimFunc, SeqSt
 _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
           "tanh": math.tanh, "erf": math.erf, "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
           "pow": math.pow, "abs": abs, "floor": math.floor, "ceil": math.ceil, "round": round,
-          "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1}
+          "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1,
+          "tan": math.tan, "asin": math.asin, "acos": math.acos, "atan": math.atan,
+          "sinh": math.sinh, "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh,
+          "atanh": math.atanh, "fmod": math.fmod, "bit_and": lambda a, b: a & b,
+          "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
+          "bit_not": lambda a: ~a}
 
 
 def interpret(func: PrimFunc, *arrays: np.ndarray) -> None:

@@ -219,6 +219,11 @@ class Cast(Expr):
     value: Expr
 
 
+# bitwise ops on integers (two's complement; shr is logical on unsigned, arithmetic on signed;
+# a shift by the bit width or more gives 0, as numpy's does for unsigned operands)
+INT_INTRINSICS = ("bit_and", "bit_or", "bit_xor", "bit_not", "shl", "shr")
+
+
 @ir_node
 class Call(Expr):
     """A pure math intrinsic by name (see INTRINSICS); arguments share the result dtype."""
@@ -228,7 +233,8 @@ class Call(Expr):
 
 
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
-              "ceil", "round", "sin", "cos", "log1p", "expm1")
+              "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "fmod") + INT_INTRINSICS
 
 
 class IterKind(enum.Enum):
@@ -493,7 +499,10 @@ def call(name: str, *args) -> Expr:
     if len(exprs) == 2:
         exprs = list(_binary_operands(*exprs))
     dtype = exprs[0].dtype
-    if name not in ("abs",) and not dt.is_float(dtype):
+    if name in INT_INTRINSICS:
+        if not (dt.is_int(dtype) or dtype == "bool"):
+            raise TEError(f"intrinsic {name} needs integer arguments, got {dtype}")
+    elif name not in ("abs",) and not dt.is_float(dtype):
         raise TEError(f"intrinsic {name} needs float arguments, got {dtype}; cast first")
     return Call(dtype, name, tuple(exprs))
 

@@ -1,0 +1,219 @@
+"""The operators of graph/onnx_ops_more.py: Kiln-compiled code and the numpy reference executor
+against onnxruntime, on one-node models with awkward shapes (1, primes) and negative axes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+from kiln.graph.frontend import load_onnx
+from kiln.graph.reference import run_reference
+from kiln.te.errors import ModelFormatError
+
+from .graph_helpers import ort_run
+
+R = np.random.default_rng(11)
+ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
+        "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
+        "int32": TensorProto.INT32, "int16": TensorProto.INT16, "int8": TensorProto.INT8,
+        "uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16,
+        "uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64, "bool": TensorProto.BOOL}
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return R.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def ints(*shape, lo=-9, hi=10, dtype="int64"):
+    return R.integers(lo, hi, size=shape).astype(dtype)
+
+
+def model(op, feeds, inits=None, opset=18, n_out=1, order=None, **attrs):
+    """A one-node model `op(feeds..., inits...)` (or the inputs named in `order`); output
+    types come from onnx inference."""
+    inits = inits or {}
+    node = helper.make_node(op, order or list(feeds) + list(inits),
+                            [f"y{k}" for k in range(n_out)],
+                            name=f"{op}_0", **attrs)
+    ins = [helper.make_tensor_value_info(n, ELEM[a.dtype.name], list(a.shape))
+           for n, a in feeds.items()]
+    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.UNDEFINED, None)
+            for k in range(n_out)]
+    g = helper.make_graph([node], "t", ins, outs, initializer=[
+        numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    for out, src in zip(m.graph.output, inferred.graph.output):
+        known = src.type.tensor_type.HasField("shape")
+        out.type.CopyFrom(src.type if known else ins[0].type)  # not inferred: x's type
+    return m, feeds
+
+
+def check(m, feeds, rtol=1e-5, atol=1e-6):
+    """Kiln's compiled model and the numpy reference both agree with onnxruntime."""
+    want = ort_run(m, feeds)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)
+    ref = list(run_reference(load_onnx(m), feeds).values())
+    for g, r, w in zip(got, ref, want):
+        for ours in (g, r):
+            assert ours.shape == w.shape and ours.dtype == w.dtype, (ours.dtype, w.dtype)
+            np.testing.assert_allclose(ours.astype(np.float64), w.astype(np.float64),
+                                       rtol=rtol, atol=atol)
+
+
+X = f32(3, 7)
+UNIT = f32(3, 7, lo=-0.9, hi=0.9)
+CASES = {
+    **{op.lower(): model(op, {"x": X}) for op in (
+        "Sin", "Cos", "Atan", "Sinh", "Cosh", "Asinh", "Floor", "Ceil", "Sign", "Softplus",
+        "Softsign", "Elu", "Selu", "Celu", "ThresholdedRelu", "Shrink")},
+    "tan": model("Tan", {"x": UNIT}),
+    "asin": model("Asin", {"x": UNIT}),
+    "acos": model("Acos", {"x": UNIT}),
+    "atanh": model("Atanh", {"x": UNIT}),
+    "acosh": model("Acosh", {"x": f32(5, lo=1.0, hi=4.0)}),
+    "round-half-even": model("Round", {"x": np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6],
+                                                     np.float32)}),
+    "mish": model("Mish", {"x": X}, opset=18),
+    "elu-alpha": model("Elu", {"x": X}, alpha=0.3),
+    "sign-int": model("Sign", {"x": ints(11)}),
+    "isnan": model("IsNaN", {"x": np.array([1.0, np.nan, -np.inf, 0.0], np.float32)}),
+    "isinf-neg": model("IsInf", {"x": np.array([1.0, np.nan, -np.inf, np.inf], np.float32)},
+                       detect_positive=0),
+    "prelu": model("PRelu", {"x": f32(2, 3, 5), "s": f32(3, 1)}),
+    "less_equal": model("LessOrEqual", {"a": ints(3, 7, dtype="int32"),
+                                        "b": ints(7, dtype="int32")}),
+    "greater_equal": model("GreaterOrEqual", {"a": X, "b": f32(1, 7)}),
+    "xor": model("Xor", {"a": X > 0, "b": f32(3, 1) > 0}),
+    "max-variadic": model("Max", {"a": X, "b": f32(7), "c": f32(3, 1)}),
+    "min-one": model("Min", {"a": X}),
+    "sum": model("Sum", {"a": X, "b": f32(1, 7), "c": f32(3, 7)}),
+    "mean": model("Mean", {"a": X, "b": f32(3, 1)}),
+    "mod-int": model("Mod", {"a": ints(13), "b": np.array([3, -3, 5, -5, 7, 2, -2, 4, -4, 1, 6,
+                                                             -6, 9])}),
+    "mod-int-fmod": model("Mod", {"a": ints(13, dtype="int32"),
+                                  "b": np.array([3, -3, 5, -5, 7, 2, -2, 4, -4, 1, 6, -6, 9],
+                                                np.int32)}, fmod=1),
+    "mod-float-fmod": model("Mod", {"a": f32(11, lo=-9, hi=9), "b": f32(11, lo=0.5, hi=3)},
+                            fmod=1),
+    "bitshift-left": model("BitShift", {"a": ints(7, lo=0, hi=200, dtype="uint32"),
+                                        "b": ints(7, lo=0, hi=9, dtype="uint32")},
+                           direction="LEFT"),
+    "bitshift-right-u16": model("BitShift", {"a": ints(7, lo=0, hi=60000, dtype="uint16"),
+                                             "b": ints(7, lo=0, hi=9, dtype="uint16")},
+                                direction="RIGHT"),
+    "bitwise-and": model("BitwiseAnd", {"a": ints(5, dtype="int16"), "b": ints(5, dtype="int16")}),
+    "bitwise-not": model("BitwiseNot", {"a": ints(5, lo=0, hi=250, dtype="uint8")}),
+    "castlike": model("CastLike", {"x": X, "like": ints(1, dtype="int32")}),
+    "size": model("Size", {"x": X}),
+    "reduce-l1": model("ReduceL1", {"x": f32(2, 3, 5)}, {"axes": np.array([-1], np.int64)},
+                       keepdims=0),
+    "reduce-sumsquare": model("ReduceSumSquare", {"x": f32(2, 3, 5)},
+                              {"axes": np.array([0, 2], np.int64)}),
+    "reduce-logsumexp": model("ReduceLogSumExp", {"x": f32(2, 3, 5, lo=-40, hi=40)},
+                              {"axes": np.array([1], np.int64)}, keepdims=0),
+    "reduce-logsum": model("ReduceLogSum", {"x": f32(3, 5, lo=0.1, hi=2)}),
+    "reduce-prod": model("ReduceProd", {"x": f32(3, 5)}, {"axes": np.array([-2], np.int64)}),
+    "argmax-last": model("ArgMax", {"x": np.array([[1, 3, 3, 2], [5, 5, 1, 0]], np.float32)},
+                         axis=-1, select_last_index=1),
+    "argmin-keep": model("ArgMin", {"x": f32(3, 1, 7)}, axis=2, keepdims=1),
+    "argmax-axis0": model("ArgMax", {"x": ints(5, 3, dtype="int32")}, keepdims=0),
+    "cumsum": model("CumSum", {"x": f32(3, 7)}, {"axis": np.array(-1, np.int64)}),
+    "cumsum-rev-excl": model("CumSum", {"x": ints(5, 2, dtype="int32")},
+                             {"axis": np.array(0, np.int32)}, exclusive=1, reverse=1),
+    "gather_elements": model("GatherElements", {"x": f32(3, 7), "i": ints(3, 5, lo=-7, hi=7)},
+                             axis=1),
+    "gather_elements-axis0": model("GatherElements", {"x": f32(5, 2),
+                                                      "i": ints(3, 2, lo=-5, hi=5)}),
+    "scatter_elements": model("ScatterElements", {"x": f32(3, 7), "u": f32(3, 2)},
+                              {"i": np.array([[0, 6], [-1, 2], [3, 3]], np.int64)}, axis=-1, order=list("xiu"),
+                              reduction="add"),
+    "scatter_elements-none": model("ScatterElements", {"x": f32(5, 3), "u": f32(2, 3)},
+                                   {"i": np.array([[4, 0, 1], [2, 1, -1]], np.int64)}, order=list("xiu")),
+    "scatter_nd": model("ScatterND", {"x": f32(5, 3), "u": f32(2, 3)},
+                        {"i": np.array([[4], [1]], np.int64)}, order=list("xiu")),
+    "scatter_nd-mul": model("ScatterND", {"x": f32(4, 3), "u": f32(3)},
+                            {"i": np.array([[0, 1], [3, 2], [0, 1]], np.int64)},
+                            reduction="mul", order=list("xiu")),
+    "trilu-upper": model("Trilu", {"x": f32(2, 5, 3)}, {"k": np.array(1, np.int64)}),
+    "trilu-lower-runtime-k": model("Trilu", {"x": f32(5, 3), "k": np.array(-1, np.int64)},
+                                   upper=0),
+    "tile": model("Tile", {"x": f32(2, 3)}, {"r": np.array([3, 1], np.int64)}),
+    "depth_to_space-crd": model("DepthToSpace", {"x": f32(1, 8, 2, 3)}, blocksize=2,
+                                mode="CRD"),
+    "depth_to_space": model("DepthToSpace", {"x": f32(2, 9, 1, 2)}, blocksize=3),
+    "space_to_depth": model("SpaceToDepth", {"x": f32(1, 3, 4, 6)}, blocksize=2),
+    "onehot": model("OneHot", {"i": ints(2, 3, lo=-5, hi=5), "v": np.array([0.5, 2.0],
+                                                                           np.float32)},
+                    {"d": np.array(5, np.int64)}, axis=-2, order=list("idv")),
+    "hardmax": model("Hardmax", {"x": np.array([[1, 3, 3, 2], [5, 5, 1, 0]], np.float32)}),
+    "lp_norm-l1": model("LpNormalization", {"x": f32(3, 5)}, axis=0, p=1),
+    "lp_norm": model("LpNormalization", {"x": f32(3, 5)}),
+    "mvn": model("MeanVarianceNormalization", {"x": f32(2, 3, 5, 1)}, opset=9),
+    "instance_norm": model("InstanceNormalization", {"x": f32(2, 3, 5), "s": f32(3),
+                                                     "b": f32(3)}),
+    "layer_norm-stats": model("LayerNormalization", {"x": f32(2, 3, 5), "s": f32(3, 5),
+                                                     "b": f32(3, 5)}, n_out=3, axis=-2),
+    "eyelike": model("EyeLike", {"x": f32(3, 5)}, k=1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_op_matches_onnxruntime(case):
+    m, feeds = CASES[case]
+    check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_rms_normalization_against_numpy():
+    """onnxruntime may lack opset 23, so RMSNormalization is checked against numpy."""
+    x, s = f32(2, 3, 5), f32(5)
+    m, feeds = model("RMSNormalization", {"x": x, "s": s}, opset=23, epsilon=1e-3)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    want = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-3) * s
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_trilu_runtime_k_is_an_argument():
+    """k from a graph input is read at run time: one compiled model, two values of k."""
+    m, feeds = CASES["trilu-lower-runtime-k"]
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for k in (-1, 2):
+        got = compiled.run({"x": feeds["x"], "k": np.array(k, np.int64)})[0]
+        np.testing.assert_array_equal(got, np.tril(feeds["x"], k))
+
+
+def test_mod_by_zero_float_follows_fmod():
+    m, feeds = model("Mod", {"a": np.array([1.5, -2.0], np.float32),
+                             "b": np.array([0.0, np.inf], np.float32)}, fmod=1)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, np.fmod(feeds["a"], feeds["b"]))
+
+
+def test_cumsum_axis_must_be_static():
+    m, _ = model("CumSum", {"x": f32(3, 4), "axis": np.array(0, np.int64)})
+    with pytest.raises(ModelFormatError, match="CumSum.*'axis'.*compile time"):
+        load_onnx(m)
+
+
+def test_lp_norm_p3_is_unsupported():
+    m, _ = model("LpNormalization", {"x": f32(3, 4)}, p=3)
+    with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="p=3"):
+        load_onnx(m)
+
+
+@pytest.mark.parametrize("opset,per", [(21, 6)])
+def test_group_normalization_against_numpy(opset, per):
+    """opset 21 scales per channel (onnx's shape inference gives no output type for it, so
+    numpy is the oracle); the per-group scale of opset 18 is deprecated in onnx's checker."""
+    x, s, b = f32(2, 6, 5), f32(per), f32(per)
+    m, feeds = model("GroupNormalization", {"x": x, "s": s, "b": b}, opset=opset, num_groups=3)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    g = x.reshape(2, 3, 10)
+    y = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5))
+    y = y.reshape(2, 6, 5)
+    s, b = (np.repeat(s, 2), np.repeat(b, 2)) if per == 3 else (s, b)
+    np.testing.assert_allclose(got, y * s[:, None] + b[:, None], rtol=1e-4, atol=1e-5)
