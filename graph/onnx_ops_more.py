@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..te.errors import ModelFormatError
-from . import ops_more  # noqa: F401 - registers the graph ops the converters emit
+from . import onnx_ops_attention, ops_more  # noqa: F401 - register converters and graph ops
 from .ir import Value
 from .onnx_ops import CONVERTERS, _axis, _make_unary, _unsupported, converter
 
@@ -438,4 +438,122 @@ def _lp_norm(ctx, x, axis=-1, p=2):
         norm = ctx.emit("sqrt", [ctx.emit("reduce_sum", [ctx.emit("mul", [x, x])], keep)])
     else:
         raise _unsupported(ctx, f"LpNormalization with p={p} (ONNX allows 1 or 2)")
-    return ctx.emit("div", [x, norm], final=True)
+    zero = ctx.const(np.array(0, dtype=x.dtype))
+    ratio = ctx.emit("div", [x, norm])   # an all-zero slice gives 0, not 0/0
+    return ctx.emit("where", [ctx.emit("equal", [norm, zero]), zero, ratio], final=True)
+
+
+# -- losses ------------------------------------------------------------------------------------
+
+def _nll(ctx, logp: Value, target: Value, weight: Value | None, reduction: str,
+         ignore_index) -> Value:
+    """-logp[n, target[n, ...], ...] * weight[target], reduced ("none", "sum" or "mean":
+    the sum over the sum of the weights of the targets that count)."""
+    if reduction not in ("none", "sum", "mean"):
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): reduction "
+                               f"{reduction!r}; expected none, sum or mean")
+    n, c = logp.shape[:2]
+    rest = tuple(logp.shape[2:])
+    if tuple(target.shape) != (n,) + rest:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): target "
+                               f"{list(target.shape)} must be {[n, *rest]} for input "
+                               f"{list(logp.shape)}")
+    dtype = logp.dtype
+    idx = ctx.emit("reshape", [target], {"shape": (n, 1) + rest})
+    picked = ctx.emit("gather_elements", [logp, idx], {"axis": 1})
+    picked = ctx.emit("reshape", [picked], {"shape": (n,) + rest})
+    w = None if weight is None else ctx.emit("gather", [weight, target], {"axis": 0})
+    if ignore_index is not None:
+        keep = ctx.emit("logical_not", [ctx.emit("equal", [target, ctx.const(np.array(
+            int(ignore_index), dtype=target.dtype))])])
+        w = ctx.emit("cast", [keep], {"to": dtype}) if w is None else ctx.emit(
+            "where", [keep, w, ctx.const(np.array(0.0, dtype=dtype))])
+    loss = ctx.emit("neg", [picked])
+    if w is not None:
+        loss = ctx.emit("mul", [loss, w], final=reduction == "none")
+    elif reduction == "none":
+        loss = ctx.emit("identity", [loss], final=True)
+    if reduction == "none":
+        return loss
+    every = {"axes": tuple(range(len(loss.shape))), "keepdims": 0}
+    if reduction == "sum":
+        return ctx.emit("reduce_sum", [loss], every, final=True)
+    if w is None:
+        return ctx.emit("reduce_mean", [loss], every, final=True)
+    total = ctx.emit("reduce_sum", [loss], every)
+    return ctx.emit("div", [total, ctx.emit("reduce_sum", [w], every)], final=True)
+
+
+@converter("NegativeLogLikelihoodLoss")
+def _nll_loss(ctx, x, target, weight=None, ignore_index=None, reduction="mean"):
+    return _nll(ctx, x, target, weight, reduction, ignore_index)
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def _softmax_ce(ctx, scores, labels, weights=None, ignore_index=None, reduction="mean"):
+    logp = ctx.emit("log_softmax", [scores], {"axis": 1},
+                    final=False)
+    loss = _nll(ctx, logp, labels, weights, reduction, ignore_index)
+    if len(ctx.output_names) > 1 and ctx.output_names[1]:
+        return loss, logp
+    return loss
+
+
+# -- einsum ------------------------------------------------------------------------------------
+
+def _einsum_terms(ctx, equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """Input label strings and the output labels, with '...' spelled out as upper-case
+    labels (ONNX labels are lower-case letters), the output implicit when no '->'."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ModelFormatError(f"node '{ctx.node_name}' (Einsum): equation {equation!r} has "
+                               f"{len(terms)} operands, the node {len(ranks)} inputs")
+    ell = max((r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t),
+              default=0)
+    fill = "".join(chr(ord("A") + k) for k in range(ell))
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        n = r - len(t.replace("...", ""))
+        out_terms.append(t.replace("...", fill[ell - n:]) if "..." in t else t)
+    if arrow:
+        out = rhs.replace("...", fill)
+    else:
+        counts = {c: "".join(out_terms).count(c) for c in "".join(out_terms)}
+        out = fill + "".join(sorted(c for c, k in counts.items() if k == 1 and c.islower()))
+    for t, r in zip(out_terms, ranks):
+        if len(t) != r or len(set(t)) != len(t):
+            raise _unsupported(ctx, f"Einsum term {t!r} on a rank-{r} input (a repeated "
+                                    "label, i.e. a diagonal)" if len(set(t)) != len(t) else
+                               f"Einsum term {t!r} on a rank-{r} input")
+    return out_terms, out
+
+
+@converter("Einsum")
+def _einsum(ctx, *xs, equation):
+    """Every operand transposed and reshaped onto all labels (output labels first, then the
+    summed ones), multiplied with broadcasting, and summed over the trailing labels."""
+    terms, out = _einsum_terms(ctx, equation, [len(x.shape) for x in xs])
+    summed = sorted({c for t in terms for c in t} - set(out))
+    labels = list(out) + summed
+    size = {}
+    for t, x in zip(terms, xs):
+        for c, d in zip(t, x.shape):
+            size[c] = max(size.get(c, 1), d)
+    acc = None
+    for t, x in zip(terms, xs):
+        order = sorted(range(len(t)), key=lambda a: labels.index(t[a]))
+        y = x
+        if order != list(range(len(t))):
+            y = ctx.emit("transpose", [y], {"perm": tuple(order)})
+        full = tuple(x.shape[t.index(c)] if c in t else 1 for c in labels)
+        if full != y.shape:
+            y = ctx.emit("reshape", [y], {"shape": full})
+        acc = y if acc is None else ctx.emit("mul", [acc, y])
+    if summed:
+        axes = tuple(range(len(out), len(labels)))
+        return ctx.emit("reduce_sum", [acc], {"axes": axes, "keepdims": 0}, final=True)
+    if acc.shape != tuple(size[c] for c in out):
+        acc = ctx.emit("broadcast_to", [acc], {"shape": tuple(size[c] for c in out)})
+    return ctx.emit("identity", [acc], final=True)

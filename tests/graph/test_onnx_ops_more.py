@@ -217,3 +217,98 @@ def test_group_normalization_against_numpy(opset, per):
     y = y.reshape(2, 6, 5)
     s, b = (np.repeat(s, 2), np.repeat(b, 2)) if per == 3 else (s, b)
     np.testing.assert_allclose(got, y * s[:, None] + b[:, None], rtol=1e-4, atol=1e-5)
+
+
+LOSS_X = f32(3, 5, 2)
+LOSS_T = np.array([[0, 4], [2, -1], [-1, 1]], np.int64)
+LOSSES = {
+    "nll-mean-weight-ignore": model("NegativeLogLikelihoodLoss", {"x": LOSS_X, "t": LOSS_T,
+                                                                  "w": f32(5, lo=0.1, hi=1)},
+                                    ignore_index=-1),
+    "nll-none": model("NegativeLogLikelihoodLoss", {"x": f32(4, 3),
+                                                    "t": np.array([2, 0, 1, 1], np.int64)},
+                      reduction="none"),
+    "sce-sum-logprob": model("SoftmaxCrossEntropyLoss", {"x": LOSS_X, "t": LOSS_T},
+                             n_out=2, reduction="sum", ignore_index=-1),
+    "sce-mean": model("SoftmaxCrossEntropyLoss", {"x": f32(7, 3),
+                                                  "t": ints(7, lo=0, hi=3)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOSSES))
+def test_loss_matches_onnxruntime(case):
+    m, feeds = LOSSES[case]
+    check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def _attention_ref(q, k, v, mask=None, causal=False, groups=1):
+    """Plain numpy attention over [B, H, S, d] (K/V heads repeated `groups` times)."""
+    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s + np.where(mask, 0, -np.inf) if mask.dtype == bool else s + mask
+    if causal:
+        s = s + np.where(np.tril(np.ones(s.shape[-2:], bool)), 0, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def test_attention_4d_causal_with_bool_mask():
+    q, k, v = f32(2, 3, 5, 4), f32(2, 3, 7, 4), f32(2, 3, 7, 3)
+    mask = R.uniform(size=(5, 7)) > 0.3
+    mask[:, 0] = True
+    m, feeds = model("Attention", {"q": q, "k": k, "v": v, "m": mask}, opset=23, is_causal=1)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    np.testing.assert_allclose(got, _attention_ref(q, k, v, mask, causal=True), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_attention_3d_grouped_heads_and_present_kv():
+    """3-D inputs split into 4 query heads over 2 KV heads; past K/V are concatenated and
+    returned as present_key/present_value."""
+    q, k, v = f32(1, 3, 4 * 2), f32(1, 3, 2 * 2), f32(1, 3, 2 * 2)
+    pk, pv = f32(1, 2, 5, 2), f32(1, 2, 5, 2)
+    m, feeds = model("Attention", {"q": q, "k": k, "v": v, "_": np.zeros(0, np.float32),
+                                   "pk": pk, "pv": pv}, opset=23, n_out=3,
+                     order=["q", "k", "v", "", "pk", "pv"], q_num_heads=4, kv_num_heads=2)
+    del feeds["_"]
+    m.graph.input.remove(m.graph.input[3])
+    y, present_k, present_v = kiln.compile(m, db=None, jobs=1).run(feeds)
+    split = lambda t, h: t.reshape(1, 3, h, 2).transpose(0, 2, 1, 3)  # noqa: E731
+    kk = np.concatenate([pk, split(k, 2)], axis=2)
+    vv = np.concatenate([pv, split(v, 2)], axis=2)
+    want = _attention_ref(split(q, 4), kk, vv, groups=2).transpose(0, 2, 1, 3).reshape(1, 3, 8)
+    np.testing.assert_allclose(present_k, kk)
+    np.testing.assert_allclose(present_v, vv)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+EINSUM = {
+    "matmul-batched": ("bij,bjk->bik", [f32(2, 3, 5), f32(2, 5, 4)]),
+    "ellipsis-transpose": ("...ij->...ji", [f32(2, 3, 5)]),
+    "implicit-outer": ("i,j", [f32(3), f32(4)]),
+    "sum-all": ("ij->", [f32(3, 7)]),
+    "three-way": ("ab,bc,c->a", [f32(2, 3), f32(3, 5), f32(5)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EINSUM))
+def test_einsum_matches_numpy(case):
+    eq, arrays = EINSUM[case]
+    feeds = {f"x{k}": a for k, a in enumerate(arrays)}
+    m, _ = model("Einsum", feeds, equation=eq)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    np.testing.assert_allclose(got, np.einsum(eq, *arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_diagonal_is_unsupported():
+    m, _ = model("Einsum", {"x": f32(3, 3)}, equation="ii->i")
+    with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="diagonal"):
+        load_onnx(m)
+
+
+def test_lp_normalization_of_zeros_is_zero():
+    x = np.array([[0.0, 3.0], [0.0, 4.0]], np.float32)
+    m, feeds = model("LpNormalization", {"x": x}, axis=0)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    np.testing.assert_allclose(got, [[0, 0.6], [0, 0.8]], rtol=1e-6)
