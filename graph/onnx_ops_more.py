@@ -557,3 +557,66 @@ def _einsum(ctx, *xs, equation):
     if acc.shape != tuple(size[c] for c in out):
         acc = ctx.emit("broadcast_to", [acc], {"shape": tuple(size[c] for c in out)})
     return ctx.emit("identity", [acc], final=True)
+
+
+# -- 1-D windows as 2-D ones, Clip with run-time bounds -----------------------------------------
+
+def _lift_1d(attrs: dict) -> dict:
+    """Window attributes of a 1-D op as those of the same op over [N, C, 1, L]."""
+    out = dict(attrs)
+    for name, fill in (("kernel_shape", 1), ("strides", 1), ("dilations", 1),
+                       ("output_padding", 0)):
+        if out.get(name) is not None:
+            out[name] = (fill,) + tuple(out[name])
+    if out.get("pads") is not None:
+        b, e = out["pads"]
+        out["pads"] = (0, b, 0, e)
+    if out.get("output_shape") is not None:
+        out["output_shape"] = (1,) + tuple(out["output_shape"])
+    return out
+
+
+def _windowed_1d(original):
+    """Wrap a 2-D window converter: a rank-3 input [N, C, L] runs as [N, C, 1, L]."""
+    def conv(ctx, x, *rest, **attrs):
+        if len(x.shape) != 3:
+            return original(ctx, x, *rest, **attrs)
+        x4 = ctx.emit("reshape", [x], {"shape": (x.shape[0], x.shape[1], 1, x.shape[2])})
+        if rest and rest[0] is not None and ctx.op_type in ("Conv", "ConvTranspose"):
+            w = rest[0]
+            rest = (ctx.emit("reshape", [w], {"shape": w.shape[:2] + (1, w.shape[2])}),
+                    ) + rest[1:]
+        names = ctx.output_names
+        ctx.output_names = [""] * len(names)   # the 4-D result is not the node's output
+        try:
+            y4 = original(ctx, x4, *rest, **_lift_1d(attrs))
+        finally:
+            ctx.output_names = names
+        n, c, _, length = y4.shape
+        return ctx.emit("reshape", [y4], {"shape": (n, c, length)}, final=True)
+    return conv
+
+
+for _t in ("Conv", "ConvTranspose", "MaxPool", "AveragePool"):
+    CONVERTERS[_t] = _windowed_1d(CONVERTERS[_t])
+
+_CLIP = CONVERTERS["Clip"]
+
+
+@converter("Clip")
+def _clip(ctx, x, lo=None, hi=None, **attrs):
+    """Bounds that arrive as graph inputs stay run-time arguments (max/min with them)."""
+    if ctx.opset < 11:
+        return _CLIP(ctx, x, lo, hi, **attrs)
+    try:
+        for v, what in ((lo, "min"), (hi, "max")):
+            if v is not None:
+                ctx.static(v, what)
+    except ModelFormatError:
+        y = x
+        if lo is not None:
+            y = ctx.emit("max", [y, lo], final=hi is None)
+        if hi is not None:
+            y = ctx.emit("min", [y, hi], final=True)
+        return y
+    return _CLIP(ctx, x, lo, hi, **attrs)

@@ -312,3 +312,33 @@ def test_lp_normalization_of_zeros_is_zero():
     m, feeds = model("LpNormalization", {"x": x}, axis=0)
     got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
     np.testing.assert_allclose(got, [[0, 0.6], [0, 0.8]], rtol=1e-6)
+
+
+WINDOWS_1D = {
+    "conv1d": model("Conv", {"x": f32(2, 3, 11), "w": f32(4, 3, 3)}, strides=[2],
+                    pads=[1, 2], dilations=[1]),
+    "conv1d-grouped-same": model("Conv", {"x": f32(1, 4, 7), "w": f32(4, 2, 2)}, group=2,
+                                 auto_pad="SAME_UPPER"),
+    "conv_transpose1d": model("ConvTranspose", {"x": f32(1, 2, 5), "w": f32(2, 3, 3)},
+                              strides=[2], output_padding=[1]),
+    "maxpool1d": model("MaxPool", {"x": f32(1, 3, 13)}, kernel_shape=[3], strides=[2],
+                       pads=[1, 1]),
+    "avgpool1d-ceil": model("AveragePool", {"x": f32(2, 1, 10)}, kernel_shape=[4],
+                            strides=[3], ceil_mode=1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINDOWS_1D))
+def test_1d_windows_match_onnxruntime(case):
+    m, feeds = WINDOWS_1D[case]
+    check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_clip_bounds_from_graph_inputs_are_runtime_arguments():
+    x = f32(3, 5)
+    m, _ = model("Clip", {"x": x, "lo": np.array(-0.5, np.float32),
+                          "hi": np.array(0.25, np.float32)})
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for lo, hi in ((-0.5, 0.25), (0.0, 1.5)):
+        feeds = {"x": x, "lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)}
+        np.testing.assert_array_equal(compiled.run(feeds)[0], np.clip(x, lo, hi))
