@@ -620,3 +620,26 @@ def _clip(ctx, x, lo=None, hi=None, **attrs):
             y = ctx.emit("min", [y, hi], final=True)
         return y
     return _CLIP(ctx, x, lo, hi, **attrs)
+
+
+@converter("LpPool")
+def _lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
+             p=2, pads=None, strides=None):
+    """(sum over the window of |x|^p)^(1/p): an average pool counting the zero padding,
+    times the window size."""
+    if not kernel_shape:
+        raise ModelFormatError(f"node '{ctx.node_name}' (LpPool) has no kernel_shape")
+    power = ctx.const(np.array(float(p), dtype=x.dtype))
+    powered = ctx.emit("pow", [ctx.emit("abs", [x]), power])
+    names = ctx.output_names
+    ctx.output_names = [""]
+    try:
+        mean = CONVERTERS["AveragePool"](ctx, powered, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                                         count_include_pad=1, dilations=dilations,
+                                         kernel_shape=kernel_shape, pads=pads, strides=strides)
+    finally:
+        ctx.output_names = names
+    window = ctx.const(np.array(float(np.prod(kernel_shape)), dtype=x.dtype))
+    total = ctx.emit("mul", [mean, window])
+    return ctx.emit("pow", [total, ctx.const(np.array(1.0 / float(p), dtype=x.dtype))],
+                    final=True)

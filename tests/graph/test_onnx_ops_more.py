@@ -342,3 +342,9 @@ def test_clip_bounds_from_graph_inputs_are_runtime_arguments():
     for lo, hi in ((-0.5, 0.25), (0.0, 1.5)):
         feeds = {"x": x, "lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)}
         np.testing.assert_array_equal(compiled.run(feeds)[0], np.clip(x, lo, hi))
+
+
+def test_lp_pool_matches_onnxruntime():
+    m, feeds = model("LpPool", {"x": f32(1, 2, 7, 5)}, kernel_shape=[3, 2], strides=[2, 1],
+                     pads=[1, 0, 1, 1], p=3)
+    check(m, feeds, rtol=1e-4, atol=1e-5)
