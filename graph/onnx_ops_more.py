@@ -643,3 +643,19 @@ def _lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     total = ctx.emit("mul", [mean, window])
     return ctx.emit("pow", [total, ctx.const(np.array(1.0 / float(p), dtype=x.dtype))],
                     final=True)
+
+
+@converter("GridSample")
+def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros"):
+    mode = mode or ("linear" if ctx.opset >= 20 else "bilinear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic") or padding_mode not in (
+            "zeros", "border", "reflection"):
+        raise ModelFormatError(f"node '{ctx.node_name}' (GridSample): mode {mode!r}, "
+                               f"padding_mode {padding_mode!r}; expected nearest/linear/cubic "
+                               "and zeros/border/reflection")
+    if len(x.shape) not in (4, 5):
+        raise _unsupported(ctx, f"GridSample over {len(x.shape) - 2} spatial axes")
+    return ctx.emit("grid_sample", [x, grid], {"mode": mode, "padding_mode": padding_mode,
+                                               "align_corners": int(align_corners)},
+                    final=True)

@@ -16,7 +16,7 @@ from scipy import special
 
 from ..te import expr as E
 from ..te import ops as te_ops
-from ..te.ops import indexing, tags
+from ..te.ops import indexing, sampling, tags
 from ..te.tensor import Tensor, compute
 from . import lower_te, ops, reference
 from .ir import OpClass
@@ -336,3 +336,31 @@ define("scatter_nd", OpClass.OPAQUE, _same,
        lambda node, args: [indexing.scatter_nd(args[0], args[1], args[2],
                                                node.attrs["reduction"])],
        _scatter_nd_ref)
+
+
+# -- sampling ----------------------------------------------------------------------------------
+
+def _grid_sample_infer(ins, attrs):
+    x, grid = ins
+    return [((x.shape[0], x.shape[1]) + tuple(grid.shape[1:-1]), x.dtype)]
+
+
+def _grid_sample_ref(node, x, grid):
+    """onnx's own reference implementation, run on a one-node model."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    a = node.attrs
+    n = helper.make_node("GridSample", ["x", "g"], ["y"], mode=a["mode"],
+                         padding_mode=a["padding_mode"], align_corners=a["align_corners"])
+    info = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+            for k, v in (("x", x), ("g", grid))]
+    g = helper.make_graph([n], "gs", info, [helper.make_tensor_value_info("y", 0, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    return ReferenceEvaluator(m).run(None, {"x": x, "g": grid})[0]
+
+
+define("grid_sample", OpClass.OPAQUE, _grid_sample_infer,
+       lambda node, args: [sampling.grid_sample(args[0], args[1], node.attrs["mode"],
+                                                node.attrs["padding_mode"],
+                                                bool(node.attrs["align_corners"]))],
+       _grid_sample_ref)

@@ -348,3 +348,14 @@ def test_lp_pool_matches_onnxruntime():
     m, feeds = model("LpPool", {"x": f32(1, 2, 7, 5)}, kernel_shape=[3, 2], strides=[2, 1],
                      pads=[1, 0, 1, 1], p=3)
     check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,padding,align", [
+    ("linear", "zeros", 0), ("nearest", "border", 1), ("cubic", "reflection", 0),
+    ("linear", "reflection", 1)])
+def test_grid_sample_matches_onnxruntime(mode, padding, align):
+    """Grid points inside, on and beyond the borders (|g| up to 1.6) of a 5x7 image."""
+    m, feeds = model("GridSample", {"x": f32(2, 3, 5, 7), "g": f32(2, 4, 3, 2, lo=-1.6,
+                                                                   hi=1.6)},
+                     opset=20, mode=mode, padding_mode=padding, align_corners=align)
+    check(m, feeds, rtol=1e-4, atol=1e-5)
