@@ -128,3 +128,60 @@ def _attention(ctx, q, k, v, attn_mask=None, past_key=None, past_value=None,
         raise ModelFormatError(f"node '{ctx.node_name}' (Attention): qk_matmul_output_mode "
                                f"{qk_matmul_output_mode}; expected 0, 1, 2 or 3")
     return out, present_k, present_v, qk_out
+
+
+def _slice_last(ctx, x: Value, start: int, stop: int, step: int = 1) -> Value:
+    rank = len(x.shape)
+    starts, ends, steps = [0] * rank, list(x.shape), [1] * rank
+    starts[-1], ends[-1], steps[-1] = start, stop, step
+    return ctx.emit("slice", [x], {"starts": tuple(starts), "ends": tuple(ends),
+                                   "steps": tuple(steps)})
+
+
+@converter("RotaryEmbedding")
+def _rotary(ctx, x, cos_cache, sin_cache, position_ids=None, interleaved=0, num_heads=0,
+            rotary_embedding_dim=0):
+    """Rotate pairs of the first rotary_embedding_dim features of every head by the angle
+    whose cos/sin the caches hold (at position_ids, or per batch and position)."""
+    four_d = len(x.shape) == 4
+    if four_d:
+        b, h, s, d = x.shape
+        xs = ctx.emit("transpose", [x], {"perm": (0, 2, 1, 3)})          # [B, S, H, D]
+    elif len(x.shape) == 3 and num_heads and x.shape[2] % num_heads == 0:
+        b, s, hidden = x.shape
+        h, d = num_heads, hidden // num_heads
+        xs = ctx.emit("reshape", [x], {"shape": (b, s, h, d)})
+    else:
+        raise ModelFormatError(f"node '{ctx.node_name}' (RotaryEmbedding): input "
+                               f"{list(x.shape)} must be [B, H, S, D], or [B, S, H * D] with "
+                               f"num_heads (got {num_heads})")
+    rd = int(rotary_embedding_dim) or d
+    half = rd // 2
+    cos, sin = cos_cache, sin_cache
+    if position_ids is not None:
+        cos = ctx.emit("gather", [cos, position_ids], {"axis": 0})      # [B, S, rd / 2]
+        sin = ctx.emit("gather", [sin, position_ids], {"axis": 0})
+    if tuple(cos.shape) != (b, s, half):
+        raise ModelFormatError(f"node '{ctx.node_name}' (RotaryEmbedding): the cos/sin "
+                               f"caches give {list(cos.shape)}, expected {[b, s, half]}")
+    cos = ctx.emit("reshape", [cos], {"shape": (b, s, 1, half)})
+    sin = ctx.emit("reshape", [sin], {"shape": (b, s, 1, half)})
+    rot = _slice_last(ctx, xs, 0, rd) if rd < d else xs
+    if interleaved:
+        x1, x2 = _slice_last(ctx, rot, 0, rd, 2), _slice_last(ctx, rot, 1, rd, 2)
+    else:
+        x1, x2 = _slice_last(ctx, rot, 0, half), _slice_last(ctx, rot, half, rd)
+    real = ctx.emit("sub", [ctx.emit("mul", [cos, x1]), ctx.emit("mul", [sin, x2])])
+    imag = ctx.emit("add", [ctx.emit("mul", [sin, x1]), ctx.emit("mul", [cos, x2])])
+    if interleaved:
+        pair = (b, s, h, half, 1)
+        y = ctx.emit("concat", [ctx.emit("reshape", [real], {"shape": pair}),
+                                ctx.emit("reshape", [imag], {"shape": pair})], {"axis": 4})
+        y = ctx.emit("reshape", [y], {"shape": (b, s, h, rd)})
+    else:
+        y = ctx.emit("concat", [real, imag], {"axis": 3})
+    if rd < d:
+        y = ctx.emit("concat", [y, _slice_last(ctx, xs, rd, d)], {"axis": 3})
+    if four_d:
+        return ctx.emit("transpose", [y], {"perm": (0, 2, 1, 3)}, final=True)
+    return ctx.emit("reshape", [y], {"shape": x.shape}, final=True)

@@ -359,3 +359,22 @@ def test_grid_sample_matches_onnxruntime(mode, padding, align):
                                                                    hi=1.6)},
                      opset=20, mode=mode, padding_mode=padding, align_corners=align)
     check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_against_numpy(interleaved):
+    """3-D input, 2 heads of 6 features, the first 4 rotated, caches read at position_ids."""
+    x, cos, sin = f32(2, 3, 12), f32(7, 2), f32(7, 2)
+    pos = np.array([[0, 5, 6], [1, 1, 3]], np.int64)
+    m, feeds = model("RotaryEmbedding", {"x": x, "c": cos, "s": sin, "p": pos}, opset=23,
+                     num_heads=2, rotary_embedding_dim=4, interleaved=interleaved)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)[0]
+    xs = x.reshape(2, 3, 2, 6)
+    c, s = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
+    r = xs[..., :4]
+    x1, x2 = (r[..., 0::2], r[..., 1::2]) if interleaved else (r[..., :2], r[..., 2:])
+    re, im = c * x1 - s * x2, s * x1 + c * x2
+    rot = np.stack([re, im], -1).reshape(2, 3, 2, 4) if interleaved else np.concatenate(
+        [re, im], -1)
+    want = np.concatenate([rot, xs[..., 4:]], -1).reshape(2, 3, 12)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
