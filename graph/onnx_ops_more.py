@@ -659,3 +659,26 @@ def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros")
     return ctx.emit("grid_sample", [x, grid], {"mode": mode, "padding_mode": padding_mode,
                                                "align_corners": int(align_corners)},
                     final=True)
+
+
+@converter("LRN")
+def _lrn(ctx, x, size, alpha=0.0001, beta=0.75, bias=1.0):
+    """x / (bias + alpha / size * (sum of x^2 over `size` neighbouring channels))^beta; the
+    channel window sum is an average pool over [N, 1, C, H * W] that counts the padding."""
+    if len(x.shape) < 3:
+        raise ModelFormatError(f"node '{ctx.node_name}' (LRN): input {list(x.shape)} must be "
+                               "[N, C, ...]")
+    n, c = x.shape[:2]
+    rest = int(np.prod(x.shape[2:], dtype=np.int64))
+    size = int(size)
+    sq = ctx.emit("reshape", [ctx.emit("mul", [x, x])], {"shape": (n, 1, c, rest)})
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    pooled = ctx.emit("avg_pool2d", [sq], {"kernel": (size, 1), "strides": (1, 1),
+                                           "dilations": (1, 1), "pads": (before, 0, after, 0),
+                                           "ceil_mode": 0, "count_include_pad": 1})
+    total = ctx.emit("reshape", [pooled], {"shape": x.shape})
+    scale = ctx.const(np.array(alpha, dtype=x.dtype))   # the mean is sum / size already
+    base = ctx.emit("add", [ctx.emit("mul", [total, scale]),
+                            ctx.const(np.array(bias, dtype=x.dtype))])
+    denom = ctx.emit("pow", [base, ctx.const(np.array(beta, dtype=x.dtype))])
+    return ctx.emit("div", [x, denom], final=True)

@@ -378,3 +378,8 @@ def test_rotary_embedding_against_numpy(interleaved):
         [re, im], -1)
     want = np.concatenate([rot, xs[..., 4:]], -1).reshape(2, 3, 12)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lrn_matches_onnxruntime():
+    m, feeds = model("LRN", {"x": f32(2, 7, 3, 5)}, size=4, alpha=0.3, beta=0.6, bias=1.5)
+    check(m, feeds, rtol=1e-4, atol=1e-5)
