@@ -381,5 +381,5 @@ def test_rotary_embedding_against_numpy(interleaved):
 
 
 def test_lrn_matches_onnxruntime():
-    m, feeds = model("LRN", {"x": f32(2, 7, 3, 5)}, size=4, alpha=0.3, beta=0.6, bias=1.5)
+    m, feeds = model("LRN", {"x": f32(2, 7, 3, 5)}, size=5, alpha=0.3, beta=0.6, bias=1.5)
     check(m, feeds, rtol=1e-4, atol=1e-5)
