@@ -682,3 +682,25 @@ def _lrn(ctx, x, size, alpha=0.0001, beta=0.75, bias=1.0):
                             ctx.const(np.array(bias, dtype=x.dtype))])
     denom = ctx.emit("pow", [base, ctx.const(np.array(beta, dtype=x.dtype))])
     return ctx.emit("div", [x, denom], final=True)
+
+
+@converter("ReverseSequence")
+def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
+    """A gather along the time axis at where(t < len[b], len[b] - 1 - t, t); the lengths
+    stay a run-time argument."""
+    rank = len(x.shape)
+    ba, ta = _axis(ctx, batch_axis, rank), _axis(ctx, time_axis, rank)
+    if {ba, ta} != {0, 1}:
+        raise ModelFormatError(f"node '{ctx.node_name}' (ReverseSequence): batch_axis and "
+                               "time_axis must be 0 and 1")
+    t = ctx.const(_iota(rank, ta, x.shape[ta]))
+    shape = [1] * rank
+    shape[ba] = x.shape[ba]
+    lens = ctx.emit("reshape", [sequence_lens], {"shape": tuple(shape)})
+    if lens.dtype != "int64":
+        lens = ctx.emit("cast", [lens], {"to": "int64"})
+    last = ctx.emit("sub", [lens, ctx.const(np.array(1, dtype=np.int64))])
+    flipped = ctx.emit("sub", [last, t])
+    idx = ctx.emit("where", [ctx.emit("less", [t, lens]), flipped, t])
+    idx = ctx.emit("broadcast_to", [idx], {"shape": tuple(x.shape)})
+    return ctx.emit("gather_elements", [x, idx], {"axis": ta}, final=True)

@@ -383,3 +383,10 @@ def test_rotary_embedding_against_numpy(interleaved):
 def test_lrn_matches_onnxruntime():
     m, feeds = model("LRN", {"x": f32(2, 7, 3, 5)}, size=5, alpha=0.3, beta=0.6, bias=1.5)
     check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_reverse_sequence_matches_onnxruntime():
+    m, feeds = model("ReverseSequence", {"x": f32(5, 3, 2), "lens": np.array([5, 1, 3],
+                                                                              np.int64)},
+                     batch_axis=1, time_axis=0)
+    check(m, feeds)
