@@ -704,3 +704,57 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
     idx = ctx.emit("where", [ctx.emit("less", [t, lens]), flipped, t])
     idx = ctx.emit("broadcast_to", [idx], {"shape": tuple(x.shape)})
     return ctx.emit("gather_elements", [x, idx], {"axis": ta}, final=True)
+
+
+@converter("Resize")
+def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
+            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75,
+            exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+            mode="nearest", nearest_mode="round_prefer_floor"):
+    """Scales or sizes (and roi) are read at compile time: they decide the output shape."""
+    if ctx.opset < 11:
+        raise _unsupported(ctx, "Resize before opset 11")
+    if antialias:
+        raise _unsupported(ctx, "Resize with antialias=1")
+    rank = len(x.shape)
+    ax = list(range(rank)) if axes is None else [_axis(ctx, int(a), rank) for a in axes]
+    full_scales = [1.0] * rank
+    out = list(x.shape)
+    if sizes is not None:
+        want = [int(v) for v in ctx.static(sizes, "sizes").reshape(-1)]
+        if len(want) != len(ax):
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): sizes {want} do not "
+                                   f"match axes {ax}")
+        ratios = [w / x.shape[a] for w, a in zip(want, ax)]
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            r = min(ratios) if keep_aspect_ratio_policy == "not_larger" else max(ratios)
+            ratios = [r] * len(ax)
+            want = [int(np.round(r * x.shape[a])) for a in ax]
+        for a, w, r in zip(ax, want, ratios):
+            out[a], full_scales[a] = w, r
+    elif scales is not None:
+        given = [float(v) for v in ctx.static(scales, "scales").reshape(-1)]
+        if len(given) != len(ax) or min(given, default=1.0) <= 0:
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): scales {given} must "
+                                   f"be positive, one per axis of {ax}")
+        for a, s in zip(ax, given):
+            out[a], full_scales[a] = int(np.floor(x.shape[a] * s)), s
+    else:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize) needs scales or sizes")
+    pairs = [(0.0, 1.0)] * rank
+    if coordinate_transformation_mode == "tf_crop_and_resize":
+        if roi is None:
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): tf_crop_and_resize "
+                                   "needs roi")
+        r = [float(v) for v in ctx.static(roi, "roi").reshape(-1)]
+        for k, a in enumerate(ax):
+            pairs[a] = (r[k], r[k + len(ax)])
+    mode = {"linear": "linear", "cubic": "cubic", "nearest": "nearest"}.get(mode)
+    if mode is None:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize): unknown mode; expected "
+                               "nearest, linear or cubic")
+    attrs = {"out_shape": tuple(out), "scales": tuple(full_scales), "mode": mode,
+             "coord": coordinate_transformation_mode, "nearest_mode": nearest_mode,
+             "cubic_a": float(cubic_coeff_a), "exclude_outside": int(exclude_outside),
+             "roi": tuple(pairs), "extrapolation_value": float(extrapolation_value)}
+    return ctx.emit("resize", [x], attrs, final=True)

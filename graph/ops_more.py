@@ -364,3 +364,37 @@ define("grid_sample", OpClass.OPAQUE, _grid_sample_infer,
                                                 node.attrs["padding_mode"],
                                                 bool(node.attrs["align_corners"]))],
        _grid_sample_ref)
+
+
+def _resize_ref(node, x):
+    """numpy, through onnx's own reference Resize on a one-node model."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    a = node.attrs
+    roi = np.array([p[0] for p in a["roi"]] + [p[1] for p in a["roi"]], np.float32)
+    scales = np.array(a["scales"], np.float32)
+    by_scales = all(int(np.floor(i * s)) == o for i, s, o in zip(x.shape, scales,
+                                                                 a["out_shape"]))
+    inits = [numpy_helper.from_array(roi, "roi"), numpy_helper.from_array(
+        scales, "scales") if by_scales else numpy_helper.from_array(
+        np.array(a["out_shape"], np.int64), "sizes")]
+    ins = ["x", "roi", "scales"] if by_scales else ["x", "roi", "", "sizes"]
+    n = helper.make_node("Resize", ins, ["y"], mode=a["mode"],
+                         coordinate_transformation_mode=a["coord"],
+                         nearest_mode=a["nearest_mode"], cubic_coeff_a=a["cubic_a"],
+                         exclude_outside=a["exclude_outside"],
+                         extrapolation_value=a["extrapolation_value"])
+    info = helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), None)
+    g = helper.make_graph([n], "rs", [info], [helper.make_tensor_value_info("y", 0, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    return ReferenceEvaluator(m).run(None, {"x": x})[0]
+
+
+define("resize", OpClass.OPAQUE, lambda ins, attrs: [(tuple(attrs["out_shape"]), ins[0].dtype)],
+       lambda node, args: [sampling.resize(
+           args[0], node.attrs["out_shape"], node.attrs["scales"], node.attrs["mode"],
+           node.attrs["coord"], node.attrs["nearest_mode"], node.attrs["cubic_a"],
+           bool(node.attrs["exclude_outside"]), node.attrs["roi"],
+           node.attrs["extrapolation_value"])],
+       _resize_ref)

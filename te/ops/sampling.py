@@ -116,3 +116,119 @@ def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str
 
     out_shape = (x.shape[0], x.shape[1]) + tuple(grid.shape[1:-1])
     return compute(out_shape, body, name=name or op, tag=INJECTIVE)
+
+
+RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                 "asymmetric", "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _source_coord(i: E.Expr, in_len: int, out_int: int, scale: float, coord: str,
+                  roi: tuple[float, float]) -> E.Expr:
+    """The input coordinate (float32) that output index `i` maps to along one axis; the
+    resized length is in_len * scale before rounding (onnx's reference), out_int after."""
+    x = E.cast(i, "float32")
+    out_len = in_len * scale
+    if coord == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if coord == "half_pixel_symmetric":
+        adjust = out_int / out_len
+        offset = in_len / 2.0 * (1 - adjust)
+        return offset + (x + 0.5) / scale - 0.5
+    if coord == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if out_len > 1 else E.const(0.0, "float32")
+    if coord == "align_corners":
+        return x * ((in_len - 1) / (out_len - 1)) if out_len != 1 else E.const(0.0, "float32")
+    if coord == "asymmetric":
+        return x / scale
+    start, end = roi
+    if out_len > 1:
+        return start * (in_len - 1) + x * ((end - start) * (in_len - 1) / (out_len - 1))
+    return E.const(0.5 * (start + end) * (in_len - 1), "float32")
+
+
+def _nearest(v: E.Expr, mode: str) -> E.Expr:
+    if mode == "round_prefer_floor":
+        return E.ceil(v - 0.5)
+    if mode == "round_prefer_ceil":
+        return E.floor(v + 0.5)
+    return E.floor(v) if mode == "floor" else E.ceil(v)
+
+
+def resize(x: Tensor, out_shape, scales, mode: str = "nearest",
+           coord: str = "half_pixel", nearest_mode: str = "round_prefer_floor",
+           cubic_a: float = -0.75, exclude_outside: bool = False, roi=None,
+           extrapolation_value: float = 0.0, name: str | None = None) -> Tensor:
+    """ONNX Resize without antialiasing: each axis maps output index -> input coordinate
+    (`coord`), then nearest / linear / cubic taps along every axis whose size changes."""
+    op = "resize"
+    check_tensor(op, x)
+    if mode not in GRID_MODES or coord not in RESIZE_COORDS or nearest_mode not in NEAREST_MODES:
+        raise TEError(f"{op}(): mode {mode!r}, coordinate mode {coord!r}, nearest mode "
+                      f"{nearest_mode!r}; use one of {GRID_MODES}, {RESIZE_COORDS}, "
+                      f"{NEAREST_MODES}")
+    out_shape = tuple(int(d) for d in out_shape)
+    roi = roi or [(0.0, 1.0)] * x.ndim
+    axes = [a for a in range(x.ndim) if out_shape[a] != x.shape[a] or scales[a] != 1.0
+            or coord == "tf_crop_and_resize"]
+    is_float = x.dtype.startswith(("float", "bfloat"))
+
+    def weights_of(t: E.Expr) -> list[E.Expr]:
+        if mode == "linear":
+            return [1 - t, t]
+        a = cubic_a
+
+        def near(v):
+            return ((a + 2) * v - (a + 3)) * v * v + 1
+
+        def far(v):
+            return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+        return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+    def body(*idx):
+        coords = {a: _source_coord(idx[a], x.shape[a], out_shape[a], scales[a], coord, roi[a])
+                  for a in axes}
+        outside = []
+        if coord == "tf_crop_and_resize":
+            for a, v in coords.items():
+                outside.append(E.any_of(v < 0.0, (x.shape[a] - 1.0) < v))
+        if mode == "nearest":
+            reads = list(idx)
+            for a, v in coords.items():
+                k = E.cast(_nearest(v, nearest_mode), "int32")
+                reads[a] = E.minimum(E.maximum(k, 0), x.shape[a] - 1)
+            value = x(*reads)
+        else:
+            taps = 2 if mode == "linear" else 4
+            per_axis = []
+            for a, v in coords.items():
+                base = E.floor(v)
+                first = E.cast(base, "int32") - (0 if mode == "linear" else 1)
+                ws = weights_of(v - base)
+                ks = [first + k for k in range(taps)]
+                if exclude_outside:
+                    ws = [E.select(E.all_of(k >= 0, k < x.shape[a]), w, E.const(0.0, "float32"))
+                          for w, k in zip(ws, ks)]
+                    total = ws[0]
+                    for w in ws[1:]:
+                        total = total + w
+                    ws = [w / total for w in ws]
+                per_axis.append((a, ks, ws))
+            value = None
+            for combo in itertools.product(range(taps), repeat=len(per_axis)):
+                reads, w = list(idx), None
+                for (a, ks, ws), c in zip(per_axis, combo):
+                    reads[a] = E.minimum(E.maximum(ks[c], 0), x.shape[a] - 1)
+                    w = ws[c] if w is None else w * ws[c]
+                src = x(*reads)
+                src = src if src.dtype == "float32" else E.cast(src, "float32")
+                term = src if w is None else w * src
+                value = term if value is None else value + term
+            if not is_float:
+                value = E.round(value)
+            value = E.cast(value, x.dtype) if value.dtype != x.dtype else value
+        if outside:
+            value = E.select(E.any_of(*outside), E.const(extrapolation_value, x.dtype), value)
+        return value
+
+    return compute(out_shape, body, name=name or op, tag=INJECTIVE)

@@ -390,3 +390,42 @@ def test_reverse_sequence_matches_onnxruntime():
                                                                               np.int64)},
                      batch_axis=1, time_axis=0)
     check(m, feeds)
+
+
+RESIZE = {
+    "nearest-up-asymmetric-floor": ({"scales": np.array([1, 1, 2.0, 1.5], np.float32)},
+                                    dict(mode="nearest", nearest_mode="floor",
+                                         coordinate_transformation_mode="asymmetric")),
+    "nearest-down-half-pixel": ({"scales": np.array([1, 1, 0.6, 0.5], np.float32)},
+                                dict(mode="nearest")),
+    "linear-up-sizes": ({"sizes": np.array([1, 3, 11, 4], np.int64)}, dict(mode="linear")),
+    # with scales, align_corners divides by in * scale - 1 (onnx's reference and node tests)
+    # where onnxruntime divides by the rounded size; with sizes they agree
+    "linear-align-corners": ({"sizes": np.array([1, 3, 8, 4], np.int64)},
+                             dict(mode="linear", coordinate_transformation_mode="align_corners")),
+    "cubic-exclude-outside": ({"scales": np.array([1, 1, 2.0, 2.0], np.float32)},
+                              dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5)),
+    "cubic-pytorch-half-pixel": ({"sizes": np.array([1, 3, 3, 14], np.int64)},
+                                 dict(mode="cubic",
+                                      coordinate_transformation_mode="pytorch_half_pixel")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIZE))
+def test_resize_matches_onnxruntime(case):
+    """Constant scales or sizes (an input that decides the output shape)."""
+    given, attrs = RESIZE[case]
+    inits = {"roi": np.zeros(0, np.float32), **({"scales": given["scales"]} if "scales" in given
+                                                 else {"sc": np.zeros(0, np.float32),
+                                                       "sizes": given["sizes"]})}
+    order = ["x", "roi", "scales"] if "scales" in given else ["x", "roi", "", "sizes"]
+    m, feeds = model("Resize", {"x": f32(1, 3, 5, 7)}, inits, opset=19, order=order, **attrs)
+    check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_antialias_is_unsupported():
+    m, _ = model("Resize", {"x": f32(1, 1, 4, 4)}, {"roi": np.zeros(0, np.float32),
+                                                     "s": np.array([1, 1, .5, .5], np.float32)},
+                 opset=19, mode="linear", antialias=1)
+    with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="antialias"):
+        load_onnx(m)
