@@ -142,15 +142,39 @@ class ExprEmitter:
         return self._from_memory(e.buffer.dtype, out)
 
     def _from_memory(self, dtype: str, value: ir.Value) -> ir.Value:
+        bld = self.builder
+        if dtype == "float16":
+            return bld.fpext(value, _like(value, ir.FloatType()))
+        if dtype == "bfloat16":  # the high half of a float32
+            wide = bld.shl(bld.zext(value, _like(value, T.I32)), T.const_like(
+                _like(value, T.I32), 16))
+            return bld.bitcast(wide, _like(value, ir.FloatType()))
         if dtype != "bool":
             return value
-        return self.builder.icmp_unsigned("!=", value, T.const_like(value.type, 0))
+        return bld.icmp_unsigned("!=", value, T.const_like(value.type, 0))
 
     def to_memory(self, dtype: str, value: ir.Value) -> ir.Value:
+        bld = self.builder
+        if dtype == "float16":  # fptrunc rounds to nearest-even (F16C vcvtps2ph)
+            return bld.fptrunc(value, _like(value, ir.HalfType()))
+        if dtype == "bfloat16":
+            return self._to_bfloat16(value)
         if dtype != "bool":
             return value
-        ty = ir.VectorType(T.I8, value.type.count) if T.is_vector(value) else T.I8
-        return self.builder.zext(value, ty)
+        return bld.zext(value, _like(value, T.I8))
+
+    def _to_bfloat16(self, value: ir.Value) -> ir.Value:
+        """float32 -> bfloat16 bits, rounded to nearest-even; NaN stays a (quiet) NaN:
+        bits + 0x7fff + ((bits >> 16) & 1), then the high 16 bits."""
+        bld = self.builder
+        ity = _like(value, T.I32)
+        bits = bld.bitcast(value, ity)
+        odd = bld.and_(bld.lshr(bits, T.const_like(ity, 16)), T.const_like(ity, 1))
+        rounded = bld.add(bld.add(bits, T.const_like(ity, 0x7FFF)), odd)
+        quiet = bld.or_(bits, T.const_like(ity, 0x00400000))
+        isnan = bld.fcmp_unordered("uno", value, value)
+        high = bld.lshr(bld.select(isnan, quiet, rounded), T.const_like(ity, 16))
+        return bld.trunc(high, _like(value, T.I16))
 
     def buffer_ptr(self, buf: Buffer) -> ir.Value:
         try:
@@ -289,9 +313,15 @@ class ExprEmitter:
             if dt.is_float(src):
                 return bld.fcmp_unordered("!=", v, zero)
             return bld.icmp_unsigned("!=", v, zero)
+        if dt.is_half(dst):  # compute in float32, then round to what the dtype can hold
+            return self._from_memory(dst, self.to_memory(dst, self.cast(v, src, "float32")))
         if dt.is_float(src) and dt.is_float(dst):
+            if v.type == dst_ty:   # a half dtype held as float32
+                return v
             return bld.fpext(v, dst_ty) if dt.bits(dst) > dt.bits(src) else bld.fptrunc(v, dst_ty)
         if dt.is_float(src):
+            if dt.is_unsigned(dst) and dt.bits(dst) >= 32:
+                return bld.fptoui(v, dst_ty)
             if dt.bits(dst) >= 32:
                 return bld.fptosi(v, dst_ty)
             # narrow ints wrap like numpy on x86: convert through int32 then truncate
@@ -310,3 +340,8 @@ class ExprEmitter:
         if len(args) == 2:
             args = list(self._pair(*args))
         return emit_call(self, e, args)
+
+
+def _like(value: ir.Value, element: ir.Type) -> ir.Type:
+    """`element`, as a vector with the lanes of `value` when it is a vector."""
+    return ir.VectorType(element, value.type.count) if T.is_vector(value) else element

@@ -23,7 +23,9 @@ FastMath = tuple[str, ...]
 
 # Symbols the generated code links against; a kernel may not take one of these names.
 _RESERVED = {"exp", "log", "tanh", "erf", "log1p", "expm1", "sin", "cos", "pow", "log1pf",
-             "expm1f", "sinf", "cosf", "powf", "free", "aligned_alloc", "malloc",
+             "expm1f", "sinf", "cosf", "powf", "tan", "tanf", "asin", "asinf", "acos", "acosf",
+             "atan", "atanf", "sinh", "sinhf", "cosh", "coshf", "asinh", "asinhf", "acosh",
+             "acoshf", "atanh", "atanhf", "free", "aligned_alloc", "malloc",
              "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "main", "syscall",
              "getpid", "sched_yield", "pthread_create", "pthread_detach"}
 

@@ -16,8 +16,11 @@ from .dot4 import emit_dot4
 _LIBM64 = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "log1p": "log1p",
            "expm1": "expm1", "sin": "sin", "cos": "cos", "pow": "pow"}
 _LIBM32 = {"log1p": "log1pf", "expm1": "expm1f", "sin": "sinf", "cos": "cosf", "pow": "powf"}
+for _f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
+    _LIBM64[_f], _LIBM32[_f] = _f, _f + "f"
 _POLY32 = ("exp", "log", "tanh", "erf", "sigmoid")
-_ARITY = {"pow": 2, "dot4_u8s8": 2, "dot4_u8s7": 2}
+_ARITY = {"pow": 2, "dot4_u8s8": 2, "dot4_u8s7": 2, "fmod": 2, "bit_and": 2, "bit_or": 2,
+          "bit_xor": 2, "shl": 2, "shr": 2}
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -45,6 +48,8 @@ def _libm(module: ir.Module, name: str, ty: ir.Type, nargs: int) -> ir.Function:
 def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
     """Emit Call `call` on already-emitted `args` (scalars or vectors of one type)."""
     name, dtype, bld = call.name, call.dtype, em.builder
+    if dtype in ("float16", "bfloat16"):  # held as float32 in registers
+        dtype = "float32"
     if len(args) != _ARITY.get(name, 1):
         raise CodegenError(f"intrinsic {name} takes {_ARITY.get(name, 1)} argument(s), got "
                            f"{len(args)} in {call}")
@@ -52,6 +57,10 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
         return emit_dot4(em, name, args[0], args[1])
     x, ty = args[0], args[0].type
     module = bld.module
+    if name in _INTEGER_OPS:
+        return _integer_op(bld, name, dtype, args)
+    if name == "fmod":  # frem is C's fmod: exact, with the sign of the dividend
+        return bld.frem(args[0], args[1])
     if name == "abs" and not dtype.startswith("float"):
         if dtype in ("uint8", "bool"):
             return x
@@ -75,6 +84,29 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
         raise CodegenError(f"intrinsic {name} is not supported for {dtype}")
     scalar_ty = ty.element if isinstance(ty, ir.VectorType) else ty
     return _per_lane(bld, _libm(module, table[name], scalar_ty, len(args)), args)
+
+
+_INTEGER_OPS = ("bit_and", "bit_or", "bit_xor", "bit_not", "shl", "shr")
+
+
+def _integer_op(bld: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
+    x, ty = args[0], args[0].type
+    if name == "bit_not":
+        return bld.xor(x, T.const_like(ty, -1))
+    y = args[1]
+    if name in ("bit_and", "bit_or", "bit_xor"):
+        return getattr(bld, {"bit_and": "and_", "bit_or": "or_", "bit_xor": "xor"}[name])(x, y)
+    # LLVM shifts by >= the bit width are poison: clamp, and give 0 for those lanes (numpy's
+    # result for unsigned operands and for left shifts)
+    width = (ty.element if isinstance(ty, ir.VectorType) else ty).width
+    signed = not dtype.startswith("uint")
+    big = bld.icmp_unsigned(">=", y, T.const_like(ty, width))
+    amount = bld.select(big, T.const_like(ty, width - 1), y)
+    if name == "shl":
+        return bld.select(big, T.const_like(ty, 0), bld.shl(x, amount))
+    if signed:
+        return bld.ashr(x, amount)
+    return bld.select(big, T.const_like(ty, 0), bld.lshr(x, amount))
 
 
 def _per_lane(bld: ir.IRBuilder, fn: ir.Function, args: list[ir.Value]) -> ir.Value:

@@ -1,7 +1,9 @@
 """Kiln dtypes as LLVM types: register types, memory types, vectors and constants.
 
 bool is i1 in registers and i8 in memory; uint8 shares i8 with int8 (signedness lives in the
-instructions chosen, not the type).
+instructions chosen, not the type). float16 and bfloat16 are float32 in registers (a fused kernel
+computes in float32) and half / i16 in memory: loads widen exactly, stores round to nearest-even
+(codegen/emit_expr.py).
 """
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from ..te.errors import CodegenError
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-_REGISTER = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "int32": I32,
-             "int64": I64, "int8": I8, "uint8": I8, "bool": I1}
+_REGISTER = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.FloatType(),
+             "bfloat16": ir.FloatType(), "int32": I32, "int64": I64, "int8": I8, "uint8": I8,
+             "int16": I16, "uint16": I16, "uint32": I32, "uint64": I64, "bool": I1}
+_MEMORY = {"bool": I8, "float16": ir.HalfType(), "bfloat16": I16}
 
 
 def scalar_type(dtype: str) -> ir.Type:
@@ -34,7 +39,7 @@ def scalar_type(dtype: str) -> ir.Type:
 
 def memory_type(dtype: str) -> ir.Type:
     """The type a value of `dtype` has in memory (bool is stored as one byte)."""
-    return I8 if dtype == "bool" else scalar_type(dtype)
+    return _MEMORY.get(dtype) or scalar_type(dtype)
 
 
 def value_type(dtype: str, lanes: int | None) -> ir.Type:

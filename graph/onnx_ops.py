@@ -616,3 +616,6 @@ def _range(ctx, start, limit, delta):
                                                (delta, "delta")))
     n = max(int(math.ceil((lim.item() - s.item()) / d.item())), 0)
     return ctx.const((s + d * np.arange(n)).astype(s.dtype), final=True)
+
+
+from . import onnx_ops_more  # noqa: E402,F401 - registers more converters into CONVERTERS

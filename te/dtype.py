@@ -5,7 +5,17 @@ import numpy as np
 
 from .errors import TEError
 
-DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8", "bool")
+try:  # registers numpy's "bfloat16" (an onnx dependency); without it bfloat16 is unavailable
+    import ml_dtypes  # noqa: F401
+    _BF16 = ("bfloat16",)
+except ImportError:  # pragma: no cover - onnx pulls it in
+    _BF16 = ()
+
+DTYPES = ("float32", "float64", "float16") + _BF16 + (
+    "int32", "int64", "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bool")
+# float16 and bfloat16 are storage types: kernels hold their values as float32 in registers
+# and round to nearest-even when they store them (codegen/llvm_types.py)
+HALF_DTYPES = ("float16",) + _BF16
 _ALIASES = {"float": "float32", "int": "int32", "double": "float64", "bool_": "bool"}
 
 
@@ -24,7 +34,12 @@ def canonical(dtype) -> str:
 
 
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    return dtype.startswith(("float", "bfloat"))
+
+
+def is_half(dtype: str) -> bool:
+    """A 16-bit float stored as such and computed in float32 (float16, bfloat16)."""
+    return dtype in HALF_DTYPES
 
 
 def is_int(dtype: str) -> bool:

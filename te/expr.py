@@ -219,6 +219,11 @@ class Cast(Expr):
     value: Expr
 
 
+# bitwise ops on integers (two's complement; shr is logical on unsigned, arithmetic on signed;
+# a shift by the bit width or more gives 0, as numpy's does for unsigned operands)
+INT_INTRINSICS = ("bit_and", "bit_or", "bit_xor", "bit_not", "shl", "shr")
+
+
 @ir_node
 class Call(Expr):
     """A pure math intrinsic by name (see INTRINSICS); arguments share the result dtype."""
@@ -228,12 +233,14 @@ class Call(Expr):
 
 
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
-              "ceil", "round", "sin", "cos", "log1p", "expm1", "dot4_u8s8", "dot4_u8s7")
+              "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
+              "dot4_u8s7") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
 # use an instruction whose 16-bit pair sums would saturate otherwise (AVX2 vpmaddubsw).
-INT_INTRINSICS = ("dot4_u8s8", "dot4_u8s7")
+DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7")
 
 
 class IterKind(enum.Enum):
@@ -495,7 +502,7 @@ def call(name: str, *args) -> Expr:
     if name not in INTRINSICS:
         raise TEError(f"unknown intrinsic {name!r}; known: {', '.join(INTRINSICS)}")
     exprs = [_as_expr(a) for a in args]
-    if name in INT_INTRINSICS:
+    if name in DOT4_INTRINSICS:
         if len(exprs) != 2 or any(e.dtype != "int32" for e in exprs):
             raise TEError(f"intrinsic {name} takes two int32 words of 4 packed bytes, got "
                           f"{', '.join(e.dtype for e in exprs)}")
@@ -503,7 +510,10 @@ def call(name: str, *args) -> Expr:
     if len(exprs) == 2:
         exprs = list(_binary_operands(*exprs))
     dtype = exprs[0].dtype
-    if name not in ("abs",) and not dt.is_float(dtype):
+    if name in INT_INTRINSICS:
+        if not (dt.is_int(dtype) or dtype == "bool"):
+            raise TEError(f"intrinsic {name} needs integer arguments, got {dtype}")
+    elif name not in ("abs",) and not dt.is_float(dtype):
         raise TEError(f"intrinsic {name} needs float arguments, got {dtype}; cast first")
     return Call(dtype, name, tuple(exprs))
 

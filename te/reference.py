@@ -311,7 +311,21 @@ _INTRINSICS = {
     "rsqrt": lambda x: 1 / np.sqrt(x),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_erf(x)),
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "fmod": np.fmod, "bit_and": np.bitwise_and, "bit_or": np.bitwise_or,
+    "bit_xor": np.bitwise_xor, "bit_not": np.invert,
+    "shl": lambda a, b: _shift(np.left_shift, a, b),
+    "shr": lambda a, b: _shift(np.right_shift, a, b),
 }
+
+
+def _shift(fn, a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    bits = a.dtype.itemsize * 8
+    out = fn(a, np.minimum(b, bits - 1).astype(a.dtype))
+    return np.where(b >= bits, np.zeros_like(a), out) if fn is np.left_shift or \
+        np.issubdtype(a.dtype, np.unsignedinteger) else out
 
 _BINARY = {E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: np.divide,
            E.FloorDiv: np.floor_divide, E.FloorMod: np.mod, E.Min: np.minimum,

@@ -73,10 +73,11 @@ def test_dynamic_reshape_target_is_reported():
 
 
 def test_unsupported_conv_rank_names_node():
-    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d")],
-                   {"x": ((1, 2, 8), "float32")}, ["y"],
-                   {"w": np.ones((3, 2, 3), np.float32)})
-    with pytest.raises(UnsupportedOperatorError, match=r"node 'conv1d' \(Conv.*1-D window"):
+    # 1-D convs run as 2-D ones over [N, C, 1, L]; 3-D windows are not supported
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv3d")],
+                   {"x": ((1, 2, 4, 4, 4), "float32")}, ["y"],
+                   {"w": np.ones((3, 2, 2, 2, 2), np.float32)})
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'conv3d' \(Conv.*3-D window"):
         load_onnx(m)
 
 

@@ -1,0 +1,143 @@
+"""ONNX spatial operators: 1-D windows (as 2-D ones over [N, C, 1, L]), LpPool, GridSample,
+Resize. (Clip's run-time bounds are onnx_ops.py's: graph inputs stay kernel arguments.)
+Registered into onnx_ops.CONVERTERS (wrapping the 2-D
+converters of onnx_ops.py where they extend them)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..te.errors import ModelFormatError
+from .onnx_ops import CONVERTERS, _axis, _unsupported, converter
+
+# -- 1-D windows as 2-D ones -----------------------------------------------------------------------
+
+def _lift_1d(attrs: dict) -> dict:
+    """Window attributes of a 1-D op as those of the same op over [N, C, 1, L]."""
+    out = dict(attrs)
+    for name, fill in (("kernel_shape", 1), ("strides", 1), ("dilations", 1),
+                       ("output_padding", 0)):
+        if out.get(name) is not None:
+            out[name] = (fill,) + tuple(out[name])
+    if out.get("pads") is not None:
+        b, e = out["pads"]
+        out["pads"] = (0, b, 0, e)
+    if out.get("output_shape") is not None:
+        out["output_shape"] = (1,) + tuple(out["output_shape"])
+    return out
+
+
+def _windowed_1d(original):
+    """Wrap a 2-D window converter: a rank-3 input [N, C, L] runs as [N, C, 1, L]."""
+    def conv(ctx, x, *rest, **attrs):
+        if len(x.shape) != 3:
+            return original(ctx, x, *rest, **attrs)
+        x4 = ctx.emit("reshape", [x], {"shape": (x.shape[0], x.shape[1], 1, x.shape[2])})
+        if rest and rest[0] is not None and ctx.op_type in ("Conv", "ConvTranspose"):
+            w = rest[0]
+            rest = (ctx.emit("reshape", [w], {"shape": w.shape[:2] + (1, w.shape[2])}),
+                    ) + rest[1:]
+        names = ctx.output_names
+        ctx.output_names = [""] * len(names)   # the 4-D result is not the node's output
+        try:
+            y4 = original(ctx, x4, *rest, **_lift_1d(attrs))
+        finally:
+            ctx.output_names = names
+        n, c, _, length = y4.shape
+        return ctx.emit("reshape", [y4], {"shape": (n, c, length)}, final=True)
+    return conv
+
+
+for _t in ("Conv", "ConvTranspose", "MaxPool", "AveragePool"):
+    CONVERTERS[_t] = _windowed_1d(CONVERTERS[_t])
+
+@converter("LpPool")
+def _lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
+             p=2, pads=None, strides=None):
+    """(sum over the window of |x|^p)^(1/p): an average pool counting the zero padding,
+    times the window size."""
+    if not kernel_shape:
+        raise ModelFormatError(f"node '{ctx.node_name}' (LpPool) has no kernel_shape")
+    power = ctx.const(np.array(float(p), dtype=x.dtype))
+    powered = ctx.emit("pow", [ctx.emit("abs", [x]), power])
+    names = ctx.output_names
+    ctx.output_names = [""]
+    try:
+        mean = CONVERTERS["AveragePool"](ctx, powered, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                                         count_include_pad=1, dilations=dilations,
+                                         kernel_shape=kernel_shape, pads=pads, strides=strides)
+    finally:
+        ctx.output_names = names
+    window = ctx.const(np.array(float(np.prod(kernel_shape)), dtype=x.dtype))
+    total = ctx.emit("mul", [mean, window])
+    return ctx.emit("pow", [total, ctx.const(np.array(1.0 / float(p), dtype=x.dtype))],
+                    final=True)
+
+
+@converter("GridSample")
+def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros"):
+    mode = mode or ("linear" if ctx.opset >= 20 else "bilinear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic") or padding_mode not in (
+            "zeros", "border", "reflection"):
+        raise ModelFormatError(f"node '{ctx.node_name}' (GridSample): mode {mode!r}, "
+                               f"padding_mode {padding_mode!r}; expected nearest/linear/cubic "
+                               "and zeros/border/reflection")
+    if len(x.shape) not in (4, 5):
+        raise _unsupported(ctx, f"GridSample over {len(x.shape) - 2} spatial axes")
+    return ctx.emit("grid_sample", [x, grid], {"mode": mode, "padding_mode": padding_mode,
+                                               "align_corners": int(align_corners)},
+                    final=True)
+
+
+@converter("Resize")
+def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
+            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75,
+            exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+            mode="nearest", nearest_mode="round_prefer_floor"):
+    """Scales or sizes (and roi) are read at compile time: they decide the output shape."""
+    if ctx.opset < 11:
+        raise _unsupported(ctx, "Resize before opset 11")
+    if antialias:
+        raise _unsupported(ctx, "Resize with antialias=1")
+    rank = len(x.shape)
+    ax = list(range(rank)) if axes is None else [_axis(ctx, int(a), rank) for a in axes]
+    full_scales = [1.0] * rank
+    out = list(x.shape)
+    if sizes is not None:
+        want = [int(v) for v in ctx.static(sizes, "sizes").reshape(-1)]
+        if len(want) != len(ax):
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): sizes {want} do not "
+                                   f"match axes {ax}")
+        ratios = [w / x.shape[a] for w, a in zip(want, ax)]
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            r = min(ratios) if keep_aspect_ratio_policy == "not_larger" else max(ratios)
+            ratios = [r] * len(ax)
+            want = [int(np.round(r * x.shape[a])) for a in ax]
+        for a, w, r in zip(ax, want, ratios):
+            out[a], full_scales[a] = w, r
+    elif scales is not None:
+        given = [float(v) for v in ctx.static(scales, "scales").reshape(-1)]
+        if len(given) != len(ax) or min(given, default=1.0) <= 0:
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): scales {given} must "
+                                   f"be positive, one per axis of {ax}")
+        for a, s in zip(ax, given):
+            out[a], full_scales[a] = int(np.floor(x.shape[a] * s)), s
+    else:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize) needs scales or sizes")
+    pairs = [(0.0, 1.0)] * rank
+    if coordinate_transformation_mode == "tf_crop_and_resize":
+        if roi is None:
+            raise ModelFormatError(f"node '{ctx.node_name}' (Resize): tf_crop_and_resize "
+                                   "needs roi")
+        r = [float(v) for v in ctx.static(roi, "roi").reshape(-1)]
+        for k, a in enumerate(ax):
+            pairs[a] = (r[k], r[k + len(ax)])
+    mode = {"linear": "linear", "cubic": "cubic", "nearest": "nearest"}.get(mode)
+    if mode is None:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize): unknown mode; expected "
+                               "nearest, linear or cubic")
+    attrs = {"out_shape": tuple(out), "scales": tuple(full_scales), "mode": mode,
+             "coord": coordinate_transformation_mode, "nearest_mode": nearest_mode,
+             "cubic_a": float(cubic_coeff_a), "exclude_outside": int(exclude_outside),
+             "roi": tuple(pairs), "extrapolation_value": float(extrapolation_value)}
+    return ctx.emit("resize", [x], attrs, final=True)
