@@ -141,6 +141,25 @@ def _per_axis_quantize(op, axis, k):
         {f"s{k}": scale, f"z{k}": zero}
 
 
+def _one_hot(axis, k):
+    return [helper.make_node("OneHot", ["x", f"d{k}", f"v{k}"], [f"y{k}"], axis=axis)], {
+        f"d{k}": np.array(5, np.int64), f"v{k}": np.array([0.0, 1.0], np.float32)}
+
+
+def _rms_norm(axis, k):
+    return [helper.make_node("RMSNormalization", ["x", f"g{k}"], [f"y{k}"], axis=axis)], \
+        {f"g{k}": _x(SHAPE[axis:])}
+
+
+def _scatter(op, index):
+    """Updates at one index along the axis (unique positions: no reduction order)."""
+    def build(axis, k):
+        shape = tuple(1 if i == axis % 4 else d for i, d in enumerate(SHAPE))
+        return [helper.make_node(op, ["x", f"i{k}", f"u{k}"], [f"y{k}"], axis=axis)], {
+            f"i{k}": np.full(shape, index(SHAPE[axis]), np.int64), f"u{k}": _x(shape)}
+    return build
+
+
 _REDUCES = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceL1",
             "ReduceProd", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
 _POSITIVE = _x() ** 2 + 0.5      # ReduceLogSum's input
@@ -171,6 +190,11 @@ CASES = [
     Case("MeanVarianceNormalization", _axes_attr("MeanVarianceNormalization")),
     Case("Resize", _resize, opset=18),
     Case("TopK", _top_k),
+    Case("OneHot", _one_hot, shape=(2, 3, 4), axes=list(range(-4, 0)),
+         x=R.integers(0, 5, size=(2, 3, 4)).astype(np.int64)),
+    Case("RMSNormalization", _rms_norm, opset=23),
+    Case("ScatterElements", _scatter("ScatterElements", lambda d: -1), opset=13),
+    Case("Scatter", _scatter("Scatter", lambda d: d - 1), opset=10),
     Case("QuantizeLinear", lambda a, k: _per_axis_quantize("QuantizeLinear", a, k),
          out_dtype="uint8"),
     Case("DequantizeLinear", lambda a, k: _per_axis_quantize("DequantizeLinear", a, k),
@@ -215,8 +239,9 @@ def test_every_axis_operator_is_covered():
     """A converter for an operator taking an axis must come with a case above."""
     covered = {c.op for c in CASES}
     # the binary ops' `axis` is opset-1 legacy broadcasting, which the converters refuse
+    # and Tile's `axis` input is opset 1's (later Tile takes repeats for every axis)
     exempt = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or",
-              "Xor"}
+              "Xor", "Tile"}
     missing = sorted(op for op in CONVERTERS if op not in covered | exempt and _takes_axis(op))
     assert not missing, (f"converters of axis-taking operators without a negative-axis case "
                          f"in {__file__}: {missing}")
