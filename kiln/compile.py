@@ -17,7 +17,8 @@ from .te.errors import KilnError
 
 def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
-            threads: int | None = None, winograd: bool = True) -> CompiledModel:
+            threads: int | None = None, winograd: bool = True,
+            zero_shot: bool = False) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
     running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
     default schedules. `db`: "default" (the user's tuning log layered over the records
@@ -25,9 +26,14 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     `jobs`: kernels compiled in parallel worker processes (default: KILN_NUM_THREADS, else
     every core). `layout`: "nchwc" keeps conv activations channel-blocked, "nchw" keeps the
     model's layout. `winograd`: 3x3 stride-1 convs of the blocked layout run as Winograd
-    transforms + batched GEMMs where that is faster (False: every conv direct)."""
+    transforms + batched GEMMs where that is faster (False: every conv direct).
+    `zero_shot`: a task with no record of its own takes the schedule a cost model trained on
+    `db`'s other records ranks best (needs a database; nothing changes with db=None). Off by
+    default: on the leave-one-model-out benchmark (benchmarks/zero_shot.py, RESULTS.md) its
+    picks ran slower than the defaults."""
     return compile_model(model, target=target, db=db, input_shapes=input_shapes, jobs=jobs,
-                         layout=layout, threads=threads, winograd=winograd)
+                         layout=layout, threads=threads, winograd=winograd,
+                         zero_shot=zero_shot)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db="default",
