@@ -38,8 +38,8 @@ from .space import SearchSpace
 log = logging.getLogger(__name__)
 
 ZERO_SHOT_SOURCE = "zero-shot"
-N_NEIGHBORS = 24        # mutations of the default ranked per task
-N_SAMPLES = 8           # random configs ranked per task
+N_NEIGHBORS = 16        # mutations of the default ranked per task
+N_SAMPLES = 0           # random configs ranked per task (random ones ranked worse)
 PER_TASK = 128          # newest feature rows per (task, target) in the training set
 TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2}
 
