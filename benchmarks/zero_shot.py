@@ -17,6 +17,7 @@ onnxruntime's. Prints a table and, as the last line, one JSON object.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import shutil
@@ -125,7 +126,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             rows.append(run_model(name, Path(args.db), args.threads, args.repeat, Path(tmp)))
-            print(f"# {name} done", file=sys.stderr, flush=True)
+            print(f"# {name}: " + json.dumps(rows[-1], sort_keys=True), file=sys.stderr,
+                  flush=True)
     cols = ["model", "tasks", "tasks_with_records", "zero_shot_picks", "ort_ms",
             "default_vs_ort", "zero_shot_vs_ort", "tuned_vs_ort", "zero_shot_over_default",
             "zero_shot_compile_s", "default_compile_s"]
