@@ -299,6 +299,19 @@ class Database:
         return {k: (np.stack(X[::-1]), np.array(c[::-1])) for k, (X, c) in out.items()
                 if len({len(x) for x in X}) == 1}
 
+    def record_stats(self) -> tuple[int, int, int]:
+        """(records, min id, max id): a cheap fingerprint of the log's contents (records are
+        only ever added with new ids, or pruned; autotune/zero_shot.py keys its model cache
+        by it)."""
+        n, lo, hi = self._db.conn.execute(
+            f"SELECT COUNT(*), MIN(id), MAX(id) FROM {self._records}").fetchone()
+        return int(n), int(lo or 0), int(hi or 0)
+
+    def targets(self) -> list[str]:
+        """Every target with records."""
+        return [t for (t,) in self._db.conn.execute(
+            f"SELECT DISTINCT target FROM {self._records} ORDER BY target")]
+
     def task_info(self, task_key: str) -> dict | None:
         rows = list(self._db.query(f"SELECT * FROM {self._tasks} WHERE workload_key = ?",
                                    [task_key]))

@@ -15,7 +15,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from .. import codegen
-from ..codegen.runtime_config import num_threads_from_env, threads_env
+from ..codegen.runtime_config import num_threads_from_env
 from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
@@ -23,6 +23,7 @@ from .database import Database, Record
 from .migrate import legacy_knob_names, rename_config
 from .space import SearchSpace
 from .task import Task
+from .zero_shot import ZERO_SHOT_SOURCE, load_forest, rank_candidates
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ class Selection:
 
     record: Record | None
     skipped: tuple[tuple[Record, str], ...] = ()
+    # without a record: the zero-shot model file that ranks candidate configs (None: the
+    # space's default), see autotune/zero_shot.py
+    zero_shot: str | None = None
 
     def source(self, target: str) -> str:
         if self.record is None:
@@ -79,9 +83,9 @@ def select_record(task: Task, target: str, db: Database | None, threads: int | N
         return Selection(None)
     target = canonical_target(target)
     task = dataclasses.replace(task, target=target, _key=[])
-    space = space or SearchSpace(task)
-    upgrade_legacy_records(db, space)
     threads = threads or num_threads_from_env()
+    space = space or SearchSpace(task, threads)
+    upgrade_legacy_records(db, space)
     skipped: list[tuple[Record, str]] = []
     tiers = [target] + (db.similar_targets(task.workload_key, target) if similar_cpus else [])
     chosen = None
@@ -110,20 +114,25 @@ def apply_best(task: Task, target: str, db: Database | None,
     tuned on <cpu> (same vector ISA)" or "default (no tuning records)"."""
     target = canonical_target(target)
     task = dataclasses.replace(task, target=target, _key=[])
-    space = SearchSpace(task)
+    space = SearchSpace(task, threads)
     selection = select_record(task, target, db, threads, similar_cpus, space)
-    return apply_selection(space, selection, threads)
+    return apply_selection(space, selection)
 
 
-def apply_selection(space: SearchSpace, selection: Selection, threads: int | None = None
-                    ) -> tuple[Schedule, list, str]:
-    """The schedule `selection` names (the space's default for no record) and its source."""
+def apply_selection(space: SearchSpace, selection: Selection) -> tuple[Schedule, list, str]:
+    """The schedule `selection` names and its source: the record's config; without one, the
+    best-ranked candidate of the zero-shot model (source "zero-shot") when it has one and it
+    is not the default; else the space's default, made for `space.threads`."""
     target = space.task.target
     if selection.record is not None:
         sch, args = space.apply(selection.record.config)
         return sch, args, selection.source(target)
-    with threads_env(threads or num_threads_from_env()):
-        sch, args = space.apply(space.default_config())
+    if selection.zero_shot is not None:
+        config, picked = rank_candidates(space, load_forest(selection.zero_shot))
+        if picked:
+            sch, args = space.apply(config)
+            return sch, args, ZERO_SHOT_SOURCE
+    sch, args = space.apply(space.default_config())
     return sch, args, DEFAULT_SOURCE
 
 

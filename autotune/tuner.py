@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..codegen.runtime_config import num_threads_from_env, threads_env
+from ..codegen.runtime_config import num_threads_from_env
 from ..te.errors import KilnError
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Database, Record, config_key
@@ -131,7 +131,10 @@ class TaskTuner:
         self.target = canonical_target(target)
         self.task = dataclasses.replace(task, target=self.target, _key=[])
         self.db = db
-        self.space = SearchSpace(self.task)
+        # the state is that of one thread count: a config measured at 1 thread is not yet
+        # measured at 2 (records of unknown count, from older logs, count for every one)
+        self.threads = runner.threads if runner is not None else num_threads_from_env()
+        self.space = SearchSpace(self.task, self.threads)   # its default is for that count
         search_config = search_config or SearchConfig()
         if search == "xgb" and pool is None:
             pool = CostModelPool(XGBCostModel(seed=search_config.seed))
@@ -150,9 +153,6 @@ class TaskTuner:
         self._data: TaskData | None = None
         self.db.commit_task(self.task.workload_key, self.task.description, self.task.shapes,
                             self.task.flops)
-        # the state is that of one thread count: a config measured at 1 thread is not yet
-        # measured at 2 (records of unknown count, from older logs, count for every one)
-        self.threads = runner.threads if runner is not None else num_threads_from_env()
         upgrade_legacy_records(db, self.space)
         past = db.records(self.task.workload_key, self.target, threads=self.threads)
         misfits = [r for r in past if self.space.misfit(r.config) is not None]
@@ -201,8 +201,7 @@ class TaskTuner:
 
     def _propose(self, n: int) -> list[dict]:
         batch = []
-        with threads_env(self.threads):     # the default for the count it is measured at
-            default = self.space.default_config()
+        default = self.space.default_config()      # made for self.threads
         if config_key(default) not in self.seen:
             batch.append(default)   # the fallback schedule is always measured first
         taken = self.seen | {config_key(c) for c in batch}
@@ -327,10 +326,9 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())
-    space = SearchSpace(task)
+    space = SearchSpace(task, runner.threads)    # the default for the count it is measured at
     upgrade_legacy_records(db, space)
-    with threads_env(runner.threads):   # the default for the count it is measured at
-        configs = [space.default_config()]
+    configs = [space.default_config()]
     configs += [r.config for r in db.best(task.workload_key, target, k)]
     configs += [r.config for r in db.best(task.workload_key, target, k, threads=runner.threads)]
     # (a leader that no longer fits the space is not re-measured: it can never be applied)

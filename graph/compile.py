@@ -18,7 +18,9 @@ from ..autotune.dispatch import (SIMILAR_CPU_SOURCE, Selection, apply_selection,
 from ..autotune.scheduler import TaskReport, tune_tasks
 from ..autotune.space import SearchSpace
 from ..autotune.tuner import Progress, remeasure_best
-from ..codegen.runtime_config import num_threads_from_env, threads_env
+from ..autotune.zero_shot import ZERO_SHOT_SOURCE
+from ..autotune.zero_shot import model_for as zero_shot_model
+from ..codegen.runtime_config import num_threads_from_env
 from ..schedule import lower
 from ..te.errors import KilnError
 from . import model_cache, parallel_build
@@ -68,28 +70,30 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
                 build: Callable | None = None, threads: int | None = None):
     """The kernel of `mt` (or what `build` makes of its PrimFunc) from the schedule of
     `selection` (autotune/dispatch.py), and where it came from ("database", "similar CPU":
-    records of another CPU with the same vector ISA, or "default"). A database schedule that
-    fails to build falls back to the default one."""
+    records of another CPU with the same vector ISA, "zero-shot": the cost model's pick for a
+    task without records, or "default"). A database or zero-shot schedule that fails to
+    build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
-    space = SearchSpace(dataclasses.replace(mt.task, target=target, _key=[]))
-    sch, args, source = apply_selection(space, selection, threads)
-    kind = next((k for k in ("database", SIMILAR_CPU_SOURCE) if source.startswith(k)),
-                "default")
+    space = SearchSpace(dataclasses.replace(mt.task, target=target, _key=[]), threads)
+    sch, args, source = apply_selection(space, selection)
+    kind = next((k for k in ("database", SIMILAR_CPU_SOURCE, ZERO_SHOT_SOURCE)
+                 if source.startswith(k)), "default")
     try:
         kernel = build(lower(sch, args, name=mt.name))
     except KilnError as exc:
         if kind == "default":
             raise
-        log.warning("%s: the database schedule failed to build (%s); using the default",
-                    mt.name, exc)
-        sch, args, _ = apply_selection(space, Selection(None), threads)
+        log.warning("%s: the %s schedule failed to build (%s); using the default",
+                    mt.name, kind, exc)
+        sch, args, _ = apply_selection(space, Selection(None))
         kernel, kind = build(lower(sch, args, name=mt.name)), "default"
     log.info("%s (%d groups): schedule from the %s", mt.name, len(mt.groups), kind)
     return kernel, kind
 
 
 def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
-                   jobs: int, threads: int) -> tuple[dict, dict, dict]:
+                   jobs: int, threads: int, zero_shot: bool = False
+                   ) -> tuple[dict, dict, dict]:
     """Kernels and schedule sources by task name, and build statistics (CPU seconds per
     worker, wall and CPU seconds per kernel: schedule, lowering and codegen; stored records
     skipped because they no longer fit their task's space): in `jobs`
@@ -97,6 +101,14 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
     files), else here. Schedules are the best known for running at `threads`."""
     selections = {mt.name: select_record(mt.task, target, db, threads) for mt in tasks}
     skipped = sum(len(s.skipped) for s in selections.values())
+    if zero_shot and db is not None and any(s.record is None for s in selections.values()):
+        start = time.perf_counter()
+        model = zero_shot_model(db, target)
+        if model is not None:
+            selections = {name: s if s.record is not None else
+                          dataclasses.replace(s, zero_shot=str(model))
+                          for name, s in selections.items()}
+        log.info("zero-shot model %s ready in %.3f s", model, time.perf_counter() - start)
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
         kernels, sources, stats = parallel_build.build_in_workers(
             tasks, target, selections, jobs, _build_task, threads)
@@ -157,7 +169,8 @@ def compile_model(model, target: str = "native", db=None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   jobs: int | None = None, layout: str = "nchwc",
                   threads: int | None = None, winograd: bool = True,
-                  constants: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  zero_shot: bool = False) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -173,6 +186,10 @@ def compile_model(model, target: str = "native", db=None,
     constants: values of graph inputs that decide shapes (a Reshape's shape, ...); the model
     is compiled for them and `run` checks them (CompiledModel: plan.meta["pinned"]). Without
     one, frontend.InputValueNeeded names the input (kiln.compile then specialises at run).
+    zero_shot: a task without records of its own takes the config a cost model trained on
+    `db`'s records of this vector ISA ranks best among its default and a sample of others
+    (autotune/zero_shot.py; summary source "zero-shot"). Needs a database: off with db=None.
+    Off by default: its picks measured slower than the defaults (benchmarks/zero_shot.py).
     """
     start = time.perf_counter()
     target = canonical_target(target)
@@ -186,14 +203,17 @@ def compile_model(model, target: str = "native", db=None,
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
     options = (input_shapes, target, database, threads, layout, winograd)
-    # (the model cache's key does not cover pinned input values: such compiles skip it)
-    cache_key = model_cache.model_key(model, *options) if not constants else None
+    # (the model cache's key covers neither pinned input values nor zero-shot picks: such
+    # compiles skip it)
+    cache_key = (model_cache.model_key(model, *options) if not constants and not zero_shot
+                 else None)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
     graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants)
     tasks, per_group = extract_tasks(graph, groups, target)
-    with threads_env(threads):      # default schedules are made for this thread count
-        kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads)
+    # default schedules are made for `threads` (SearchSpace(task, threads))
+    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads,
+                                                   zero_shot)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:

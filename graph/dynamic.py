@@ -100,12 +100,12 @@ def compile_specialized(model, target: str = "native", db=None,
                         input_shapes: Mapping[str, Sequence[int]] | None = None,
                         jobs: int | None = None, layout: str = "nchwc",
                         threads: int | None = None, winograd: bool = True,
-                        constants: Mapping[str, np.ndarray] | None = None
-                        ) -> "CompiledModel | DynamicModel":
+                        constants: Mapping[str, np.ndarray] | None = None,
+                        zero_shot: bool = False) -> "CompiledModel | DynamicModel":
     """A CompiledModel if the model's shapes are all known ahead of time, else a
     DynamicModel that compiles a specialisation per input shape at run time (module doc)."""
     options = dict(target=target, db=_open_db(db), jobs=jobs, layout=layout, threads=threads,
-                   winograd=winograd)
+                   winograd=winograd, zero_shot=zero_shot)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)
     proto = _read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)

@@ -50,7 +50,8 @@ class BufferSpec:
 @dataclass(frozen=True)
 class Step:
     """One kernel call: `kernel` (a name in the kernel table) on the buffers `args`.
-    `source` says where the schedule came from ("database", "similar CPU" or "default")."""
+    `source` says where the schedule came from ("database", "similar CPU", "zero-shot" or
+    "default")."""
 
     group: str
     kernel: str
@@ -311,12 +312,14 @@ class CompiledModel:
         steps = self.plan.steps
         from_db = sum(1 for s in steps if s.source == "database")
         similar = sum(1 for s in steps if s.source == "similar CPU")
+        ranked = sum(1 for s in steps if s.source == "zero-shot")
         borrowed = (f"{similar} from another CPU's records (same vector ISA), "
-                    if similar else "")
+                    if similar else "") + (f"{ranked} zero-shot (cost model's pick), "
+                                           if ranked else "")
         lines = [f"compiled model '{self.plan.name}': {len(steps)} kernel calls, "
                  f"{len(set(s.kernel for s in steps))} distinct kernels, "
                  f"{len(self.plan.aliases)} alias groups; schedules: {from_db} from the "
-                 f"database, {borrowed}{len(steps) - from_db - similar} default"
+                 f"database, {borrowed}{len(steps) - from_db - similar - ranked} default"
                  + self._skipped_note(),
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]

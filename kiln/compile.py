@@ -19,7 +19,7 @@ from .te.errors import KilnError
 def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
             threads: int | None = None, winograd: bool = True,
-            constants=None) -> CompiledModel | DynamicModel:
+            constants=None, zero_shot: bool = False) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
     running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
     default schedules. `db`: "default" (the user's tuning log layered over the records
@@ -28,6 +28,10 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     every core). `layout`: "nchwc" keeps conv activations channel-blocked, "nchw" keeps the
     model's layout. `winograd`: 3x3 stride-1 convs of the blocked layout run as Winograd
     transforms + batched GEMMs where that is faster (False: every conv direct).
+    `zero_shot`: a task with no record of its own takes the schedule a cost model trained on
+    `db`'s other records ranks best (needs a database; nothing changes with db=None). Off by
+    default: on the leave-one-model-out benchmark (benchmarks/zero_shot.py, RESULTS.md) its
+    picks ran slower than the defaults.
 
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
@@ -37,7 +41,7 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     runs reuse."""
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
-                               constants=constants)
+                               constants=constants, zero_shot=zero_shot)
 
 
 def tune(model_or_task, target: str = "native", trials: int = 200, db="default",

@@ -1,0 +1,479 @@
+"""The default config of a search space: schedules chosen by rules without tuning
+(register tiles sized to the vector register file, cache tiles, parallel depth, packing,
+row groups). SearchSpace inherits DefaultsMixin; the thread count and target come from the
+space (`space.threads`, `space.target`), never from the environment."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..codegen.target import Target
+from ..te.ops.linalg import MATMUL_PREPACKED
+from ..te.tensor import ComputeOp, TensorLoad
+from ..te.visit import walk
+from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
+                          _window_axes)
+
+if TYPE_CHECKING:
+    from .space import _Anchor
+
+MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
+REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
+MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this busy
+MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
+
+
+class DefaultsMixin:
+    """`default_config()` and its heuristics; mixed into SearchSpace."""
+
+    def default_config(self) -> dict:
+        """A sensible schedule without tuning: a register tile sized to the vector register
+        file (see `_anchor_defaults`), local accumulator, one parallel level, vectorised and
+        unrolled; the vector operand packed for GEMM-sized anchors; row groups and joined
+        epilogues on."""
+        config = {}
+        anchor_values = {}
+        for anchor in self.anchors:
+            anchor_values.update(self._anchor_defaults(anchor))
+        for op in self.elementwise:
+            anchor_values.update(self._elementwise_defaults(op))
+        for knob in self.knobs:
+            kind = knob.name.split("/")[1]
+            if knob.name in anchor_values:
+                config[knob.name] = anchor_values[knob.name]
+            elif kind == "vector":
+                config[knob.name] = _nearest_scalar(knob.choices, 8)
+            elif kind in ("local", "parallel", "vectorize", "unroll"):
+                config[knob.name] = knob.choices[-1]
+            elif kind == "inline":
+                config[knob.name] = self._producer_default(knob.name)
+            elif kind == "window":
+                config[knob.name] = 2
+            elif kind == "epilogue":
+                config[knob.name] = 1
+            elif kind == "rows":
+                config[knob.name] = self._rows_default(knob.name)
+            elif kind == "pack":
+                config[knob.name] = 0
+            elif kind == "transform":
+                config[knob.name] = 0
+            else:
+                config[knob.name] = knob.choices[0]
+        return config
+
+    def _producer_default(self, knob_name: str) -> int:
+        """A window anchor's padding is computed per tile, where the anchor reads it (it
+        stays in cache); other padding is materialised at root as parallel rows. A stage of
+        a row group (whose default is on) is computed per row when two stages read it
+        (softmax's exp: computing it twice doubled the kernel's time), else inlined."""
+        op = next(o for o in self.optional_inline
+                  if f"{self._stage_label(o)}/inline" == knob_name)
+        group = next((g for g in self.row_groups if op in g.stages), None)
+        if group is not None:
+            # per row: materialised when read twice (softmax's exp), else recomputed
+            readers = [c for c in self.ops if op in {t.op for t in c.input_tensors}]
+            return AT_ANCHOR if len(readers) > 1 else INLINE
+        reader = self._sole_anchor_reader(op)
+        return AT_ANCHOR if reader is not None and _window_axes(reader) else ROOT_ROWS
+
+    def _elementwise_defaults(self, op: ComputeOp) -> dict:
+        """The widest vector of at most MAX_VECTOR_TILE lanes (and at least one register)
+        that divides the last axis, and a parallel loop only above MIN_PARALLEL_POINTS
+        points: `parallel` fuses every loop, the vector axis's outer part included, so each
+        vector's indices are recovered by div/mod, and a small kernel pays more for that
+        and for the fork than it gains (BERT's 32K-point elementwise groups at 1 thread:
+        vector 8 and parallel 10-25 us, vector 64 serial 4-9 us)."""
+        label = self._stage_label(op)
+        knob = self._by_name[f"{label}/vector"]
+        inner = op.axis[-1].extent if op.axis else 1
+        lanes = self.target.vector_lanes(op.dtype)
+        dividing = [c for c in knob.choices if inner % c == 0 and c >= lanes]
+        vector = max(dividing) if dividing else _nearest_scalar(knob.choices, 8)
+        points = math.prod(op.shape) if op.shape else 1
+        parallel = self._by_name[f"{label}/parallel"].choices[-1]
+        return {knob.name: vector,
+                f"{label}/parallel": parallel if points >= MIN_PARALLEL_POINTS else 0}
+
+    def _rows_default(self, knob_name: str) -> int:
+        """Partials two vectors wide when they divide every row (two accumulator chains:
+        layer norm's 256-wide rows 20-25% faster than with one), else one vector."""
+        group = next(g for g in self.row_groups if g.knob == knob_name)
+        lanes = self.target.vector_lanes(group.out.dtype)
+        whole = all(op.reduce_axis[0].extent % (2 * lanes) == 0 for op in group.members)
+        return 2 if whole else 1
+
+    def _anchor_defaults(self, anchor: _Anchor) -> dict:
+        """Tile and reduce knobs of one anchor under a register budget.
+
+        The vectorised (last) axis gets one or two vectors; ONE other spatial axis (the
+        nearest before the last with extent > 1) gets as many rows as fill ~3/4 of the vector
+        registers with accumulators; every other axis has an inner tile of 1, so a DAG with
+        many spatial axes (a channel-blocked conv) does not multiply its register tile. The
+        middle tiles make a cache tile, shrunk until the fused parallel loop has at least
+        2 x cores iterations. Small reduce axes (kernel windows) are taken whole."""
+        op, label = anchor.op, self._stage_label(anchor.op)
+        target = self.target
+        lanes = target.vector_lanes(op.dtype)
+        budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
+        extents = [a.extent for a in op.axis]
+        n = len(extents)
+
+        def knob_choices(pos):
+            return self._by_name[f"{label}/tile/{pos}"].choices
+        inner, mid = [1] * n, [1] * n
+        if n:
+            inner[-1] = _vector_tile(extents[-1], lanes)
+            mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
+            rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
+            if rows is not None:
+                # with 16 vector registers, rows two vectors wide take the whole budget and
+                # a tail (codegen runs the whole tiles without guards), see _balanced_rows
+                tails = (target.vector_bits < 512 and not _window_axes(op)
+                         and not _taps_along_rows(op, rows))
+                inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
+                                                        inner[-1], lanes, budget, tails)
+                mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
+                mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
+            for p in range(n - 1):
+                if p != rows:
+                    mid[p] = max(1, min(8, extents[p] // 2))
+            if _window_axes(op) and rows is not None:
+                # memory-bound window (depthwise, pooling): one tile is a whole plane of
+                # the axes before it (channels), which the parallel loop walks
+                mid[rows] = max(1, extents[rows] // inner[rows])
+                mid[-1] = max(1, extents[-1] // inner[-1])
+                for p in range(rows):
+                    mid[p] = 1
+            streaming = rows is None and n and extents[-1] > 2 * lanes and not _window_axes(op)
+            depth = min(2, n)
+            if streaming:
+                inner[-1], mid[-1] = _streaming_tile(knob_choices(n - 1), extents[-1], lanes,
+                                                     budget, _kernel_threads(target, self.threads))
+            else:
+                depth = _parallel_depth(extents, mid, inner, 2 * max(2, target.num_cores))
+            _tail_free_middles(extents, mid, inner)
+            if not streaming and not _window_axes(op):
+                _whole_short_axes(extents, mid, inner, rows, depth)
+        else:
+            streaming, depth = False, 0
+        values = {f"{label}/parallel": depth}
+        for pos, axis in enumerate(op.axis):
+            knob = self._by_name[f"{label}/tile/{pos}"]
+            values[knob.name] = _nearest(knob.choices, (mid[pos], inner[pos]))
+        # one reduce axis (a GEMM's K): the register tile accumulates all of it when it is at
+        # most MAX_WHOLE_REDUCE long, else blocks of about 128, so its accumulators are
+        # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
+        # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
+        gemm_k = (not streaming and len(op.reduce_axis) == 1 and not _window_axes(op))
+        nested = (_nested_reduce_tiles(op) if len(op.reduce_axis) > 1 and not streaming
+                  else None)
+        for pos, axis in enumerate(op.reduce_axis):
+            knob = self._by_name[f"{label}/reduce/{pos}"]
+            if gemm_k:
+                want = _reduce_block(axis.extent)
+            elif nested is not None:
+                want = nested[pos]
+            else:
+                want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
+            values[knob.name] = _nearest_scalar(knob.choices, want)
+        # packing pays when the copy is amortised over much reuse (a GEMM-sized tile loop):
+        # 1024^3 GEMM 0.39x -> 1.08x numpy at 1 thread with both operands packed
+        heavy = (n and not streaming and math.prod(extents) >= 4096
+                 and math.prod(a.extent for a in op.reduce_axis) >= 64)
+        for pack in anchor.packs:
+            # with long reduce blocks, each row of the broadcast operand (A) is a sequential
+            # stream the prefetcher follows: its strided panel copy costs more than it saves
+            # (128x256x256 72 -> 81 GFLOPS, 1024^3 61 -> 69, BERT's batched attention
+            # matmuls 15-30% faster unpacked); the vector operand's panel stays packed
+            rows_operand = pack.axis_pos != n - 1
+            values[pack.knob] = int(bool(heavy) and math.prod(pack.tensor.shape) >= 16384
+                                    and not (gemm_k and rows_operand))
+        return self._panel_defaults(anchor, values)
+
+    def _panel_defaults(self, anchor: _Anchor, values: dict) -> dict:
+        """A matmul_prepacked anchor's vector tile is one weight panel, so its column index
+        j // block, j % block folds to the panel and one contiguous run per k. A GEMM keeps
+        its register tile's rows (within the register budget at the panel's width); a GEMV
+        (no row axis) walks panel | k | the panel's columns, accumulating a whole panel over
+        all of K in registers, instead of the k | columns order that streams a row-major
+        weight. 1 thread, old default (plain matmul, B packed in the kernel) vs new: BERT's
+        128x256->1024 and 128x1024->256 1.1-1.4x. A GEMV's panels pay while the weight is
+        cache-resident (MLP's 784->256 in-model 1.4x); streamed from DRAM they ran slower
+        (1280->1000 in-model 0.78x at 1 thread), so the graph pass keeps large GEMV weights
+        row-major (graph/passes/prepack_weights.py)."""
+        op = anchor.op
+        panel = _panel_width(op)
+        if panel is None:
+            return values
+        label = self._stage_label(op)
+        target = self.target
+        lanes = target.vector_lanes(op.dtype)
+        budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
+        extents = [a.extent for a in op.axis]
+        out = dict(values)
+        vec = self._by_name[f"{label}/tile/{len(extents) - 1}"]
+        rows = next((p for p in range(len(extents) - 2, -1, -1) if extents[p] > 1), None)
+        mid, inner = values[vec.name]
+        if rows is None or inner != panel:
+            mid = mid if rows is not None and extents[-1] % (mid * panel) == 0 else 1
+            out[vec.name] = _nearest(vec.choices, (mid, panel))
+        if rows is None:
+            knob = self._by_name[f"{label}/reduce/0"]
+            out[knob.name] = op.reduce_axis[0].extent
+            return out
+        knob = self._by_name[f"{label}/tile/{rows}"]
+        mid_r, inner_r = values[knob.name]
+        cap = max(1, budget // -(-panel // lanes))
+        if inner_r > cap:
+            out[knob.name] = _nearest(knob.choices, (mid_r, _rows_tile(extents[rows], cap)))
+        return out
+
+
+
+def _panel_width(op: ComputeOp) -> int | None:
+    """The column-panel width of a matmul_prepacked anchor (the last dim of the weight its
+    vector axis indexes), else None."""
+    if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
+        return None
+    for node in walk(op.body):
+        if (isinstance(node, TensorLoad) and node.tensor.ndim == 3
+                and op.axis[-1].var in set(walk(node.indices[2]))):
+            return node.tensor.shape[2]
+    return None
+
+
+def _nearest(choices: tuple, want: tuple) -> list:
+    best = min(choices, key=lambda c: sum(abs(math.log2(a) - math.log2(b))
+                                          for a, b in zip(c, want)))
+    return list(best)
+
+
+def _nearest_scalar(choices: tuple, want: int):
+    return min(choices, key=lambda c: (abs(math.log2(max(c, 1)) - math.log2(want)), c))
+
+
+def _reduce_block(extent: int) -> int:
+    """The reduce tile of a GEMM-like anchor: the whole axis up to MAX_WHOLE_REDUCE, else
+    the largest divisor in [32, 128] (a guarded tail in the register tile's k loop costs
+    more than a shorter block), else 128."""
+    if extent <= MAX_WHOLE_REDUCE:
+        return extent
+    return max((d for d in range(32, 129) if extent % d == 0), default=128)
+
+
+def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
+    """Inner tiles of several reduce axes (a conv's channels and window, a blocked conv's
+    channel blocks, window and in-block channels): taken whole from the innermost axis out
+    while the register tile's reduction stays within `steps` multiply-adds, so the weights one
+    cache tile reads per visit stay cache-sized whatever the layout splits channels into."""
+    tiles = [1] * len(op.reduce_axis)
+    budget = steps
+    for pos in range(len(op.reduce_axis) - 1, -1, -1):
+        extent = op.reduce_axis[pos].extent
+        if extent <= budget:
+            tiles[pos], budget = extent, budget // extent
+        else:
+            tiles[pos] = max(1, max((f for f in range(1, budget + 1) if extent % f == 0),
+                                    default=1))
+            budget = 1
+    return tiles
+
+
+def _vector_tile(extent: int, lanes: int) -> int:
+    """Two vectors or one, whichever divides `extent` (a guarded tail in the register tile
+    costs more than a narrower tile); a short axis is taken whole. With 16-lane (AVX-512)
+    vectors a half vector, still a full 256-bit register, is the fallback when it divides:
+    56-wide rows (MobileNetV2, ResNet-18) and 1000 columns are whole 8-lane vectors but
+    not whole 16-lane ones."""
+    if extent <= 2 * lanes:
+        return extent
+    widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
+    for width in widths:
+        if extent % width == 0:
+            return width
+    return lanes
+
+
+def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores: int):
+    """(inner, mid) of the vector axis of a GEMV-shaped anchor (no row axis: no reuse of
+    the big operand): the loop order becomes k | column block | vector, so every k streams
+    one contiguous run of the row B[k, :] per thread into accumulators that stay in L1.
+    A run is the widest tail-free one of at most `budget` // 2 vectors; a column block the
+    most runs that keep the `cores` threads busy (`_core_balance` at least
+    MIN_STREAM_BALANCE) and divide the axis (a guarded tail puts a guard on every lane:
+    1000 columns as 3 blocks of 12 runs ran at 0.6x, weights from DRAM, 1 thread): 256
+    columns as 2 blocks of 4 runs of 32; 1000 columns (25 runs of 40, 25 = 5 x 5) as 25
+    one-run blocks dealt out 13 + 12 on 2 threads, one block on 1 thread. A one-run block
+    is `run / lanes` one-vector steps (as one 5-vector tile it ran at 0.3-0.7x). On one
+    thread the single block stays the fastest: 25 blocks ran at 0.78x with MobileNetV2's
+    classifier (1280 x 1000) streaming from DRAM, which is why `cores` is the kernel's
+    thread count (`_kernel_threads`). Old vs new default at 2 threads, weights in L3 (a
+    busy machine: libgomp's worker sometimes waits a time slice, ~8 ms, for any parallel
+    kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-2.0x."""
+    # a step is one vector, or the tail-free half vector `_vector_tile` falls back to
+    step = lanes if extent % lanes == 0 else min(lanes, _vector_tile(extent, lanes))
+    run = max((w for w in range(step, lanes * max(1, budget // 2) + 1, step)
+               if extent % w == 0), default=step)
+    blocks = -(-extent // run)
+    mids = sorted({m for m, i in choices if i == run and blocks % m == 0}) or [1]
+    mid = max(mids, key=lambda m: (min(_core_balance(blocks // m, cores),
+                                       MIN_STREAM_BALANCE), m))
+    if mid == 1 and blocks > 1 and run > step and run % step == 0 and \
+            (run // step, step) in choices:
+        return step, run // step
+    return run, mid
+
+
+def _kernel_threads(target: Target, threads: int) -> int:
+    """Threads the kernel will likely run on: the target's cores, or fewer when the space's
+    thread count (SearchSpace(threads=), by default KILN_NUM_THREADS) asks for fewer. Only
+    the GEMV column split reads it: its single block is the fastest on one thread and leaves
+    every other core idle."""
+    return max(1, min(target.num_cores or 1, threads))
+
+
+def _core_balance(count: int, cores: int) -> float:
+    """Share of the cores' time spent working when a parallel loop of `count` equal
+    iterations runs on `cores` threads (1.0: every core gets the same number)."""
+    return count / (cores * -(-count // cores))
+
+
+def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
+                   budget: int, tails: bool = False) -> tuple[int, int]:
+    """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
+    vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
+    `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
+    rows with a tail made an NCHW conv 0.75x); ties keep the wider vector. One vector wide
+    can win for short rows when rows must divide: 7 rows x 1 vector beats 2 rows x 2
+    vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
+    > 16 registers)."""
+    widths = [width]
+    if width == 2 * lanes or (width > lanes and width % lanes == 0):
+        widths.append(lanes)
+    best = None
+    for w in widths:
+        vectors = -(-w // lanes)
+        cap = max(1, budget // vectors)
+        if tails and w == 2 * lanes:
+            rows = _balanced_rows(rows_extent, cap)
+        else:
+            rows = _rows_tile(rows_extent, cap)
+        if rows > cap:                      # _rows_tile may take one more row than asked
+            rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
+        score = rows * vectors
+        if best is None or score > best[0]:
+            best = (score, rows, w)
+    if vec_extent % best[2]:
+        return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
+    return best[1], best[2]
+
+
+def _balanced_rows(extent: int, cap: int) -> int:
+    """Rows of a register tile that may leave a tail: as few tiles as `cap` rows allow, each
+    as short as that count permits (7 rows: 4 + 3, not 6 + 1; 14: 6 + 6 + 2, 5 is not a
+    tile choice), a knob choice of the axis. A tail costs little since codegen runs every
+    whole tile without guards (codegen/promote.py), and fewer, fuller tiles load the
+    shared operand less often. Old vs new default at 1 thread: ResNet-18's blocked 3x3
+    convs 1.05x (@56) to 1.53x (256->512/2 @14), 512->512 @7 (4+3 rows x 16 over 7 x 8)
+    1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Not used where the row axis
+    shares an operand index with the innermost taps (NCHW-input convs, the 7x7/2 stem over
+    3 channels among them): `_taps_along_rows`."""
+    if extent <= cap:
+        return extent
+    tiles = -(-extent // cap)
+    choices = [r for r in _factor_candidates(extent, cap) if -(-extent // r) == tiles]
+    return min(choices) if choices else cap
+
+
+def _rows_tile(extent: int, want: int) -> int:
+    """`want` rows, or a nearby divisor of `extent` (down to half of want, or one more) to
+    avoid a guarded tail."""
+    want = min(want, extent)
+    for rows in list(range(want, (want + 1) // 2 - 1, -1)) + [want + 1]:
+        if rows >= 1 and extent % rows == 0:
+            return rows
+    return want
+
+
+def _outer_iterations(extents, mid, inner, depth: int) -> int:
+    return math.prod(-(-extents[p] // (mid[p] * inner[p])) for p in range(depth))
+
+
+def _parallel_depth(extents, mid, inner, want: int) -> int:
+    """How many outer loops the default parallel loop fuses: the first two (shrinking their
+    middle tiles to make `want` iterations), or three when two cannot make them (a conv with
+    few output-channel blocks), shrinking the third's tile too. Returns the depth."""
+    n = len(extents)
+    _ensure_parallel_work(extents, mid, inner, min(2, n), want)
+    if n < 3 or _outer_iterations(extents, mid, inner, 2) >= want:
+        return min(2, n)
+    depth = min(MAX_PARALLEL_DEPTH, n)
+    _ensure_parallel_work(extents, mid, inner, depth, want)
+    return depth
+
+
+def _ensure_parallel_work(extents, mid, inner, depth: int, want: int) -> None:
+    """Shrink middle tiles of the first `depth` axes until their outer loops (fused into the
+    parallel loop) have at least `want` iterations, or every middle tile is 1."""
+    def outer_iterations():
+        return _outer_iterations(extents, mid, inner, depth)
+    while outer_iterations() < want:
+        candidates = [p for p in range(depth) if mid[p] > 1]
+        if not candidates:
+            return
+        p = max(candidates, key=lambda q: mid[q])
+        mid[p] //= 2
+
+
+def _tail_free_middles(extents, mid, inner) -> None:
+    """Round each middle tile down to a divisor of extent / inner: a cache tile that does
+    not divide the axis puts its bound guard inside the unrolled register tile (e.g. 3 x 4
+    pixels over a 28-wide row), which stops the accumulators living in registers."""
+    for p, (extent, m, i) in enumerate(zip(extents, mid, inner)):
+        if i and extent % i == 0:
+            q = extent // i
+            mid[p] = max(d for d in range(1, min(m, q) + 1) if q % d == 0)
+
+
+def _whole_short_axes(extents, mid, inner, rows, depth: int) -> None:
+    """Take each cache-tile axis after the parallel ones (`depth`), other than the register
+    tile's rows and the vector axis, whole when it is at most MAX_WHOLE_CACHE_AXIS long:
+    its middle tile, half the axis rounded down to a divisor, is one row when the length is
+    prime, and a blocked conv's cache tile at 7x7 then re-reads its weights for each of the
+    7 output rows. Whole 7-row tiles, old vs new default at 1 thread (medians, two runs):
+    ResNet-18's blocked 3x3 512->512 @7 1.06-1.10x, 256->512/2 to 7 1.28-1.33x, the 1x1/2
+    to 7 1.0x; 14/28/56-wide layers keep their tiles (7, 7, 8 rows)."""
+    for p in range(depth, len(extents) - 1):
+        if p != rows and inner[p] == 1 and extents[p] <= MAX_WHOLE_CACHE_AXIS:
+            mid[p] = extents[p]
+
+
+def _taps_along_rows(op: ComputeOp, rows: int) -> bool:
+    """Whether the anchor's innermost reduce axis longer than 1 and its register tile's row
+    axis index the same dimension of an operand (an NCHW-input conv's x taps along its
+    output columns, x[.., s * xx + rx]): the unrolled rows then read overlapping windows
+    of that operand, and rows beyond a divisor (`_balanced_rows`) measured slower, not
+    faster. Old (6 rows with a tail) vs new (divisor rows) default at 1 thread: ResNet-18's
+    7x7/2 stem over 3 NCHW channels 1.00-1.15x (6-row tiles ran at 0.78x the 4-row ones
+    in one run; with its x taps outside the register tile, 6 and 4 rows ran alike), its
+    NCHW-layout 3x3 convs (conv2d_nchw_kpacked_blocked) 1.9-2.8x at 14-56, 1.07-1.18x at 7.
+    A blocked conv's innermost reduce axis is the channel block, indexed on its own."""
+    taps = [r for r in op.reduce_axis if r.extent > 1]
+    if not taps:
+        return False
+    row, tap = op.axis[rows].var, taps[-1].var      # (a 1x1 conv's unit taps do not count)
+    for node in walk(op.body):
+        if isinstance(node, TensorLoad):
+            for index in node.indices:
+                used = set(walk(index))
+                if row in used and tap in used:
+                    return True
+    return False
+
+
+def _factor_candidates(extent: int, cap: int) -> list[int]:
+    """Divisors of `extent`, powers of two and 3 x powers of two (register tiles such as 6
+    rows x 2 vectors fill a 16-register file; non-divisors are legal: tails are guarded)."""
+    out = {d for d in range(1, min(extent, cap) + 1) if extent % d == 0}
+    out |= {m << p for p in range(0, 12) for m in (1, 3) if (m << p) <= min(extent, cap)}
+    return sorted(out)

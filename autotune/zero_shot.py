@@ -1,0 +1,239 @@
+"""Zero-shot schedules: a task with no record of its own gets the config a cost model ranks best.
+
+The model is trained once per database contents, vector ISA and feature layout on every
+stored feature vector of that ISA's targets (`Database.feature_rows`: the loop-IR features of
+each measured candidate, its throughput normalised within its task), and cached as an
+XGBoost JSON file under KILN_CACHE_DIR (default ~/.cache/kiln)/zero_shot, keyed by a hash of
+the database's feature-record counts and id ranges, the ISA, the feature version and the
+training settings. A compile never imports xgboost (its import alone takes seconds): it reads
+the JSON into numpy arrays (`Forest`, a few ms) and walks the trees itself. Training (a cache
+miss) imports xgboost and takes seconds; it happens once per database version.
+
+Ranking a task (`rank_candidates`): the space's default, mutations of it (one or two knobs
+moved) and a few random configs, each applied, lowered and featurized (the cost: ~10-20 ms a
+config); an illegal candidate drops out. The best-scored one is the task's schedule; a tie
+keeps the default. The compile checks the choice builds and falls back to the default if
+not (graph/compile.py)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..te.errors import KilnError
+from .cost_model import XGBCostModel, normalize_throughput
+from .database import Database, _vector_isa, config_key
+from .features import FEATURE_VERSION
+from .search import Featurizer
+from .space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+ZERO_SHOT_SOURCE = "zero-shot"
+N_NEIGHBORS = 16        # mutations of the default ranked per task
+N_SAMPLES = 0           # random configs ranked per task (random ones ranked worse)
+PER_TASK = 128          # newest feature rows per (task, target) in the training set
+TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2}
+
+
+def cache_dir() -> Path:
+    """Where trained models are kept: $KILN_CACHE_DIR/zero_shot, else ~/.cache/kiln/zero_shot."""
+    root = os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln"
+    return Path(root).expanduser() / "zero_shot"
+
+
+def isa_targets(db: Database, target: str) -> list[str]:
+    """Every target in `db` with the vector ISA of `target`."""
+    isa = _vector_isa(target)
+    if isa is None:
+        return []
+    return [t for t in db.targets() if _vector_isa(t) == isa]
+
+
+def model_key(db: Database, target: str, exclude_tasks=()) -> str | None:
+    """The cache key of the model for `target`'s vector ISA over `db`: the database's
+    record count and id range, the ISA, the feature layout, the tasks left out and the
+    training settings (None: `target` has no known vector ISA)."""
+    isa = _vector_isa(target)
+    if isa is None:
+        return None
+    text = json.dumps([FEATURE_VERSION, sorted(isa), db.record_stats(), str(db.path),
+                       str(db.base), sorted(exclude_tasks), PER_TASK, TRAIN])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def training_rows(db: Database, target: str, exclude_tasks=()):
+    """X, y (throughput normalised per group) and group ids of the ISA's stored rows, one
+    group per (task, target), without the tasks in `exclude_tasks`."""
+    exclude = set(exclude_tasks)
+    Xs, ys, groups = [], [], []
+    for tgt in isa_targets(db, target):
+        for task_key, (X, seconds) in db.feature_rows(tgt, FEATURE_VERSION,
+                                                      per_task=PER_TASK).items():
+            if task_key in exclude:
+                continue
+            y = normalize_throughput(seconds)
+            if len(y) < 2 or np.ptp(y) == 0:
+                continue
+            Xs.append(X)
+            ys.append(y)
+            groups.append(np.full(len(y), len(groups)))
+    if not Xs:
+        return None
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(groups)
+
+
+class Forest:
+    """An XGBoost tree ensemble read from its JSON model and evaluated with numpy: the same
+    margins as Booster.predict up to float rounding, without importing xgboost."""
+
+    def __init__(self, path: str | Path):
+        with open(path) as f:
+            model = json.load(f)
+        try:
+            learner = model["learner"]
+            trees = learner["gradient_booster"]["model"]["trees"]
+            self.n_features = int(learner["learner_model_param"]["num_feature"])
+            self.trees = [(np.asarray(t["left_children"], np.int32),
+                           np.asarray(t["right_children"], np.int32),
+                           np.asarray(t["split_indices"], np.int32),
+                           np.asarray(t["split_conditions"], np.float32),
+                           np.asarray(t["default_left"], bool)) for t in trees]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: not an XGBoost tree model ({exc!r})") from exc
+        if not self.trees:
+            raise ValueError(f"{path}: the model has no trees")
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Scores of the rows of X (higher = predicted faster)."""
+        X = np.asarray(X, dtype=np.float32)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"the zero-shot model takes {self.n_features} features a row, "
+                             f"got an array of shape {X.shape}")
+        rows = np.arange(len(X))
+        out = np.zeros(len(X), dtype=np.float64)
+        for left, right, split, cond, default_left in self.trees:
+            node = np.zeros(len(X), dtype=np.int32)
+            while True:
+                inner = left[node] != -1
+                if not inner.any():
+                    break
+                value = X[rows, split[node]]
+                go_left = np.where(np.isnan(value), default_left[node], value < cond[node])
+                node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+            out += cond[node]           # a leaf's split_condition holds its value
+        return out
+
+
+def train_model(db: Database, target: str, exclude_tasks=(), path: Path | None = None
+                ) -> Path | None:
+    """Train the ISA's model on `db` and save it at `path` (written whole, then renamed, so
+    a concurrent reader never sees half a file); None when the database has too few rows."""
+    data = training_rows(db, target, exclude_tasks)
+    if data is None:
+        return None
+    X, y, groups = data
+    start = time.perf_counter()
+    model = XGBCostModel(n_rounds=TRAIN["n_rounds"], max_depth=TRAIN["max_depth"],
+                         learning_rate=TRAIN["learning_rate"], nthread=1)
+    model.fit(X, y, groups)
+    if not model.is_trained:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=path.parent)
+    os.close(fd)
+    try:
+        model.save(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("zero-shot model: trained on %d rows of %d tasks in %.1f s -> %s", len(y),
+             len(np.unique(groups)), time.perf_counter() - start, path)
+    return path
+
+
+def model_for(db: Database | None, target: str, exclude_tasks=(),
+              directory: Path | None = None) -> Path | None:
+    """The cached model file for `target`'s vector ISA over `db`, trained on a cache miss or
+    when the cached file cannot be read (it is then rebuilt); None without feature rows."""
+    if db is None:
+        return None
+    key = model_key(db, target, exclude_tasks)
+    if key is None:
+        return None
+    path = (directory or cache_dir()) / f"model-{key}.json"
+    empty = path.with_suffix(".none")       # this database has too few rows: no model
+    if empty.is_file():
+        return None
+    if path.is_file():
+        try:
+            Forest(path)
+            return path
+        except (OSError, ValueError) as exc:        # a corrupt or foreign file: rebuild
+            log.warning("zero-shot model %s is unreadable (%s); retraining", path, exc)
+    model = train_model(db, target, exclude_tasks, path)
+    if model is None:
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        empty.touch()
+    return model
+
+
+_forests: dict[tuple[str, float], Forest] = {}
+
+
+def load_forest(path: str | Path) -> Forest:
+    """The Forest in `path`, cached per process by path and modification time."""
+    key = (str(path), os.path.getmtime(path))
+    if key not in _forests:
+        _forests[key] = Forest(path)
+    return _forests[key]
+
+
+def candidates(space: SearchSpace, n_neighbors: int | None = None,
+               n_samples: int | None = None) -> list[dict]:
+    """The default first, then distinct mutations of it and random configs (default
+    N_NEIGHBORS and N_SAMPLES); the same list for the same task in any process (seeded by
+    the workload key)."""
+    n_neighbors = N_NEIGHBORS if n_neighbors is None else n_neighbors
+    n_samples = N_SAMPLES if n_samples is None else n_samples
+    rng = random.Random(zlib.crc32(space.task.workload_key.encode()))
+    default = space.default_config()
+    out = {config_key(default): default}
+    for _ in range(4 * n_neighbors):
+        if len(out) > n_neighbors:
+            break
+        config = space.neighbors(default, rng)
+        out.setdefault(config_key(config), config)
+    for _ in range(n_samples):
+        config = space.sample(rng)
+        out.setdefault(config_key(config), config)
+    return list(out.values())
+
+
+def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | None = None
+                    ) -> tuple[dict, bool]:
+    """The best-scored legal config of `configs` (default: `candidates(space)`) and whether it
+    is not the default (the first candidate; it wins ties)."""
+    configs = configs if configs is not None else candidates(space)
+    featurize = Featurizer(space)
+    X, ok = featurize.matrix(configs)
+    if not ok.any():
+        raise KilnError(f"{space.task.name}: no zero-shot candidate could be lowered")
+    scores = forest.predict(X)
+    scores[~ok] = -np.inf
+    best = int(np.argmax(scores))           # the first of equal scores: the default wins ties
+    if scores[best] <= scores[0] and ok[0]:
+        best = 0
+    log.debug("%s: zero-shot ranked %d configs in %.2f s, picked #%d", space.task.name,
+              len(configs), featurize.seconds, best)
+    return configs[best], best != 0

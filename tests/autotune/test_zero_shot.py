@@ -1,0 +1,143 @@
+"""Zero-shot schedules: the cached cost model, its numpy evaluation, and compiles that use it."""
+import random
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import kiln
+from kiln.autotune import zero_shot as Z
+from kiln.autotune.database import Database, Record
+from kiln.autotune.dispatch import Selection, apply_selection, canonical_target
+from kiln.autotune.features import FEATURE_VERSION
+from kiln.autotune.search import Featurizer
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.graph import models
+from kiln.graph.compile import model_tasks
+
+
+def _synthetic_db(path, tasks, seed=0) -> Database:
+    """Records with feature vectors for `tasks` on this CPU: in every task the default is
+    the slowest and random configs are faster (a made-up log, so the model has something
+    to learn that moves picks away from the default)."""
+    db = Database(path)
+    target = canonical_target("native")
+    rng = random.Random(seed)
+    for task in tasks:
+        space = SearchSpace(task, threads=1)
+        featurize = Featurizer(space)
+        db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
+        configs = [space.default_config()] + [space.sample(rng) for _ in range(12)]
+        for k, config in enumerate(configs):
+            vector = featurize(config)
+            if vector is None:
+                continue
+            cost = 2e-3 if k == 0 else 1e-3 * (1 + 0.5 * rng.random())
+            db.commit_record(Record(task.workload_key, target, config, (cost,), "OK",
+                                    threads=1), vector, FEATURE_VERSION)
+    return db
+
+
+def _other_tasks():
+    target = canonical_target("native")
+    return [Task.from_op("matmul", shape, target=target)
+            for shape in ((32, 48, 64), (64, 32, 40), (17, 64, 96), (48, 48, 48))]
+
+
+def test_forest_matches_xgboost_predictions(tmp_path):
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 7)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan                # missing values take default_left
+    y = (X[:, 0] > 0).astype(np.float32) + np.nan_to_num(X[:, 3])
+    booster = xgb.train({"objective": "rank:pairwise", "max_depth": 4, "verbosity": 0},
+                        xgb.DMatrix(X, label=y), num_boost_round=20)
+    path = tmp_path / "m.json"
+    booster.save_model(str(path))
+    forest = Z.Forest(path)
+    expected = booster.predict(xgb.DMatrix(X), output_margin=True)
+    np.testing.assert_allclose(forest.predict(X), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="7 features a row"):
+        forest.predict(X[:, :5])
+
+
+def test_model_is_cached_and_a_corrupt_file_is_rebuilt(tmp_path, monkeypatch):
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:2])
+    target = canonical_target("native")
+    trained = []
+    real_train = Z.train_model
+    monkeypatch.setattr(Z, "train_model", lambda *a, **k: trained.append(1) or real_train(*a, **k))
+    path = Z.model_for(db, target, directory=tmp_path / "cache")
+    assert path is not None and path.is_file() and trained == [1]
+    assert Z.model_for(db, target, directory=tmp_path / "cache") == path
+    assert trained == [1]                                  # the second call did not retrain
+    path.write_text("{not json")
+    assert Z.model_for(db, target, directory=tmp_path / "cache") == path
+    assert trained == [1, 1]                               # rebuilt, and readable again
+    Z.Forest(path)
+    # a new record changes the key: a new model
+    task = _other_tasks()[0]
+    space = SearchSpace(task, threads=1)
+    config = space.default_config()
+    db.commit_record(Record(task.workload_key, target, config, (5e-3,), "OK", threads=1),
+                     Featurizer(space)(config), FEATURE_VERSION)
+    assert Z.model_for(db, target, directory=tmp_path / "cache") != path
+    assert trained == [1, 1, 1]
+
+
+def test_no_rows_no_model(tmp_path):
+    db = Database(tmp_path / "empty.db")
+    assert Z.model_for(db, canonical_target("native"), directory=tmp_path / "c") is None
+    assert Z.model_for(None, canonical_target("native"), directory=tmp_path / "c") is None
+
+
+def test_candidates_are_deterministic_and_start_with_the_default():
+    space = SearchSpace(Task.from_op("matmul", (24, 40, 56)), threads=1)
+    first, again = Z.candidates(space), Z.candidates(SearchSpace(space.task, threads=1))
+    assert first == again and first[0] == space.default_config()
+    assert len(first) > Z.N_NEIGHBORS // 2
+
+
+def test_zero_shot_compile_picks_a_ranked_config_and_matches_onnxruntime(tmp_path, monkeypatch):
+    """A DB with records of other tasks only: the model's tasks (none has a record) are
+    ranked by the model trained on those records; the summary says zero-shot, and the
+    result matches onnxruntime."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    proto = models.mlp(batch=3, sizes=(37, 24, 13))
+    own = {mt.task.workload_key for mt in model_tasks(proto)}
+    others = [t for t in _other_tasks() if t.workload_key not in own]
+    db = _synthetic_db(tmp_path / "log.db", others)
+    compiled = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    sources = [s.source for s in compiled.plan.steps]
+    assert "zero-shot" in sources and "database" not in sources
+    assert "zero-shot (cost model's pick)" in compiled.summary()
+    x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = sess.run(None, {proto.graph.input[0].name: x})
+    (ours,) = compiled.run([x])
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-5)
+    # switched off, or without a database: the defaults
+    off = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=False)
+    assert {s.source for s in off.plan.steps} == {"default"}
+    none = kiln.compile(proto, db=None, threads=1, jobs=1)
+    assert {s.source for s in none.plan.steps} == {"default"}
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 13), (5, 31, 17), (16, 64, 40)])
+def test_ranked_configs_are_legal_and_correct(tmp_path, shape):
+    """Whatever the model ranks first applies, lowers, and computes the right answer on
+    awkward shapes."""
+    from kiln.te.reference import evaluate
+    from tests.util import run_config, task_inputs
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:3])
+    path = Z.model_for(db, canonical_target("native"), directory=tmp_path / "cache")
+    task = Task.from_op("dense", shape, target=canonical_target("native"))
+    space = SearchSpace(task, threads=1)
+    config, _ = Z.rank_candidates(space, Z.load_forest(path))
+    inputs = task_inputs(task, seed=2)
+    expected = evaluate(list(task.outputs), inputs)
+    for got, want in zip(run_config(task, space, config, inputs), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    sch, args, source = apply_selection(space, Selection(None, zero_shot=str(path)))
+    assert source in ("zero-shot", "default (no tuning records)")
