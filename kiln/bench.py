@@ -19,7 +19,16 @@ from .graph.passes.simplify import simplify
 from .graph.reference import run_reference
 
 
-def median_seconds(fn, repeat: int) -> float:
+# Runtimes keep their worker threads spinning for a while after a call (OpenBLAS ~0.1 s,
+# onnxruntime's intra-op pool, Kiln's pool ~200 us) before they sleep: a runtime timed right
+# after another one would share the cores with those spinners. Each timing starts after this
+# pause (benchmarks/common.py uses the same one).
+SETTLE_SECONDS = 0.3
+
+
+def median_seconds(fn, repeat: int, settle: float = SETTLE_SECONDS) -> float:
+    """Median of `repeat` timed calls of fn(), after `settle` seconds of quiet and a warm-up."""
+    time.sleep(settle)
     fn()
     times = []
     for _ in range(repeat):
@@ -52,9 +61,10 @@ def _onnxruntime_session(model, threads: int):
     return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
 
 
-def compare_model(model, compiled, repeat: int = 20):
-    """Rows for a table ([runtime, ms, ratio, error]) and a dict of figures; the baselines
-    run at the thread count the model was compiled for."""
+def compare_model(model, compiled, repeat: int = 20, name: str | None = None):
+    """Rows for a table ([runtime, ms, ratio, error]) and a dict of figures (`name`: the
+    model's, default the file's); the baselines run at the thread count the model was
+    compiled for. The numpy executor runs the model's own graph, as onnxruntime does."""
     threads = compiled.plan.meta.get("threads") or num_threads_from_env()
     graph = fold_constants(simplify(load_onnx(model)))
     inputs = random_inputs(graph)
@@ -67,7 +77,10 @@ def compare_model(model, compiled, repeat: int = 20):
     rows = [["kiln", f"{t_kiln * 1e3:.3f}", "1.00x", "-"],
             ["numpy executor", f"{t_numpy * 1e3:.3f}", f"{t_numpy / t_kiln:.2f}x slower"
              if t_numpy >= t_kiln else f"{t_kiln / t_numpy:.2f}x faster", f"{err_numpy:.2e}"]]
-    figures = {"bench": "model", "model": os.path.basename(str(model)), "threads": threads,
+    if name is None:
+        name = os.path.basename(str(model)) if isinstance(model, (str, os.PathLike)) else \
+            (model.graph.name or "model")
+    figures = {"bench": "model", "model": name, "threads": threads,
                "kiln_ms": round(t_kiln * 1e3, 4), "numpy_ms": round(t_numpy * 1e3, 4),
                "kiln_speedup_vs_numpy": round(t_numpy / t_kiln, 3),
                "max_abs_error_vs_numpy": err_numpy}
