@@ -24,6 +24,8 @@ from .graph.reference import run_reference
 # after another one would share the cores with those spinners. Each timing starts after this
 # pause (benchmarks/common.py uses the same one).
 SETTLE_SECONDS = 0.3
+# about how long the numpy executor is timed for (at least 3 runs)
+NUMPY_SECONDS = 3.0
 
 
 def median_seconds(fn, repeat: int, settle: float = SETTLE_SECONDS) -> float:
@@ -71,8 +73,11 @@ def compare_model(model, compiled, repeat: int = 20, name: str | None = None):
     kiln_out = compiled.run(inputs)
     t_kiln = median_seconds(lambda: compiled.run(inputs), repeat)
     with threadpool_limits(limits=threads):
+        start = time.perf_counter()
         ref = list(run_reference(graph, inputs).values())
-        t_numpy = median_seconds(lambda: run_reference(graph, inputs), repeat)
+        # the numpy executor is 5-25x slower than Kiln: a few seconds of it is enough
+        numpy_repeat = max(3, min(repeat, int(NUMPY_SECONDS / (time.perf_counter() - start))))
+        t_numpy = median_seconds(lambda: run_reference(graph, inputs), numpy_repeat)
     err_numpy = max(float(np.max(np.abs(a - b))) for a, b in zip(kiln_out, ref))
     rows = [["kiln", f"{t_kiln * 1e3:.3f}", "1.00x", "-"],
             ["numpy executor", f"{t_numpy * 1e3:.3f}", f"{t_numpy / t_kiln:.2f}x slower"
@@ -82,6 +87,7 @@ def compare_model(model, compiled, repeat: int = 20, name: str | None = None):
             (model.graph.name or "model")
     figures = {"bench": "model", "model": name, "threads": threads,
                "kiln_ms": round(t_kiln * 1e3, 4), "numpy_ms": round(t_numpy * 1e3, 4),
+               "repeat": repeat, "numpy_repeat": numpy_repeat,
                "kiln_speedup_vs_numpy": round(t_numpy / t_kiln, 3),
                "max_abs_error_vs_numpy": err_numpy}
     session = _onnxruntime_session(model, threads)

@@ -229,7 +229,9 @@ def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None
     from .bench import compare_model
     name = Path(name or str(model)).name
     rows, figures = compare_model(model, compiled, repeat=repeat, name=name)
-    table = Table(title=f"{name}: batch latency (median of {repeat})")
+    numpy_runs = "" if figures["numpy_repeat"] == repeat else \
+        f"; numpy executor: of {figures['numpy_repeat']}"
+    table = Table(title=f"{name}: batch latency (median of {repeat}{numpy_runs})")
     for col in ("runtime", "latency ms", "vs Kiln", "max abs error vs Kiln"):
         table.add_column(col, justify="right")
     for row in rows:
