@@ -339,11 +339,15 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())
+    space = SearchSpace(task)
+    upgrade_legacy_records(db, space)
     with threads_env(runner.threads):   # the default for the count it is measured at
-        configs = [SearchSpace(task).default_config()]
+        configs = [space.default_config()]
     configs += [r.config for r in db.best(task.workload_key, target, k)]
     configs += [r.config for r in db.best(task.workload_key, target, k, threads=runner.threads)]
-    unique = list({config_key(c): c for c in configs}.values())
+    # (a leader that no longer fits the space is not re-measured: it can never be applied)
+    unique = [c for c in {config_key(c): c for c in configs}.values()
+              if space.misfit(c) is None]
     data = TaskData.make(task)
     records = []
     try:

@@ -2,6 +2,7 @@
 schedule is rebuilt from the database (and says where it came from)."""
 import dataclasses
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -340,7 +341,12 @@ def test_best_so_far_prefers_records_measured_at_the_thread_count(tmp_path):
     tune_task(task, "native", trials=2, db=db, search="random", batch_size=2, options=one)
     tagged = min(r.mean_cost for r in db.records(task.workload_key, target, threads=1)
                  if r.status == "OK")
-    db.commit_record(Record(task.workload_key, target, {"legacy": 1}, (1e-12,), "OK"))
+    space = SearchSpace(dataclasses.replace(task, target=target, _key=[]))
+    measured = {config_key(r.config) for r in db.records(task.workload_key, target)}
+    picker = random.Random(9)
+    legacy = next(c for c in iter(lambda: space.sample(picker), None)
+                  if config_key(c) not in measured)
+    db.commit_record(Record(task.workload_key, target, legacy, (1e-12,), "OK"))
     result = tune_task(task, "native", trials=3, db=db, search="random", batch_size=2,
                        options=one)
     assert result.measured == 0 and result.total_trials == 3
