@@ -12,6 +12,14 @@ With the model-guided search all tasks share one cost model (`CostModelPool`): e
 group of its rows, so ranking pairs stay inside a task while every task's measurements shape
 the model that proposes the next batch of any task; `transfer` also primes it with the stored
 features of earlier runs' tasks on the same target.
+
+With a time budget (`time_budget` seconds) the same allocation spends wall time instead of a
+trial count: a task's gain is scaled by weight x best latency, so the tasks where the model's
+latency is get the trials. No batch starts after the deadline and a batch stops after the
+trial in flight when the deadline passes, so a run ends within the budget plus about one
+trial (and one search proposal), counted from when the measurement worker is up (starting
+it takes a second, more on a loaded machine); every trial is committed as it is measured,
+and a rerun resumes from the database.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..te.errors import KilnError
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Database
 from .measure import MeasureOptions, Runner
@@ -58,17 +67,26 @@ def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) ->
     return weight * best * max(improvement, 1.0 / max(1, tuner.n_records))
 
 
-def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int,
+def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int | None,
                db: Database, search: str = "xgb", batch_size: int = 8, seed: int = 0,
                options: MeasureOptions | None = None,
                callback: Callable[[Progress], None] | None = None,
-               share_model: bool = True, transfer: bool = True) -> list[TaskReport]:
+               share_model: bool = True, transfer: bool = True,
+               time_budget: float | None = None) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total at the
     measurement's thread count (records already there count, so a rerun resumes, as in
-    tune_task); one report per task.
+    tune_task), or until `time_budget` seconds have passed, whichever comes first (None: no
+    such limit; one of the two is required); one report per task.
 
     `share_model`: one cost model trained on every task's rows (model-guided search only);
     `transfer`: start it from the stored features of earlier tasks on `target`."""
+    if trials is None and time_budget is None:
+        raise KilnError("tune_tasks needs a trial budget (trials=) or a time budget "
+                        "(time_budget= seconds), or both")
+    if time_budget is not None and not time_budget > 0:
+        raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
+    if trials is None:
+        trials = math.inf
     pool = None
     if search == "xgb" and share_model:
         pool = CostModelPool(XGBCostModel(seed=seed))
@@ -85,9 +103,12 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     spent = sum(t.n_records for t in tuners)
     pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
     exhausted: set[int] = set()
-    start = time.perf_counter()
     try:
-        while spent < trials:
+        if time_budget is not None:
+            runner.start()      # the budget is tuning time: it starts once the worker is up
+        start = time.perf_counter()
+        deadline = None if time_budget is None else start + time_budget
+        while spent < trials and (deadline is None or time.perf_counter() < deadline):
             if pending:
                 index = pending.pop(0)
             else:
@@ -99,11 +120,15 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                 gains = {i: _gain(tuners[i], weights[i], histories[i], window=3)
                          for i in active}
                 index = max(active, key=lambda i: gains[i])
-            n = min(batch_size, trials - spent)
-            got = tuners[index].step(n, callback, (spent, trials, start) if callback else None)
+            n = int(min(batch_size, trials - spent))
+            # the progress bar's total: the trial budget, or with a time budget alone the
+            # trials after this batch
+            total = trials if math.isfinite(trials) else spent + n
+            got = tuners[index].step(n, callback, (spent, total, start) if callback else None,
+                                     deadline=deadline)
             spent += got
             histories[index].append(tuners[index].best_seconds)
-            if got == 0:
+            if got == 0 and not (deadline is not None and time.perf_counter() >= deadline):
                 log.info("%s: space exhausted", tuners[index].task.name)
                 exhausted.add(index)
                 if len(exhausted) == len(tuners):

@@ -214,19 +214,23 @@ class TaskTuner:
         return counters
 
     def step(self, n: int, callback: Callable[[Progress], None] | None = None,
-             progress_base: tuple[int, int, float] | None = None) -> int:
-        """Measure up to `n` new configs (one batch), committing each; returns how many."""
+             progress_base: tuple[int, int, float] | None = None,
+             deadline: float | None = None) -> int:
+        """Measure up to `n` new configs (one batch), committing each; returns how many.
+        With `deadline` (a time.perf_counter() value), no trial starts after it: the batch
+        stops after the trial in flight."""
         start, before = time.perf_counter(), self._counters()
         costs: list[float] = []
         try:
-            self._step(n, costs, callback, progress_base)
+            self._step(n, costs, callback, progress_base, deadline)
         finally:
             self.timer.add_counters(before, self._counters())
             self.timer.trials += len(costs)
             self.timer.wall += time.perf_counter() - start
         return len(costs)
 
-    def _step(self, n: int, costs: list[float], callback, progress_base) -> None:
+    def _step(self, n: int, costs: list[float], callback, progress_base,
+              deadline: float | None = None) -> None:
         if self.runner is None:
             self.runner = Runner(MeasureOptions(threads=self.threads))
         if self._data is None:
@@ -240,6 +244,8 @@ class TaskTuner:
                 self.featurize.prefetch(batch)      # random search: nothing cached yet
             features = [self.featurize(c) if self.store_features else None for c in batch]
         for config, vector in zip(batch, features):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
                                      best_seconds=self.best_seconds)
@@ -271,7 +277,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
               batch_size: int = 8, callback: Callable[[Progress], None] | None = None,
               seed: int = 0, options: MeasureOptions | None = None,
               search_config: SearchConfig | None = None, transfer: bool = True,
-              share_features: bool = True) -> TuneResult:
+              share_features: bool = True, time_budget: float | None = None) -> TuneResult:
     """Tune `task` until the database holds `trials` records of it on `target` at the
     measurement's thread count (`options.threads`, else KILN_NUM_THREADS, else every core).
 
@@ -279,17 +285,23 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     rest; records of unknown thread count, from older logs, count for every count). Ctrl-C stops cleanly: everything measured so far is committed and returned. With
     `transfer`, the cost model starts from the stored features of other tasks on `target`;
     with `share_features`, the idle measurement worker lowers half of the new candidates.
+    `time_budget`: stop after that many seconds as well (the trial in flight finishes).
     """
+    if time_budget is not None and not time_budget > 0:
+        raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
     search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
     runner = Runner(options or MeasureOptions())
     tuner = TaskTuner(task, target, db, search, runner, search_config, transfer=transfer,
                       share_features=share_features)
     initial, interrupted, start = tuner.n_records, False, time.perf_counter()
+    deadline = None if time_budget is None else start + time_budget
     try:
-        while tuner.n_records < trials:
+        while tuner.n_records < trials and (deadline is None or time.perf_counter() < deadline):
             n = min(batch_size, trials - tuner.n_records)
             measured = tuner.n_records - initial
-            got = tuner.step(n, callback, (measured, trials - initial, start))
+            got = tuner.step(n, callback, (measured, trials - initial, start), deadline)
+            if got == 0 and deadline is not None and time.perf_counter() >= deadline:
+                break
             if got == 0:
                 log.info("%s: the search space is exhausted", task.name)
                 break

@@ -11,12 +11,11 @@ from threadpoolctl import threadpool_limits
 from kiln.codegen.runtime_config import threads_env
 
 
-# Runtimes keep their worker threads spinning for a while after a call (OpenBLAS ~0.1 s,
-# onnxruntime's intra-op pool, Kiln's pool ~200 us) before they sleep: a contender timed right
-# after another one shares the 2 cores with those spinners. Measured on znver4: the tuned
-# 1024^3 GEMM at 2 threads ran at 140 GFLOPS right after a full-thread `a @ b` (its
-# correctness check) and at 218 after a pause.
-SETTLE_SECONDS = 0.3
+# The pause before each timing, for the worker threads runtimes leave spinning after a call:
+# one value for the benchmarks and `kiln bench` (kiln/bench.py explains it). Measured on
+# znver4: the tuned 1024^3 GEMM at 2 threads ran at 140 GFLOPS right after a full-thread
+# `a @ b` (its correctness check) and at 218 after a pause.
+from kiln.bench import SETTLE_SECONDS  # noqa: E402
 
 
 def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1,

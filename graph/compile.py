@@ -246,7 +246,7 @@ def model_tasks(model, target: str = "native",
     return extract_tasks(graph, groups, canonical_target(target))[0]
 
 
-def tune_model(model, target: str = "native", trials: int = 200, db=None,
+def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
                callback: Callable[[Progress], None] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                layout: str = "nchwc", winograd: bool = True,
@@ -254,7 +254,7 @@ def tune_model(model, target: str = "native", trials: int = 200, db=None,
     """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
     resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database,
     a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
-    options)."""
+    options, time_budget: seconds, with trials=None for no trial limit)."""
     database = _open_db(db)
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "

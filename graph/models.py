@@ -265,6 +265,9 @@ def mlp(batch: int = 1, sizes: tuple[int, ...] = (784, 256, 128, 10)) -> onnx.Mo
     return b.model("mlp", [("input", TensorProto.FLOAT, (batch, sizes[0]))], x)
 
 
+# the model `kiln tune` and `kiln bench` use when given none (built at run time)
+DEFAULT_MODEL = "resnet18_like"
+
 MODELS = {"default_cnn": default_cnn, "resnet18_like": resnet18_like,
           "mobilenetv2_like": mobilenetv2_like, "bert_like_encoder": bert_like_encoder,
           "mlp": mlp}

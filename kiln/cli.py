@@ -19,6 +19,33 @@ from .te.errors import KilnError
 console = Console(width=None if sys.stdout.isatty() else 120)  # pipes get a wide table
 
 DEFAULT_MODEL_TRIALS = 64
+# `kiln tune` with no model on a CPU that has no tuning records of the default model: tune
+# this long (--time/--trials change it), then compile and compare
+DEFAULT_MODEL_TIME = 300.0
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '1.5h' or a plain number of seconds -> seconds (> 0)."""
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _UNITS else "s"
+    number = raw[:-1] if raw[-1:] in _UNITS else raw
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds, minutes or hours, e.g. 90s, 10m, 1h")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the time budget must be > 0")
+    return seconds
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 360 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 6 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
 
 
 def _open_db(path):
@@ -34,14 +61,18 @@ def _db_name(db) -> str:
 
 
 class _ProgressBar:
-    """A rich progress bar fed by the tuner's per-trial callback."""
+    """A rich progress bar fed by the tuner's per-trial callback: trials out of a trial
+    budget or, with `seconds`, tuning time out of a time budget."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int | None, seconds: float | None = None):
+        self.seconds = seconds
+        count = ("{task.fields[trials]} trials, {task.completed:.0f}/{task.total:.0f} s"
+                 if seconds is not None else "{task.completed}/{task.total} trials")
         self.progress = Progress(TextColumn("[bold]{task.fields[name]}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total} trials"),
-                                 TextColumn("{task.fields[best]}"),
+                                 TextColumn(count), TextColumn("{task.fields[best]}"),
                                  TimeRemainingColumn(), console=console, transient=False)
-        self.task = self.progress.add_task("tune", total=total, name="", best="")
+        self.task = self.progress.add_task("tune", total=seconds if seconds is not None
+                                           else total, name="", best="", trials=0)
         self.updates = 0
 
     def __enter__(self):
@@ -53,28 +84,76 @@ class _ProgressBar:
 
     def __call__(self, p) -> None:
         self.updates += 1
-        self.progress.update(self.task, completed=p.trials_done, total=p.trials_total,
-                             name=p.task_name, best=f"best {p.best_gflops:.1f} GFLOPS")
+        best = f"best {p.best_gflops:.1f} GFLOPS"
+        if self.seconds is not None:
+            self.progress.update(self.task, completed=min(p.elapsed, self.seconds),
+                                 trials=p.trials_done, name=p.task_name, best=best)
+        else:
+            self.progress.update(self.task, completed=p.trials_done, total=p.trials_total,
+                                 name=p.task_name, best=best)
 
-    def reused(self, held: int, total: int) -> None:
+    def reused(self, held: int, total: int | None) -> None:
         """Nothing was measured: show the trials the database already held."""
-        if not self.updates:
+        if not self.updates and self.seconds is None:
             self.progress.update(self.task, completed=min(held, total), total=total,
                                  name="all from the database")
 
 
 # ----------------------------------------------------------------------------- commands
 
+def _default_model():
+    """(the ONNX model `kiln tune`/`kiln bench` use without one, its name): ResNet-18's
+    layer shapes at 224x224, built at run time with random weights (graph/models.py)."""
+    from .graph.models import DEFAULT_MODEL, MODELS
+    return MODELS[DEFAULT_MODEL](), DEFAULT_MODEL
+
+
+def _tasks_without_records(model, target: str, db, layout: str, winograd: bool) -> tuple[int, int]:
+    """(tasks of `model` with no record of this CPU that a compile would apply, tasks)."""
+    from .autotune.dispatch import select_record
+    from .graph.compile import model_tasks
+    tasks = model_tasks(model, target, layout=layout, winograd=winograd)
+    missing = sum(1 for mt in tasks
+                  if select_record(mt.task, target, db, similar_cpus=False).record is None)
+    return missing, len(tasks)
+
+
 def cmd_tune(args) -> int:
     db = _open_db(args.db)
     if args.op:
         return _tune_op(args, db)
-    from .graph.models import default_model_path
-    model = args.model or str(default_model_path())
-    trials = args.trials if args.trials is not None else DEFAULT_MODEL_TRIALS
-    return _tune_model(model, args.target, trials, db, is_default=args.model is None,
-                       remeasure=args.remeasure, layout=args.layout,
+    if args.model is not None:
+        trials = args.trials
+        if trials is None and args.time is None:
+            trials = DEFAULT_MODEL_TRIALS
+        return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
+                           remeasure=args.remeasure, layout=args.layout,
+                           winograd=args.winograd)
+    model, name = _default_model()
+    trials, seconds = args.trials, args.time
+    missing, total = _tasks_without_records(model, args.target, db, args.layout, args.winograd)
+    what = f"the default model ({name}: ResNet-18's layers at 224x224, random weights)"
+    cpu = _cpu_name(args.target)
+    if missing:
+        console.print(f"{what}: {missing} of its {total} tasks have no tuning records for this "
+                      f"CPU ({cpu})")
+    else:
+        console.print(f"{what}: all {total} tasks have tuning records for this CPU ({cpu})")
+    if trials is None and seconds is None:
+        if not missing:
+            console.print("compiling with them and comparing (--time 10m would tune further)")
+            return _compare(model, name, args.target, db, args.layout, args.winograd)
+        seconds = DEFAULT_MODEL_TIME
+        console.print(f"tuning it for {_duration(seconds)} first (--time changes it; Ctrl-C "
+                      "stops early and keeps every measurement)")
+    return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
+                       seconds, remeasure=args.remeasure, layout=args.layout,
                        winograd=args.winograd)
+
+
+def _cpu_name(target: str) -> str:
+    from .codegen.target import Target
+    return Target.from_string(target).cpu
 
 
 def _tune_op(args, db) -> int:
@@ -82,11 +161,15 @@ def _tune_op(args, db) -> int:
     from .autotune.tuner import tune_task
     shape = [int(s) for s in args.shape.split(",")] if args.shape else []
     task = Task.from_op(args.op, shape, target=args.target)
-    trials = args.trials if args.trials is not None else 200
-    console.print(f"tuning [bold]{task.description}[/] on {args.target}, {trials} trials "
+    trials = args.trials if args.trials is not None else 200 if args.time is None else 2 ** 62
+    budget = " and ".join(([f"{trials} trials"] if args.trials is not None
+                           or args.time is None else [])
+                          + ([f"{_duration(args.time)}"] if args.time is not None else []))
+    console.print(f"tuning [bold]{task.description}[/] on {args.target}, {budget} "
                   f"({_db_name(db)})")
-    with _ProgressBar(trials) as bar:
-        result = tune_task(task, args.target, trials, db, search=args.search, callback=bar)
+    with _ProgressBar(trials, args.time) as bar:
+        result = tune_task(task, args.target, trials, db, search=args.search, callback=bar,
+                           time_budget=args.time)
     state = "interrupted; " if result.interrupted else ""
     console.print(f"{state}measured {result.measured} new candidates, {result.total_trials} "
                   f"in the database; best {result.best_seconds * 1e3:.3f} ms = "
@@ -94,16 +177,17 @@ def _tune_op(args, db) -> int:
     return 0
 
 
-def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
-                remeasure: int = 0, layout: str = "nchwc", winograd: bool = True) -> int:
-    from .graph.compile import compile_model, remeasure_model, tune_model
-    label = "the bundled default model" if is_default else model
-    console.print(f"tuning {label} on {target}: up to {trials} trials in total "
-                  f"(reusing the {_db_name(db)})")
+def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
+                seconds: float | None, remeasure: int = 0, layout: str = "nchwc",
+                winograd: bool = True) -> int:
+    from .graph.compile import remeasure_model, tune_model
+    budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
+                          + ([f"for {_duration(seconds)}"] if seconds is not None else []))
+    console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
     start = time.perf_counter()
-    with _ProgressBar(trials) as bar:
+    with _ProgressBar(trials, seconds) as bar:
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
-                             layout=layout, winograd=winograd)
+                             layout=layout, winograd=winograd, time_budget=seconds)
         held = sum(r.trials for r in reports)
         bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
@@ -112,8 +196,14 @@ def _tune_model(model: str, target: str, trials: int, db, is_default: bool,
         added = remeasure_model(model, target=target, db=db, k=remeasure, layout=layout,
                                 winograd=winograd)
         console.print(f"re-measured {added} leading schedules")
+    return _compare(model, name, target, db, layout, winograd)
+
+
+def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
+             repeat: int = 20) -> int:
+    from .graph.compile import compile_model
     compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
-    _print_comparison(model, compiled)
+    _print_comparison(model, compiled, repeat=repeat, name=name)
     return 0
 
 
@@ -129,14 +219,9 @@ def cmd_compile(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .graph.compile import compile_model
-    from .graph.models import default_model_path
     db = _open_db(args.db)
-    model = args.model or str(default_model_path())
-    compiled = compile_model(model, target=args.target, db=db, layout=args.layout,
-                             winograd=args.winograd)
-    _print_comparison(model, compiled, repeat=args.repeat)
-    return 0
+    model, name = (args.model, args.model) if args.model else _default_model()
+    return _compare(model, name, args.target, db, args.layout, args.winograd, args.repeat)
 
 
 def cmd_quantize(args) -> int:
@@ -147,11 +232,14 @@ def cmd_quantize(args) -> int:
     return 0
 
 
-def _print_comparison(model: str, compiled, repeat: int = 20) -> None:
+def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None) -> None:
     """Kiln vs the numpy executor vs onnxruntime on one random input, latency and error."""
     from .bench import compare_model
-    rows, figures = compare_model(model, compiled, repeat=repeat)
-    table = Table(title=f"{Path(model).name}: batch latency (median of {repeat})")
+    name = Path(name or str(model)).name
+    rows, figures = compare_model(model, compiled, repeat=repeat, name=name)
+    numpy_runs = "" if figures["numpy_repeat"] == repeat else \
+        f"; numpy executor: of {figures['numpy_repeat']}"
+    table = Table(title=f"{name}: batch latency (median of {repeat}{numpy_runs})")
     for col in ("runtime", "latency ms", "vs Kiln", "max abs error vs Kiln"):
         table.add_column(col, justify="right")
     for row in rows:
@@ -233,12 +321,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log what Kiln does")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    tune = sub.add_parser("tune", help="tune a model (default: the bundled CNN) or an operator")
-    tune.add_argument("model", nargs="?", help="an ONNX file (default: the bundled model)")
+    tune = sub.add_parser("tune", help="tune a model (default: a ResNet-18-shaped model with "
+                          "random weights) or an operator")
+    tune.add_argument("model", nargs="?", help="an ONNX file (default: ResNet-18's layers at "
+                      "224x224 with random weights; on a CPU with its records in the "
+                      "database it is only compiled and compared, else tuned for "
+                      f"{_duration(DEFAULT_MODEL_TIME)})")
     tune.add_argument("--op", help="tune one operator instead: matmul, conv2d, softmax, ...")
     tune.add_argument("--shape", help="the operator's shape, e.g. 1024,1024,1024")
     tune.add_argument("--trials", type=int, help="trial budget (records in the database "
                       "count towards it, so a rerun resumes)")
+    tune.add_argument("--time", type=parse_duration, metavar="DURATION",
+                      help="time budget, e.g. 90s, 10m, 1h: the task scheduler spends it "
+                           "where the model's latency is and stops when it runs out (with "
+                           "--trials, whichever comes first; a rerun resumes)")
     tune.add_argument("--search", default="xgb", choices=("xgb", "random", "grid"))
     tune.add_argument("--remeasure", type=int, default=0, metavar="K",
                       help="after tuning, measure each task's default and K best schedules "
@@ -251,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=cmd_compile)
 
     bench = sub.add_parser("bench", help="Kiln vs numpy executor vs onnxruntime latency")
-    bench.add_argument("model", nargs="?")
+    bench.add_argument("model", nargs="?", help="an ONNX file (default: the default model of "
+                       "`kiln tune`, ResNet-18's layers with random weights)")
     bench.add_argument("--repeat", type=int, default=20)
     bench.set_defaults(func=cmd_bench)
 
