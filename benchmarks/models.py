@@ -24,20 +24,15 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, median_seconds, numpy_threads, print_table  # noqa: E402
 
-from kiln.graph import models  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
 from kiln.graph.frontend import load_onnx  # noqa: E402
 from kiln.graph.passes.fold_constants import fold_constants  # noqa: E402
 from kiln.graph.passes.simplify import simplify  # noqa: E402
 from kiln.graph.reference import run_reference  # noqa: E402
+from kiln.graph.task_catalog import BENCHMARK_MODELS  # noqa: E402
 
-MODELS = {
-    "default_cnn": lambda: models.default_cnn(),
-    "resnet18_like": lambda: models.resnet18_like(image_size=224),
-    "mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=224),
-    "bert_like_encoder": lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2),
-    "mlp": lambda: models.mlp(),
-}
+# the bundled benchmark models, as the committed tuning log knows them
+MODELS = BENCHMARK_MODELS
 
 
 def _inputs(graph) -> list[np.ndarray]:
