@@ -9,7 +9,6 @@ of an older schema are renamed on the way (autotune/migrate.py) where the log is
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 from dataclasses import dataclass
@@ -82,7 +81,7 @@ def select_record(task: Task, target: str, db: Database | None, threads: int | N
     if db is None:
         return Selection(None)
     target = canonical_target(target)
-    task = dataclasses.replace(task, target=target, _key=[])
+    task = task.retargeted(target)
     threads = threads or num_threads_from_env()
     space = space or SearchSpace(task, threads)
     upgrade_legacy_records(db, space)
@@ -113,7 +112,7 @@ def apply_best(task: Task, target: str, db: Database | None,
     KILN_NUM_THREADS, else every core), and where it came from: "database", "similar CPU:
     tuned on <cpu> (same vector ISA)" or "default (no tuning records)"."""
     target = canonical_target(target)
-    task = dataclasses.replace(task, target=target, _key=[])
+    task = task.retargeted(target)
     space = SearchSpace(task, threads)
     selection = select_record(task, target, db, threads, similar_cpus, space)
     return apply_selection(space, selection)

@@ -5,6 +5,7 @@ tuning database is keyed on. `Task.from_op` builds the common operators for the 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -41,6 +42,11 @@ class Task:
             if isinstance(op, PlaceholderOp) and op.output() not in self.args:
                 raise TEError(f"task '{self.name}': input '{op.name}' is read but not in the "
                               "kernel arguments; add it to args")
+
+    def retargeted(self, target: str) -> "Task":
+        """This task on `target`, sharing the cached workload key (the DAG's: it does not
+        depend on the target, and rehashing a conv's DAG costs ~30 ms)."""
+        return dataclasses.replace(self, target=target)
 
     @property
     def workload_key(self) -> str:

@@ -7,7 +7,6 @@ schedule and always say where the schedule came from.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -129,7 +128,7 @@ class TaskTuner:
         if search not in SEARCHES:
             raise KilnError(f"unknown search {search!r}; choose one of: {', '.join(SEARCHES)}")
         self.target = canonical_target(target)
-        self.task = dataclasses.replace(task, target=self.target, _key=[])
+        self.task = task.retargeted(self.target)
         self.db = db
         # the state is that of one thread count: a config measured at 1 thread is not yet
         # measured at 2 (records of unknown count, from older logs, count for every one)
@@ -334,7 +333,7 @@ def remeasure_best(task: Task, target: str, db: Database, k: int = 2,
     measured at the runner's thread count (so a 1-thread log can be ranked for 2 threads).
     """
     target = canonical_target(target)
-    task = dataclasses.replace(task, target=target, _key=[])
+    task = task.retargeted(target)
     db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
     own = runner is None
     runner = runner or Runner(options or MeasureOptions())

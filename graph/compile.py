@@ -74,7 +74,7 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
     task without records, or "default"). A database or zero-shot schedule that fails to
     build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
-    space = SearchSpace(dataclasses.replace(mt.task, target=target, _key=[]), threads)
+    space = SearchSpace(mt.task.retargeted(target), threads)
     sch, args, source = apply_selection(space, selection)
     kind = next((k for k in ("database", SIMILAR_CPU_SOURCE, ZERO_SHOT_SOURCE)
                  if source.startswith(k)), "default")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import contextlib
-import dataclasses
 
 from ..autotune.database import Database
 from ..autotune.dispatch import upgrade_legacy_records
@@ -107,7 +106,7 @@ def check_database(db: Database, migrate: bool = False) -> dict:
         if task is None:
             report["unknown_task"] += count
             continue
-        space = SearchSpace(dataclasses.replace(task, target=target, _key=[]))
+        space = SearchSpace(task.retargeted(target))
         if migrate:
             report["migrated"] += upgrade_legacy_records(db, space)
         for record in db.records(key, target):

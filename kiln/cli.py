@@ -252,7 +252,6 @@ def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None
 def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
     """(task name, record, why) for each stored record of `model`'s tasks on any target
     that does not fit the task's search space today."""
-    import dataclasses
 
     from .autotune.space import SearchSpace
     from .graph.compile import model_tasks
@@ -260,7 +259,7 @@ def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
     for mt in model_tasks(model, target):
         targets = {r["target"] for r in db.summary() if r["task_key"] == mt.task.workload_key}
         for tgt in sorted(targets):
-            space = SearchSpace(dataclasses.replace(mt.task, target=tgt, _key=[]))
+            space = SearchSpace(mt.task.retargeted(tgt))
             for record in db.records(mt.task.workload_key, tgt):
                 reason = space.misfit(record.config)
                 if reason is not None:
