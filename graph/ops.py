@@ -252,7 +252,6 @@ def _pool(ins, attrs):
 def _conv2d(ins, attrs):
     """conv2d_kpacked is conv2d with its weight laid out [F / block, C, KH, KW, block]."""
     x, w = ins
-    n, c, h, wd = x.shape
     if len(w.shape) == 5:
         fo, cg, kh, kw, block = w.shape
         if block != attrs.get("block"):
@@ -261,13 +260,22 @@ def _conv2d(ins, attrs):
         o = fo * block
     else:
         o, cg, kh, kw = w.shape
+    return [(conv_output_shape(x.shape, w.shape, (o, cg, kh, kw), attrs), x.dtype)]
+
+
+def conv_output_shape(x_shape, w_shape, ochw, attrs) -> tuple[int, ...]:
+    """(N, O, OH, OW) of a grouped 2-D conv of x [N, C, H, W] with a weight whose output
+    channels, channels per group and window are `ochw` (any weight layout, `w_shape` for
+    the error); ValueError when the channels and groups disagree."""
+    n, c, h, wd = x_shape
+    o, cg, kh, kw = ochw
     g = attrs["groups"]
     if c != cg * g or o % g:
-        raise ValueError(f"{c} input channels, weight {list(w.shape)} and groups={g} disagree")
+        raise ValueError(f"{c} input channels, weight {list(w_shape)} and groups={g} disagree")
     s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
     oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
     ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
-    return [((n, o, oh, ow), x.dtype)]
+    return (n, o, oh, ow)
 
 
 @_register("conv2d_nchwc", OpClass.OUT_ELEMWISE_FUSABLE)

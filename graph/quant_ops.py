@@ -19,7 +19,7 @@ import numpy as np
 from ..te.ops import quantized as tq
 from .ir import OpClass
 from .lower_te import LOWERINGS
-from .ops import OPS, OpDef, broadcast_shapes, pool_output_dim
+from .ops import OPS, OpDef, broadcast_shapes, conv_output_shape
 from .reference import IMPLS, _conv_nchw, _pad_hw
 
 QUANT_DTYPES = tq.QUANT_DTYPES
@@ -76,15 +76,7 @@ def _infer_conv2d_integer(ins, attrs):
     x, w = ins[0], ins[1]
     if x.dtype not in QUANT_DTYPES or w.dtype not in QUANT_DTYPES:
         raise ValueError(f"conv2d_integer multiplies uint8/int8, got {x.dtype} and {w.dtype}")
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    g = attrs["groups"]
-    if c != cg * g or o % g:
-        raise ValueError(f"{c} input channels, weight {list(w.shape)} and groups={g} disagree")
-    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
-    oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
-    ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
-    return [((n, o, oh, ow), "int32")]
+    return [(conv_output_shape(x.shape, w.shape, w.shape, attrs), "int32")]
 
 
 # -- numpy reference (same float order as te/ops/quantized.py) ---------------------------------
@@ -201,12 +193,7 @@ def _infer_conv2d_int8x4(ins, attrs):
     if x.shape[1] != w.shape[1] or x.dtype != "int32" or w.dtype != "int32":
         raise ValueError(f"expects packed words x[N, C4, H, W] and w[F, C4, KH, KW], got "
                          f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
-    n, _, h, wd = x.shape
-    _, _, kh, kw = w.shape
-    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
-    oh = pool_output_dim(h, kh, s[0], d[0], p[0], p[2], False)
-    ow = pool_output_dim(wd, kw, s[1], d[1], p[1], p[3], False)
-    return [((n, w.shape[0], oh, ow), "int32")]
+    return [(conv_output_shape(x.shape, w.shape, w.shape, {**attrs, "groups": 1}), "int32")]
 
 
 def _unpack_words(words: np.ndarray, axis: int, dtype) -> np.ndarray:
