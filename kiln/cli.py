@@ -252,13 +252,14 @@ def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None
 def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
     """(task name, record, why) for each stored record of `model`'s tasks on any target
     that does not fit the task's search space today."""
-
     from .autotune.space import SearchSpace
     from .graph.compile import model_tasks
+    targets: dict[str, set] = {}
+    for row in db.summary():            # (one pass over the log, not one per task)
+        targets.setdefault(row["task_key"], set()).add(row["target"])
     out = []
     for mt in model_tasks(model, target):
-        targets = {r["target"] for r in db.summary() if r["task_key"] == mt.task.workload_key}
-        for tgt in sorted(targets):
+        for tgt in sorted(targets.get(mt.task.workload_key, ())):
             space = SearchSpace(mt.task.retargeted(tgt))
             for record in db.records(mt.task.workload_key, tgt):
                 reason = space.misfit(record.config)

@@ -94,3 +94,27 @@ def test_compile_in_either_layout_and_refuse_an_unknown_one(tmp_path):
         assert blocked == (layout == "nchwc"), out
     code, out = kiln("compile", model, "-o", str(tmp_path / "x.so"), "--layout", "nhwc")
     assert code != 0 and "nhwc" in out
+
+
+def test_logs_check_lists_and_prune_removes_records_that_no_longer_fit(tmp_path):
+    import onnx
+
+    from kiln.autotune.database import Database, Record
+    from kiln.autotune.dispatch import canonical_target
+    from kiln.graph import models
+    from kiln.graph.compile import model_tasks
+    model = models.mlp(sizes=(16, 8))
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    db = Database(tmp_path / "t.db")
+    target = canonical_target("native")
+    mt = model_tasks(model)[0]
+    db.commit_record(Record(mt.task.workload_key, target, {"matmul/tile/0:i": [1, 1]},
+                            (1e-9,), "OK"))
+    db.close()
+    code, out = kiln("logs", "--db", str(tmp_path / "t.db"), "--check", str(path))
+    assert code == 0 and "does not fit" in out and "1 record(s)" in out, out
+    code, out = kiln("logs", "--db", str(tmp_path / "t.db"), "--check", str(path), "--prune")
+    assert code == 0 and "removed 1 stale record(s)" in out, out
+    code, out = kiln("logs", "--db", str(tmp_path / "t.db"), "--check", str(path))
+    assert code == 0 and "0 record(s)" in out, out
