@@ -276,6 +276,25 @@ class Database:
             [task_key, target, OK_STATUS, SCHEMA_VERSION, threads, threads, int(k)])
         return [self._to_record(r) for r in rows]
 
+    def best_per_task(self, targets: Iterable[str], threads: int | None = None
+                      ) -> list[tuple[str, dict, list]]:
+        """(task key, config, the task's shapes) of the fastest OK record of every task on
+        `targets` (at `threads` where the task was measured at that count): the schedules the
+        zero-shot ranking borrows for tasks of the same structure (autotune/zero_shot.py)."""
+        targets = list(targets)
+        if not targets:
+            return []
+        marks = ",".join("?" * len(targets))
+        rows = self._db.conn.execute(
+            f"SELECT r.task_key, r.config, t.shapes FROM (SELECT task_key, config, "
+            "ROW_NUMBER() OVER (PARTITION BY task_key ORDER BY CASE WHEN ? IS NULL OR "
+            "threads = ? THEN 0 ELSE 1 END, mean_cost, id) AS rank "
+            f"FROM {self._records} WHERE target IN ({marks}) AND status = ? "
+            "AND schema_version = ? AND mean_cost IS NOT NULL) r "
+            f"JOIN {self._tasks} t ON t.workload_key = r.task_key WHERE r.rank = 1 "
+            "ORDER BY r.task_key", [threads, threads, *targets, OK_STATUS, SCHEMA_VERSION])
+        return [(key, json.loads(config), json.loads(shapes)) for key, config, shapes in rows]
+
     def feature_rows(self, target: str, version: str, exclude_task: str | None = None,
                      per_task: int = 256) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Stored feature vectors of `target`'s records with layout `version`, per task:

@@ -49,6 +49,9 @@ class Selection:
     # without a record: the zero-shot model file that ranks candidate configs (None: the
     # space's default), see autotune/zero_shot.py
     zero_shot: str | None = None
+    # with `zero_shot`: the best configs of the most similar tasks, ranked with the default's
+    # mutations (zero_shot.donors_for)
+    donors: tuple[dict, ...] = ()
 
     def source(self, target: str) -> str:
         if self.record is None:
@@ -127,7 +130,8 @@ def apply_selection(space: SearchSpace, selection: Selection) -> tuple[Schedule,
         sch, args = space.apply(selection.record.config)
         return sch, args, selection.source(target)
     if selection.zero_shot is not None:
-        config, picked = rank_candidates(space, load_forest(selection.zero_shot))
+        config, picked = rank_candidates(space, load_forest(selection.zero_shot),
+                                         donors=selection.donors)
         if picked:
             sch, args = space.apply(config)
             return sch, args, ZERO_SHOT_SOURCE

@@ -9,9 +9,12 @@ training settings. A compile never imports xgboost (its import alone takes secon
 the JSON into numpy arrays (`Forest`, a few ms) and walks the trees itself. Training (a cache
 miss) imports xgboost and takes seconds; it happens once per database version.
 
-Ranking a task (`rank_candidates`): the space's default, mutations of it (one or two knobs
-moved) and a few random configs, each applied, lowered and featurized (the cost: ~10-20 ms a
-config); an illegal candidate drops out. The best-scored one is the task's schedule; a tie
+Ranking a task (`rank_candidates`): the space's default, the best schedules of the most
+similar tasks in the database (`donors_for`: same tensor count, ranks and dtypes, nearest
+shapes; a donor's config is moved onto this task's knobs by `project`, each value to its
+nearest choice, and kept only when it has every tile and reduce knob: the same loop nests),
+mutations of the default (one or two knobs moved) and a few random configs, each applied,
+lowered and featurized (the cost: ~10-20 ms a config); an illegal candidate drops out. The best-scored one is the task's schedule; a tie
 keeps the default. The compile checks the choice builds and falls back to the default if
 not (graph/compile.py)."""
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import tempfile
@@ -33,13 +37,15 @@ from .cost_model import XGBCostModel, normalize_throughput
 from .database import Database, _vector_isa, config_key
 from .features import FEATURE_VERSION
 from .search import Featurizer
-from .space import SearchSpace
+from .space import SearchSpace, _freeze, _json
+from .task import Task
 
 log = logging.getLogger(__name__)
 
 ZERO_SHOT_SOURCE = "zero-shot"
 N_NEIGHBORS = 16        # mutations of the default ranked per task
 N_SAMPLES = 0           # random configs ranked per task (random ones ranked worse)
+N_DONORS = 8            # best configs of the most similar tasks with records, ranked per task
 PER_TASK = 128          # newest feature rows per (task, target) in the training set
 TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2}
 
@@ -220,11 +226,85 @@ def candidates(space: SearchSpace, n_neighbors: int | None = None,
     return list(out.values())
 
 
-def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | None = None
-                    ) -> tuple[dict, bool]:
-    """The best-scored legal config of `configs` (default: `candidates(space)`) and whether it
-    is not the default (the first candidate; it wins ties)."""
-    configs = configs if configs is not None else candidates(space)
+def _signature(shapes) -> tuple:
+    """A task's tensors as (rank, dtype) pairs: tasks with equal signatures are candidates
+    to share schedules."""
+    return tuple((len(shape), dtype) for _, shape, dtype in shapes)
+
+
+def _shape_distance(a, b) -> float:
+    return sum(abs(math.log2(x + 1) - math.log2(y + 1))
+               for (_, sa, _), (_, sb, _) in zip(a, b) for x, y in zip(sa, sb))
+
+
+def donor_table(db: Database, target: str, threads: int | None = None) -> list:
+    """The fastest record of every task of `target`'s vector ISA in `db` (see donors_for)."""
+    return db.best_per_task(isa_targets(db, target), threads)
+
+
+def donors_for(task: Task, table: list, n: int | None = None) -> tuple[dict, ...]:
+    """The configs of the `n` (default N_DONORS) tasks of `table` (donor_table) most like
+    `task`: the same tensor ranks and dtypes, the nearest shapes first."""
+    n = N_DONORS if n is None else n
+    signature = _signature(task.shapes)
+    near = sorted((_shape_distance(task.shapes, shapes), key, i)
+                  for i, (key, _, shapes) in enumerate(table)
+                  if key != task.workload_key and _signature(shapes) == signature)
+    return tuple(table[i][1] for _, _, i in near[:n])
+
+
+def _choice_distance(choice, value) -> float:
+    """How far apart two values of a knob are: log-distance of numbers; of (outer, inner)
+    tile pairs, with the inner factor (the register tile) weighted most."""
+    if isinstance(choice, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(choice):
+            raise TypeError("not comparable")
+        return sum((i + 1) * _choice_distance(c, v) for i, (c, v) in enumerate(zip(choice, value)))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("not comparable")
+    return abs(math.log1p(max(choice, 0)) - math.log1p(max(value, 0)))
+
+
+def _is_loop_knob(name: str) -> bool:
+    return name.split("/")[1:2] in (["tile"], ["reduce"])
+
+
+def project(space: SearchSpace, config: dict) -> dict | None:
+    """Another task's `config` moved onto this space: every knob the donor has takes the
+    choice nearest the donor's value (the default's where values do not compare, or the
+    donor lacks the knob: a pack or cache knob of a size-dependent choice); None when the
+    loop-nest knobs (tile, reduce) differ from this space's: a task of another structure)."""
+    if ({k.name for k in space.knobs if _is_loop_knob(k.name)}
+            != {name for name in config if _is_loop_knob(name)}):
+        return None
+    default = space.default_config()
+    out = {}
+    for knob in space.knobs:
+        if knob.name not in config:
+            out[knob.name] = default[knob.name]
+            continue
+        value = _freeze(config[knob.name])
+        exact = [c for c in knob.choices if _freeze(c) == value]
+        try:
+            out[knob.name] = _json(exact[0] if exact else min(
+                knob.choices, key=lambda c: _choice_distance(c, value)))
+        except TypeError:
+            out[knob.name] = default[knob.name]
+    return out
+
+
+def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | None = None,
+                    donors: tuple[dict, ...] = ()) -> tuple[dict, bool]:
+    """The best-scored legal config of `configs` (default: `candidates(space)`) and of the
+    `donors` projected onto the space, and whether it is not the default (the first
+    candidate; it wins ties)."""
+    configs = list(configs if configs is not None else candidates(space))
+    seen = {config_key(c) for c in configs}
+    for donor in donors:
+        config = project(space, donor)
+        if config is not None and config_key(config) not in seen:
+            seen.add(config_key(config))
+            configs.append(config)
     featurize = Featurizer(space)
     X, ok = featurize.matrix(configs)
     if not ok.any():

@@ -19,6 +19,8 @@ from ..autotune.scheduler import TaskReport, tune_tasks
 from ..autotune.space import SearchSpace
 from ..autotune.tuner import Progress, remeasure_best
 from ..autotune.zero_shot import ZERO_SHOT_SOURCE
+from ..autotune.zero_shot import donor_table as zero_shot_donor_table
+from ..autotune.zero_shot import donors_for as zero_shot_donors
 from ..autotune.zero_shot import model_for as zero_shot_model
 from ..codegen.runtime_config import num_threads_from_env
 from ..schedule import lower
@@ -105,8 +107,11 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
         start = time.perf_counter()
         model = zero_shot_model(db, target)
         if model is not None:
-            selections = {name: s if s.record is not None else
-                          dataclasses.replace(s, zero_shot=str(model))
+            table = zero_shot_donor_table(db, target, threads)
+            by_name = {mt.name: mt.task for mt in tasks}
+            selections = {name: s if s.record is not None else dataclasses.replace(
+                              s, zero_shot=str(model),
+                              donors=zero_shot_donors(by_name[name], table))
                           for name, s in selections.items()}
         log.info("zero-shot model %s ready in %.3f s", model, time.perf_counter() - start)
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():

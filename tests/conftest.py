@@ -13,9 +13,12 @@ os.environ["KILN_TUNING_DB"] = os.path.join(tempfile.mkdtemp(prefix="kiln-tests-
 # One kernel cache for the whole session (and the worker processes it starts): tests that
 # build the same kernels or models reuse them, and nothing is written to ~/.cache.
 # KILN_TEST_CACHE_DIR=path keeps the cache in `path` across runs instead; =off disables it.
+# The folder goes into the environment, so pytest-xdist's workers (started after this runs in
+# the controlling process) share it: the cache is safe for concurrent processes.
 _CACHE = os.environ.get("KILN_TEST_CACHE_DIR")
 if _CACHE is None:
     _CACHE = tempfile.mkdtemp(prefix="kiln-test-cache-")
+    os.environ["KILN_TEST_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["KILN_CACHE_DIR"] = _CACHE
 

@@ -141,3 +141,62 @@ def test_ranked_configs_are_legal_and_correct(tmp_path, shape):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     sch, args, source = apply_selection(space, Selection(None, zero_shot=str(path)))
     assert source in ("zero-shot", "default (no tuning records)")
+
+
+def test_donors_are_the_nearest_tasks_of_the_same_structure(tmp_path):
+    """donor_table holds each task's fastest record; donors_for takes tasks with the same
+    tensor ranks and dtypes, nearest shapes first, never the task itself or a conv."""
+    target = canonical_target("native")
+    tasks = _other_tasks()
+    db = _synthetic_db(tmp_path / "log.db", tasks)
+    table = Z.donor_table(db, target, threads=1)
+    assert sorted(k for k, _, _ in table) == sorted(t.workload_key for t in tasks)
+    for key, config, _ in table:
+        fastest = db.best(key, target, threads=1)[0]
+        assert config == fastest.config
+    task = Task.from_op("matmul", (30, 50, 60), target=target)
+    donors = Z.donors_for(task, table, n=2)
+    by_key = {k: c for k, c, _ in table}
+    assert donors == (by_key[tasks[0].workload_key], by_key[tasks[3].workload_key])
+    conv = Task.from_op("conv2d", (1, 8, 9, 9, 16, 3, 3), target=target)
+    assert Z.donors_for(conv, table) == ()
+    assert Z.donors_for(tasks[1], table, n=10) and \
+        by_key[tasks[1].workload_key] not in Z.donors_for(tasks[1], table, n=10)
+
+
+@pytest.mark.parametrize("donor_shape, shape", [((64, 64, 64), (7, 13, 1)),
+                                                ((1, 7, 13), (96, 48, 31)),
+                                                ((48, 48, 48), (17, 64, 96))])
+def test_projected_donor_configs_fit_and_compute_correctly(donor_shape, shape, rng):
+    """Any config of a same-structure task, moved onto another shape, is a valid config
+    of that space (every value one of its knob's choices) and computes the right answer."""
+    from kiln.te.reference import evaluate
+    from tests.util import run_config, task_inputs
+    target = canonical_target("native")
+    donor_space = SearchSpace(Task.from_op("matmul", donor_shape, target=target), threads=1)
+    space = SearchSpace(Task.from_op("matmul", shape, target=target), threads=1)
+    r = random.Random(7)
+    for config in [donor_space.default_config()] + [donor_space.sample(r) for _ in range(3)]:
+        moved = Z.project(space, config)
+        assert moved is not None and space.misfit(moved) is None
+        inputs = task_inputs(space.task, seed=3)
+        expected = evaluate(list(space.task.outputs), inputs)
+        for got, want in zip(run_config(space.task, space, moved, inputs), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # a config of another structure is not projected
+    conv_space = SearchSpace(Task.from_op("conv2d", (1, 8, 9, 9, 16, 3, 3), target=target),
+                             threads=1)
+    assert Z.project(space, conv_space.default_config()) is None
+
+
+def test_a_donor_config_is_ranked_with_the_mutations(tmp_path):
+    """rank_candidates scores the projected donors too: a forest that prefers the donor's
+    register tile picks it."""
+    target = canonical_target("native")
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks())
+    path = Z.model_for(db, target, directory=tmp_path / "cache")
+    space = SearchSpace(Task.from_op("matmul", (40, 56, 72), target=target), threads=1)
+    donors = Z.donors_for(space.task, Z.donor_table(db, target, threads=1))
+    assert donors
+    config, _ = Z.rank_candidates(space, Z.load_forest(path), donors=donors)
+    assert space.misfit(config) is None
