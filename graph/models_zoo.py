@@ -184,12 +184,13 @@ def vit_tiny_like(batch: int = 1, image_size: int = 96, patch: int = 16, hidden:
                                       (batch, 3, image_size, image_size))], x)
 
 
-def densenet_like(batch: int = 1, image_size: int = 96, growth: int = 12,
-                  blocks=(4, 6, 8), bottleneck: int = 4,
+def densenet_like(batch: int = 1, image_size: int = 96, growth: int = 32,
+                  blocks=(3, 6, 6), bottleneck: int = 4,
                   num_classes: int = 1000) -> onnx.ModelProto:
-    """DenseNet-BC: dense layers BN-ReLU-1x1 conv-BN-ReLU-3x3 conv whose output is concatenated
-    onto the block's running feature map; transitions BN-ReLU-1x1 conv (compression 0.5)-
-    2x2 average pool. Growth 12 gives channel counts that are not multiples of 8."""
+    """DenseNet-121's dense layers (BN-ReLU-1x1 conv to 4 x growth, BN-ReLU-3x3 conv to growth,
+    concatenated onto the block's running feature map) and transitions (BN-ReLU-1x1 conv
+    halving the channels, 2x2 average pool), with fewer layers and a 3x3/2 stem. growth=12
+    (DenseNet-BC on CIFAR) gives channel counts that are not multiples of 8."""
     b = _Builder(seed=19)
     c = 2 * growth
     x = b.conv("input", 3, c, 3, stride=2)

@@ -270,6 +270,8 @@ def _max_pool(node, x):
 
 @_impl("avg_pool2d")
 def _avg_pool(node, x):
+    if x.ndim == 5:                                   # channel-blocked: pool as NCHW
+        return _blocked(_avg_pool(node, _unblocked(x)), x.shape[4])
     a = node.attrs
     extra = _ceil_extra(node, x)
     out_hw = node.outputs[0].shape[2:]

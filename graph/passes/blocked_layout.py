@@ -9,8 +9,8 @@ conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
 
 Runs blocked: dense, depthwise and grouped convs with constant fp32 weights (weights re-laid
 out here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike
-or a per-channel constant, max pooling, and reductions over H and W that keep their dims
-(global pooling). A grouped conv runs blocked when its groups line up with the block
+or a per-channel constant, max and average pooling, and reductions over H and W that keep their dims
+(global pooling), and concats along channels that fill whole blocks. A grouped conv runs blocked when its groups line up with the block
 (te.ops.grouped_conv_blocking: whole blocks per group, or whole groups per block). The block
 is 16 channels when they divide by 16, else 8 (layout.conv_weight_block), so two values with
 the same channel count always share a block.
@@ -243,10 +243,32 @@ class _Rewriter:
         self.emit_blocked(node, node.op, inputs, dict(node.attrs), block)
         return True
 
+    def concat(self, node: Node) -> bool:
+        """Along channels, of values whose channels fill whole blocks of the output's block
+        (DenseNet's 64 + 32k channels): a concat of the blocked twins along their block axis,
+        so the layout carries on through the dense block instead of converting twice."""
+        out = node.outputs[0]
+        if len(out.shape) != 4 or node.attrs["axis"] not in (1, -3):
+            return False
+        parts = [v for v in node.inputs if v is not None]
+        block = channel_block(out.shape[1])
+        if block is None or not any(v.name in self.blocked for v in parts):
+            return False
+        for v in parts:
+            twin = self.blocked.get(v.name)
+            if v.shape[1] % block or (twin.shape[-1] if twin is not None
+                                      else channel_block(v.shape[1])) != block:
+                return False
+        self.emit_blocked(node, "concat", [self.as_blocked(v, block) for v in parts],
+                          dict(node.attrs, axis=1), block)
+        return True
+
     def rewrite(self, node: Node) -> bool:
         op, first = node.op, node.inputs[0] if node.inputs else None
         if op == "conv2d":
             return self.conv(node)
+        if op == "concat":
+            return self.concat(node)
         if op in _BINARY:
             return self.binary(node)
         if first is None or first.name not in self.blocked or len(node.outputs) != 1:
@@ -260,7 +282,7 @@ class _Rewriter:
             return True
         same_layout = ((op_class(op) is OpClass.ELEMWISE and len(node.inputs) == 1
                         and (not padded or op in _PAD_SAFE_UNARY))
-                       or op == "max_pool2d"
+                       or op in ("max_pool2d", "avg_pool2d")
                        or (op in _SPATIAL_REDUCTIONS and tuple(node.attrs["axes"]) == (2, 3)
                            and node.attrs["keepdims"]))
         if same_layout:

@@ -22,8 +22,9 @@ def f32(*shape):
     return R.standard_normal(shape).astype(np.float32)
 
 
-def _check(model, feeds, atol=1e-4):
+def _check(model, feeds):
     want = ort_run(model, feeds)[0]
+    atol = 1e-5 * max(1.0, float(np.abs(want).max()))    # float32 sums of random weights
     graph = optimize(load_onnx(model))
     np.testing.assert_allclose(run_reference(graph, feeds)[model.graph.output[0].name], want,
                                rtol=1e-4, atol=atol)
@@ -111,3 +112,36 @@ def test_unsafe_ops_on_padded_lanes_leave_the_blocked_layout():
     want = ort_run(model, feeds)[0]
     got = kiln.compile(model, db=None, jobs=1).run(feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def _dense_model(growth, h, w):
+    """DenseNet-like: stem conv to 16, two dense layers (relu, conv to `growth`, concat onto
+    the running map), a transition (relu, 1x1 conv, 2x2 average pool), a 1x1 conv to 5."""
+    c1, c2 = 16 + growth, 16 + 2 * growth
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+             helper.make_node("Relu", ["ab"], ["abr"]),
+             helper.make_node("Conv", ["abr", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["ab", "c"], ["abc"], axis=1),
+             helper.make_node("Relu", ["abc"], ["abcr"]),
+             helper.make_node("Conv", ["abcr", "w3"], ["t"]),
+             helper.make_node("AveragePool", ["t"], ["p"], kernel_shape=[2, 2],
+                              strides=[2, 2], ceil_mode=1),
+             helper.make_node("Conv", ["p", "w4"], ["y"])]
+    inits = {"w0": f32(16, 3, 3, 3), "w1": f32(growth, 16, 3, 3), "w2": f32(growth, c1, 3, 3),
+             "w3": f32(c2 // 2, c2, 1, 1), "w4": f32(5, c2 // 2, 1, 1)}
+    return make_model(nodes, {"x": ((1, 3, h, w), "float32")}, ["y"], inits)
+
+
+@pytest.mark.parametrize("growth,h,w,blocked", [(16, 9, 7, True), (32, 2, 3, True),
+                                                (8, 5, 3, False), (12, 4, 6, False)])
+def test_channel_concats_and_average_pools_run_blocked_when_blocks_line_up(growth, h, w,
+                                                                          blocked):
+    graph = _check(_dense_model(growth, h, w), {"x": f32(1, 3, h, w)})
+    concats = [n for n in graph.nodes if n.op == "concat"]
+    assert len(concats) == 2
+    assert all((len(n.outputs[0].shape) == 5) == blocked for n in concats)
+    pool = next(n for n in graph.nodes if n.op == "avg_pool2d")
+    assert len(pool.inputs[0].shape) == 5
