@@ -12,9 +12,10 @@ schedules only) and timed against onnxruntime at `--threads` (intra_op_num_threa
 the figures are the medians over rounds, the ratio kiln/ort is taken per round (so both sides
 of a ratio saw the same machine load) and its median reported; "best rounds" is the fastest
 round of Kiln over the fastest of onnxruntime (the least disturbed, on a shared machine).
-max_err is the largest absolute
-difference from onnxruntime's output (rel err: over the output's largest magnitude). With --profile N, the N slowest kernels of each model
-are printed (CompiledModel.profile). Prints a table and, last, one JSON object.
+max_err is the largest absolute difference from onnxruntime's output (rel err: over the
+output's largest magnitude). compile_s is near zero when the compiled model comes from the
+persistent cache (KILN_CACHE_DIR). With --profile N, the N slowest kernels of each model are
+printed (CompiledModel.profile). Prints a table and, last, one JSON object.
 """
 from __future__ import annotations
 

@@ -9,11 +9,14 @@ conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
 
 Runs blocked: dense, depthwise and grouped convs with constant fp32 weights (weights re-laid
 out here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike
-or a per-channel constant, max and average pooling, and reductions over H and W that keep their dims
-(global pooling), and concats along channels that fill whole blocks. A grouped conv runs blocked when its groups line up with the block
-(te.ops.grouped_conv_blocking: whole blocks per group, or whole groups per block). The block
-is 16 channels when they divide by 16, else 8 (layout.conv_weight_block), so two values with
-the same channel count always share a block.
+or a per-channel constant, max and average pooling, reductions over H and W that keep their
+dims (global pooling), and concats along channels that fill whole blocks. A grouped conv runs
+blocked when its groups line up with the block (te.ops.grouped_conv_blocking: whole blocks per
+group, or whole groups per block). The block is 16 channels when they divide by 16, else 8
+(layout.conv_weight_block), so two values with the same channel count always share a block;
+more than 8 channels that 8 does not divide take blocks of 8, the last one padded
+(channel_block): convs read and write zeros there, only ops that keep a finite lane finite
+run on a padded value, and `from_blocked` crops.
 """
 from __future__ import annotations
 
