@@ -295,6 +295,13 @@ def _conv2d_nchwc(node, args):
                              tuple(a["dilations"]))]
 
 
+@_lowering("grouped_conv2d_nchwc")
+def _grouped_conv2d_nchwc(node, args):
+    a = node.attrs
+    return [ops.grouped_conv2d_nchwc(args[0], args[1], int(a["per_group"]), tuple(a["strides"]),
+                                     tuple(a["pads"]), tuple(a["dilations"]))]
+
+
 @_lowering("depthwise_conv2d_nchwc")
 def _depthwise_conv2d_nchwc(node, args):
     a = node.attrs
@@ -327,7 +334,7 @@ def _to_blocked(node, args):
 
 @_lowering("from_blocked")
 def _from_blocked(node, args):
-    return [ops.from_blocked(args[0])]
+    return [ops.from_blocked(args[0], node.attrs.get("channels") or None)]
 
 
 @_lowering("matmul")

@@ -304,6 +304,23 @@ def _conv2d_nchwc(ins, attrs):
     return [((n, fo, oh, ow, block), x.dtype)]
 
 
+@_register("grouped_conv2d_nchwc", OpClass.OUT_ELEMWISE_FUSABLE)
+def _grouped_conv2d_nchwc(ins, attrs):
+    """A grouped conv (attrs: groups, per_group, strides, pads, dilations) of blocked
+    x[N, C / b, H, W, b] with weight [F / b, in_blocks, KH, KW, b, b]
+    (te.ops.pack_grouped_conv_weight); the output is [N, F / b, OH, OW, b]."""
+    x, w = ins
+    n, co, h, wd, b = x.shape
+    if len(w.shape) != 6 or w.shape[4] != b or w.shape[5] != b \
+            or (w.shape[0] // attrs["per_group"]) * w.shape[1] > co:
+        raise ValueError(f"blocked input {list(x.shape)} and grouped weight {list(w.shape)} "
+                         f"disagree (per_group={attrs['per_group']})")
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    oh = pool_output_dim(h, w.shape[2], s[0], d[0], p[0], p[2], False)
+    ow = pool_output_dim(wd, w.shape[3], s[1], d[1], p[1], p[3], False)
+    return [((n, w.shape[0], oh, ow, b), x.dtype)]
+
+
 @_register("depthwise_conv2d_nchwc", OpClass.OUT_ELEMWISE_FUSABLE)
 def _depthwise_nchwc(ins, attrs):
     """x[N, C / b, H, W, b] with weight [C / b, KH, KW, b]; the output is blocked like x."""
@@ -363,15 +380,17 @@ def _winograd_output(ins, attrs):
 def _to_blocked(ins, attrs):
     n, c, h, w = ins[0].shape
     b = attrs["block"]
-    if c % b:
-        raise ValueError(f"{c} channels do not divide into blocks of {b}")
-    return [((n, c // b, h, w, b), ins[0].dtype)]
+    return [((n, -(-c // b), h, w, b), ins[0].dtype)]    # a partial last block is padded
 
 
 @_register("from_blocked", OpClass.INJECTIVE)
 def _from_blocked(ins, attrs):
+    """attrs: channels (optional): the channels kept, when the last block is padded."""
     n, co, h, w, b = ins[0].shape
-    return [((n, co * b, h, w), ins[0].dtype)]
+    c = attrs.get("channels") or co * b
+    if not (co - 1) * b < c <= co * b:
+        raise ValueError(f"{c} channels do not fit {co} blocks of {b}")
+    return [((n, c, h, w), ins[0].dtype)]
 
 
 def _transpose_geometry(x_shape, weight_shape, attrs, pads=0, output_padding=0):

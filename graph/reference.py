@@ -17,6 +17,7 @@ from scipy import special
 from ..te.errors import KernelArgumentError
 from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
                       unpack_conv_weight, unpack_conv_weight_blocked, unpack_depthwise_weight,
+                      unpack_grouped_conv_weight,
                       unpack_matmul_weight)
 from ..te.ops.winograd import winograd_matrices_f64
 from .ir import Graph, Node
@@ -269,6 +270,8 @@ def _max_pool(node, x):
 
 @_impl("avg_pool2d")
 def _avg_pool(node, x):
+    if x.ndim == 5:                                   # channel-blocked: pool as NCHW
+        return _blocked(_avg_pool(node, _unblocked(x)), x.shape[4])
     a = node.attrs
     extra = _ceil_extra(node, x)
     out_hw = node.outputs[0].shape[2:]
@@ -311,16 +314,20 @@ def _conv2d_kpacked(node, x, w):
     return _conv2d(node, x, unpack_conv_weight(w, node.attrs["block"]))
 
 
-def _unblocked(x: np.ndarray) -> np.ndarray:
-    """[N, C/b, H, W, b] -> [N, C, H, W]."""
+def _unblocked(x: np.ndarray, channels: int | None = None) -> np.ndarray:
+    """[N, C/b, H, W, b] -> [N, C, H, W] (the first `channels` of them when given)."""
     n, co, h, w, b = x.shape
-    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, co * b, h, w))
+    out = x.transpose(0, 1, 4, 2, 3).reshape(n, co * b, h, w)
+    return np.ascontiguousarray(out if channels is None else out[:, :channels])
 
 
 def _blocked(x: np.ndarray, block: int) -> np.ndarray:
-    """[N, C, H, W] -> [N, C/block, H, W, block]."""
+    """[N, C, H, W] -> [N, ceil(C/block), H, W, block], a partial last block zero-padded."""
     n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+    blocks = -(-c // block)
+    if blocks * block != c:
+        x = np.concatenate([x, np.zeros((n, blocks * block - c, h, w), x.dtype)], axis=1)
+    return np.ascontiguousarray(x.reshape(n, blocks, block, h, w).transpose(0, 1, 3, 4, 2))
 
 
 @_impl("to_blocked")
@@ -330,7 +337,7 @@ def _to_blocked(node, x):
 
 @_impl("from_blocked")
 def _from_blocked(node, x):
-    return _unblocked(x)
+    return _unblocked(x, node.attrs.get("channels") or None)
 
 
 @_impl("conv2d_nchwc")
@@ -379,6 +386,14 @@ def _winograd_output(node, mm):
     y = np.einsum("ka,abfpc,lb->fpklc", a_t, mm, a_t, optimize=True)
     y = y.reshape(fo, n, th, tw, m, m, b).transpose(1, 0, 2, 4, 3, 5, 6)
     return y.reshape(n, fo, th * m, tw * m, b)[:, :, :oh, :ow]
+
+
+@_impl("grouped_conv2d_nchwc")
+def _grouped_conv2d_nchwc(node, x, w):
+    groups = node.attrs["groups"]
+    w = unpack_grouped_conv_weight(w, groups, x.shape[1] * x.shape[4], node.attrs["per_group"])
+    out = _conv_nchw(_unblocked(x), w, dict(node.attrs), node.outputs[0].shape[2:4])
+    return _blocked(out, x.shape[4])
 
 
 @_impl("depthwise_conv2d_nchwc")

@@ -7,17 +7,23 @@ from conv to conv, so each conv, depthwise conv, epilogue and pooling reads and 
 channel blocks as contiguous vectors; only the edges of a blocked region convert (the first
 conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
 
-Runs blocked: dense convs and depthwise convs with constant fp32 weights (weights re-laid out
-here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike or
-a per-channel constant, max pooling, and reductions over H and W that keep their dims (global
-pooling). The block is 16 channels when they divide by 16, else 8 (layout.conv_weight_block),
-so two values with the same channel count always share a block.
+Runs blocked: dense, depthwise and grouped convs with constant fp32 weights (weights re-laid
+out here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike
+or a per-channel constant, max and average pooling, reductions over H and W that keep their
+dims (global pooling), and concats along channels that fill whole blocks. A grouped conv runs
+blocked when its groups line up with the block (te.ops.grouped_conv_blocking: whole blocks per
+group, or whole groups per block). The block is 16 channels when they divide by 16, else 8
+(layout.conv_weight_block), so two values with the same channel count always share a block;
+more than 8 channels that 8 does not divide take blocks of 8, the last one padded
+(channel_block): convs read and write zeros there, only ops that keep a finite lane finite
+run on a padded value, and `from_blocked` crops.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...te.ops import pack_conv_weight, pack_conv_weight_blocked, pack_depthwise_weight
+from ...te.ops import (grouped_conv_blocking, pack_conv_weight, pack_conv_weight_blocked,
+                       pack_depthwise_weight, pack_grouped_conv_weight)
 from ..ir import FrozenDict, Graph, Node, OpClass, Value
 from ..ops import op_class
 from .layout import conv_weight_block
@@ -33,7 +39,27 @@ def _is_per_channel(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
 
 def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     n, c, h, w = shape
-    return (n, c // block, h, w, block)
+    return (n, -(-c // block), h, w, block)
+
+
+def channel_block(channels: int) -> int | None:
+    """The block of a value with `channels` channels: layout.conv_weight_block's when it
+    divides them, else PAD_BLOCK for more than PAD_BLOCK channels (the last block padded,
+    ReXNet's 27, 38, 61, ... or DenseNet's growth of 12), else None."""
+    block = conv_weight_block(channels)
+    if block is None and channels > PAD_BLOCK:
+        block = PAD_BLOCK
+    return block
+
+
+PAD_BLOCK = 8
+# unary ops whose result is finite wherever their input is: a padded lane (0 after a conv)
+# stays finite through them, and a finite lane times the next conv's zero weight is zero
+_PAD_SAFE_UNARY = frozenset({"relu", "neg", "abs", "erf", "tanh", "sigmoid", "leaky_relu",
+                             "clip", "hard_sigmoid", "hard_swish", "gelu", "identity"})
+# binary ops that keep padded lanes finite given a finite other operand (div and pow: only
+# by a constant, whose padding is 1)
+_PAD_SAFE_BINARY = frozenset({"add", "sub", "mul", "max", "min"})
 
 
 class _Rewriter:
@@ -68,11 +94,12 @@ class _Rewriter:
         if value is None or value.name in self.plain:
             return value
         twin = self.blocked[value.name]
-        if value.shape[2] * value.shape[3] == 1:     # one pixel (global pooling): a view
+        if value.shape[2] * value.shape[3] == 1 and not _padded(twin, value):
+            # one pixel (global pooling): a view
             node = Node("reshape", (twin,), (value,), FrozenDict(shape=value.shape),
                         self.fresh(f"{value.name}/unblock_view"))
         else:
-            node = Node("from_blocked", (twin,), (value,), FrozenDict(),
+            node = Node("from_blocked", (twin,), (value,), FrozenDict(channels=value.shape[1]),
                         self.fresh(f"{value.name}/from_blocked"))
         self.nodes.append(node)
         self.plain.add(value.name)
@@ -119,12 +146,15 @@ class _Rewriter:
         groups = node.attrs["groups"]
         attrs = {k: node.attrs[k] for k in ("strides", "pads", "dilations")}
         if groups == 1:
-            out_block = conv_weight_block(f)
+            out_block = channel_block(f)
             if out_block is None:
                 return False
             in_block = (self.blocked[x.name].shape[-1] if x.name in self.blocked
                         else 0)
+            # zero filters and input channels for the padding of partial blocks
+            weight = _pad_axis(weight, 0, out_block)
             if in_block:
+                weight = _pad_axis(weight, 1, in_block)
                 packed = pack_conv_weight_blocked(weight, in_block, out_block)
                 wv = self.constant(f"{w.name}/nchwc{in_block}x{out_block}", packed, w.dtype)
                 xin = self.blocked[x.name]
@@ -135,18 +165,36 @@ class _Rewriter:
             self.emit_blocked(node, "conv2d_nchwc", (xin, wv),
                               dict(attrs, block=out_block, in_block=in_block), out_block)
             return True
-        block = conv_weight_block(x.shape[1])
-        if groups != x.shape[1] or f != groups or cg != 1 or block is None:
+        block = channel_block(x.shape[1])
+        if block is None:
             return False
-        packed = pack_depthwise_weight(weight, block)
+        if groups != x.shape[1] or f != groups or cg != 1:
+            return self.grouped_conv(node, weight, attrs, block)
+        packed = pack_depthwise_weight(_pad_axis(weight, 0, block), block)
         wv = self.constant(f"{w.name}/dw{block}", packed, w.dtype)
         self.emit_blocked(node, "depthwise_conv2d_nchwc", (self.as_blocked(x, block), wv),
                           attrs, block)
         return True
 
-    def per_channel(self, value: Value, channels: int, block: int) -> Value | None:
+    def grouped_conv(self, node: Node, weight: np.ndarray, attrs: dict, block: int) -> bool:
+        """groups > 1, not depthwise: blocked when its groups and the channels' block line up
+        (te.ops.grouped_conv_blocking) and the filters take the same block as the input."""
+        x, w = node.inputs[0], node.inputs[1]
+        groups, f = node.attrs["groups"], weight.shape[0]
+        if channel_block(f) != block or \
+                grouped_conv_blocking(x.shape[1], f, groups, block) is None:
+            return False
+        packed, per_group = pack_grouped_conv_weight(weight, groups, block)
+        wv = self.constant(f"{w.name}/grouped{block}", packed, w.dtype)
+        self.emit_blocked(node, "grouped_conv2d_nchwc", (self.as_blocked(x, block), wv),
+                          dict(attrs, groups=groups, per_group=per_group), block)
+        return True
+
+    def per_channel(self, value: Value, channels: int, block: int,
+                    fill: float = 0.0) -> Value | None:
         """A constant operand that broadcasts per channel (or is one number), in a form that
-        broadcasts against the blocked layout; None when it varies over H or W or N."""
+        broadcasts against the blocked layout (a partial last block padded with `fill`); None
+        when it varies over H or W or N."""
         array = self.constants.get(value.name)
         if array is None or array.ndim > 4:
             return None
@@ -155,7 +203,12 @@ class _Rewriter:
             return None
         if shape[1] == 1:
             return value
-        twin = np.ascontiguousarray(array.reshape(1, channels // block, 1, 1, block))
+        array = array.reshape(channels)
+        blocks = -(-channels // block)
+        if blocks * block != channels:
+            array = np.concatenate([array, np.full(blocks * block - channels, fill,
+                                                   array.dtype)])
+        twin = np.ascontiguousarray(array.reshape(1, blocks, 1, 1, block))
         return self.constant(f"{value.name}/nchwc{block}", twin, value.dtype)
 
     def binary(self, node: Node) -> bool:
@@ -164,6 +217,10 @@ class _Rewriter:
             return False
         block = next(self.blocked[v.name].shape[-1] for v in node.inputs
                      if v.name in self.blocked)
+        padded = out.shape[1] % block != 0
+        if padded and node.op not in _PAD_SAFE_BINARY and not (
+                node.op in ("div", "pow") and node.inputs[1].name in self.constants):
+            return False
         # decide every operand before emitting anything: a conversion emitted for one
         # operand of a node that then stays in NCHW would be left without a reader
         plan = []
@@ -173,7 +230,8 @@ class _Rewriter:
                     v.shape == out.shape or _is_per_channel(v.shape, out.shape)):
                 plan.append(twin)            # same shape, or (N, C, 1, 1): broadcasts
             elif v.name in self.constants:
-                twin = self.per_channel(v, out.shape[1], block)
+                fill = 1.0 if node.op in ("div", "pow") else 0.0
+                twin = self.per_channel(v, out.shape[1], block, fill)
                 if twin is None:
                     return False
                 plan.append(twin)
@@ -188,22 +246,46 @@ class _Rewriter:
         self.emit_blocked(node, node.op, inputs, dict(node.attrs), block)
         return True
 
+    def concat(self, node: Node) -> bool:
+        """Along channels, of values whose channels fill whole blocks of the output's block
+        (DenseNet's 64 + 32k channels): a concat of the blocked twins along their block axis,
+        so the layout carries on through the dense block instead of converting twice."""
+        out = node.outputs[0]
+        if len(out.shape) != 4 or node.attrs["axis"] not in (1, -3):
+            return False
+        parts = [v for v in node.inputs if v is not None]
+        block = channel_block(out.shape[1])
+        if block is None or not any(v.name in self.blocked for v in parts):
+            return False
+        for v in parts:
+            twin = self.blocked.get(v.name)
+            if v.shape[1] % block or (twin.shape[-1] if twin is not None
+                                      else channel_block(v.shape[1])) != block:
+                return False
+        self.emit_blocked(node, "concat", [self.as_blocked(v, block) for v in parts],
+                          dict(node.attrs, axis=1), block)
+        return True
+
     def rewrite(self, node: Node) -> bool:
         op, first = node.op, node.inputs[0] if node.inputs else None
         if op == "conv2d":
             return self.conv(node)
+        if op == "concat":
+            return self.concat(node)
         if op in _BINARY:
             return self.binary(node)
         if first is None or first.name not in self.blocked or len(node.outputs) != 1:
             return False
         twin = self.blocked[first.name]
-        if op == "reshape" and first.shape[2] * first.shape[3] == 1:
+        padded = _padded(twin, first)
+        if op == "reshape" and first.shape[2] * first.shape[3] == 1 and not padded:
             # one pixel per channel (after global pooling): the same bytes as NCHW
             self.nodes.append(Node(op, (twin,), node.outputs, node.attrs, node.name))
             self.plain.update(v.name for v in node.outputs)
             return True
-        same_layout = ((op_class(op) is OpClass.ELEMWISE and len(node.inputs) == 1)
-                       or op == "max_pool2d"
+        same_layout = ((op_class(op) is OpClass.ELEMWISE and len(node.inputs) == 1
+                        and (not padded or op in _PAD_SAFE_UNARY))
+                       or op in ("max_pool2d", "avg_pool2d")
                        or (op in _SPATIAL_REDUCTIONS and tuple(node.attrs["axes"]) == (2, 3)
                            and node.attrs["keepdims"]))
         if same_layout:
@@ -222,6 +304,21 @@ class _Rewriter:
             | {v.name for v in self.graph.outputs}
         constants = {k: a for k, a in self.constants.items() if k in used}
         return self.graph.replace(nodes=tuple(self.nodes), constants=constants)
+
+
+def _padded(twin: Value, value: Value) -> bool:
+    """Whether `twin`, the blocked form of `value`, has a padded last block."""
+    return twin.shape[1] * twin.shape[4] != value.shape[1]
+
+
+def _pad_axis(array: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """`array` with zeros appended along `axis` up to a multiple of `block`."""
+    extra = -array.shape[axis] % block
+    if not extra:
+        return array
+    pads = [(0, 0)] * array.ndim
+    pads[axis] = (0, extra)
+    return np.pad(array, pads)
 
 
 def to_blocked_layout(graph: Graph) -> Graph:

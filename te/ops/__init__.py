@@ -10,8 +10,10 @@ from .conv_transpose import (conv2d_transpose_nchw, conv2d_transpose_nchw_packed
                              conv_transpose_weight, pack_conv_transpose_weight,
                              phase_weight_block, unpack_conv_transpose_weight)
 from .conv_blocked import (conv2d_nchwc, depthwise_conv2d_nchwc, from_blocked,
-                           pack_conv_weight_blocked, pack_depthwise_weight, to_blocked,
-                           unpack_conv_weight_blocked, unpack_depthwise_weight)
+                           grouped_conv2d_nchwc, grouped_conv_blocking,
+                           pack_conv_weight_blocked, pack_depthwise_weight,
+                           pack_grouped_conv_weight, to_blocked, unpack_conv_weight_blocked,
+                           unpack_depthwise_weight, unpack_grouped_conv_weight)
 from .elementwise import (abs, cast, ceil, clip, erf, exp, floor, gelu, hard_sigmoid,
                           hard_swish, leaky_relu, log, neg, reciprocal, relu, round, rsqrt,
                           sigmoid, sign, sqrt, tanh)

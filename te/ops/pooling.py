@@ -89,17 +89,22 @@ def avg_pool2d(x: Tensor, kernel, stride=None, padding=0, dilation=1, ceil_mode:
 
     The divisor counts the taps inside the input, plus those in the explicit padding when
     count_include_pad (never the extra taps of a ceil_mode window). Defaults follow ONNX.
+    x may be channel-blocked, [N, C/b, H, W, b]: the block axis passes through.
     """
     base = name or "avg_pool2d"
-    win = _Window(base, x, kernel, stride, padding, dilation, ceil_mode)
+    win = _Window(base, x, kernel, stride, padding, dilation, ceil_mode, blocked=True)
     require_float(base, x)
     padded = win.padded(x, 0.0, f"{base}_pad")
     ry, rx = reduce_axis(win.kernel[0], "ry"), reduce_axis(win.kernel[1], "rx")
-    total = compute((x.shape[0], x.shape[1]) + win.out,
-                    lambda n, c, y, xx: T.sum(padded(n, c, *win.taps(y, xx, ry, rx)),
-                                              axis=[ry, rx]),
-                    name=f"{base}_sum", tag=f"{POOL},sum")
-    extents = x.shape[2:]
+    out_shape = (x.shape[0], x.shape[1]) + win.out + tuple(x.shape[4:])
+    if x.ndim == 5:
+        def window_sum(n, c, y, xx, ci):
+            return T.sum(padded(n, c, *win.taps(y, xx, ry, rx), ci), axis=[ry, rx])
+    else:
+        def window_sum(n, c, y, xx):
+            return T.sum(padded(n, c, *win.taps(y, xx, ry, rx)), axis=[ry, rx])
+    total = compute(out_shape, window_sum, name=f"{base}_sum", tag=f"{POOL},sum")
+    extents = x.shape[2:4]
 
     def count(d: int, o: E.Expr) -> E.Expr:
         lo = -win.lo[d] if count_include_pad else 0
@@ -108,8 +113,14 @@ def avg_pool2d(x: Tensor, kernel, stride=None, padding=0, dilation=1, ceil_mode:
         return _taps_in(hi - start, win.dilation[d], win.kernel[d]) - \
             _taps_in(lo - start, win.dilation[d], win.kernel[d])
 
-    return compute(total.shape, lambda n, c, y, xx: total(n, c, y, xx) / E.cast(
-        count(0, y) * count(1, xx), x.dtype), name=base, tag=ELEMWISE)
+    def mean(n, c, y, xx, *ci):
+        return total(n, c, y, xx, *ci) / E.cast(count(0, y) * count(1, xx), x.dtype)
+
+    if x.ndim == 5:
+        return compute(total.shape, lambda n, c, y, xx, ci: mean(n, c, y, xx, ci), name=base,
+                       tag=ELEMWISE)
+    return compute(total.shape, lambda n, c, y, xx: mean(n, c, y, xx), name=base,
+                   tag=ELEMWISE)
 
 
 def _taps_in(distance: E.Expr, dilation: int, kernel: int) -> E.Expr:

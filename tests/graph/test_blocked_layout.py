@@ -23,7 +23,7 @@ def f32(*shape):
 
 def _block_model(h=9, w=11):
     """conv 3->16 (+bias, relu) -> conv 16->24 stride 2 -> depthwise 24 (+bias, clip)
-    -> residual add -> max pool -> conv 24->10 (no block: stays NCHW) -> global pool -> flatten
+    -> residual add -> max pool -> conv 24->10 (a padded block of 8) -> global pool -> flatten
     -> gemm; plus a mul by a constant that varies over W (cannot run blocked)."""
     nodes = [helper.make_node("Conv", ["x", "w16", "b16"], ["a"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["a"], ["ar"]),
@@ -52,17 +52,20 @@ def _block_model(h=9, w=11):
 def test_convs_their_epilogues_and_pooling_run_blocked():
     graph = optimize(load_onnx(_block_model()))
     ops = [n.op for n in graph.nodes]
-    assert ops.count("conv2d_nchwc") == 2
+    assert ops.count("conv2d_nchwc") == 3
     assert ops.count("depthwise_conv2d_nchwc") == 1
-    first, second = [n for n in graph.nodes if n.op == "conv2d_nchwc"]
+    first, second, third = [n for n in graph.nodes if n.op == "conv2d_nchwc"]
     assert first.attrs["in_block"] == 0 and first.attrs["block"] == 16   # reads NCHW input
     assert second.attrs["in_block"] == 16 and second.attrs["block"] == 8
     assert second.inputs[1].shape == (3, 1, 1, 1, 16, 8)
     pool = next(n for n in graph.nodes if n.op == "max_pool2d")
     assert len(pool.inputs[0].shape) == 5                  # pooled in blocks
-    # the W-varying constant forces NCHW before the block-less conv: one conversion back
-    assert ops.count("from_blocked") == 1 and ops.count("to_blocked") == 0
-    assert "conv2d" in ops                                 # the 10-filter conv stays NCHW
+    # the W-varying constant forces NCHW before the last conv (one conversion back); its 10
+    # filters run as two blocks of 8, the last padded with zero filters, cropped after the pool
+    assert ops.count("from_blocked") == 2 and ops.count("to_blocked") == 0
+    assert "conv2d" not in ops
+    assert third.attrs["in_block"] == 0 and third.attrs["block"] == 8
+    assert third.outputs[0].shape[1:] == (2, 3, 3, 8) and third.inputs[1].shape[0] == 2
     for n in graph.nodes:
         if n.op == "add" and len(n.outputs[0].shape) == 5:
             assert all(len(v.shape) in (0, 5) for v in n.inputs)
@@ -83,10 +86,18 @@ def test_blocked_graph_matches_onnxruntime_in_reference_and_compiled_form():
 def test_global_pool_then_flatten_is_a_view_of_the_blocked_result():
     graph = optimize(load_onnx(_block_model()))
     reduce = next(n for n in graph.nodes if n.op == "reduce_mean")
-    assert len(reduce.inputs[0].shape) == 5 or reduce.inputs[0].shape[1] == 10
-    # the block-less conv output (10 channels) stays NCHW; no conversion after the pool
-    consumers = [n.op for n in graph.nodes if reduce.outputs[0] in n.inputs]
-    assert "from_blocked" not in consumers
+    assert len(reduce.inputs[0].shape) == 5
+    # 10 channels in a padded block: the pooled result is cropped, not viewed
+    consumers = [n for n in graph.nodes if reduce.outputs[0] in n.inputs]
+    assert [n.op for n in consumers] == ["from_blocked"]
+    assert consumers[0].attrs["channels"] == 10 and consumers[0].outputs[0].shape == (1, 10, 1, 1)
+    # 16 channels: a view
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    model = make_model(nodes, {"x": ((1, 3, 4, 5), "float32")}, ["y"], {"w": f32(16, 3, 1, 1)})
+    graph = optimize(load_onnx(model))
+    assert "from_blocked" not in [n.op for n in graph.nodes]
 
 
 def test_nchw_layout_keeps_the_model_layout_and_unknown_layouts_are_refused():

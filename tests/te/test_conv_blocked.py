@@ -82,8 +82,10 @@ def test_depthwise_and_layout_stages_match_numpy():
 
 def test_bad_shapes_name_the_tensor_and_the_layout():
     X = te.placeholder((1, 12, 5, 5), name="X")
-    with pytest.raises(TEError, match=r"to_blocked\(\).*block=8.*'X'\[1, 12, 5, 5\]"):
-        ops.to_blocked(X, 8)
+    with pytest.raises(TEError, match=r"to_blocked\(\).*'X'\[1, 12, 5, 5\] with block=0"):
+        ops.to_blocked(X, 0)
+    with pytest.raises(TEError, match=r"from_blocked\(\): 7 channels do not fit"):
+        ops.from_blocked(ops.to_blocked(X, 8), 7)
     Xb = te.placeholder((1, 2, 5, 5, 8), name="Xb")
     with pytest.raises(TEError, match="do not match the packed weight 'W'"):
         ops.conv2d_nchwc(Xb, te.placeholder((1, 3, 1, 1, 8, 8), name="W"))

@@ -1,0 +1,121 @@
+"""Kiln's default schedules against onnxruntime on small public-architecture-shaped models.
+
+    python benchmarks/architectures.py [--models regnetx_like,vit_tiny_like] [--rounds 5]
+                                       [--repeat 15] [--threads 1] [--profile 8]
+
+The models (graph/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
+convs), ReXNet-like (depthwise + squeeze-excite + SiLU), MobileNetV3-like (HardSwish,
+squeeze-excite), ViT-Tiny-like (patch conv, batched MatMul attention + Softmax, LayerNorm,
+GELU) and DenseNet-like (concat-heavy). Each is compiled with no database (`db=None`: default
+schedules only) and timed against onnxruntime at `--threads` (intra_op_num_threads), in
+`--rounds` interleaved rounds (Kiln, onnxruntime, Kiln, ...) of a `--repeat`-run median each;
+the figures are the medians over rounds, the ratio kiln/ort is taken per round (so both sides
+of a ratio saw the same machine load) and its median reported; "best rounds" is the fastest
+round of Kiln over the fastest of onnxruntime (the least disturbed, on a shared machine).
+max_err is the largest absolute difference from onnxruntime's output (rel err: over the
+output's largest magnitude). compile_s is near zero when the compiled model comes from the
+persistent cache (KILN_CACHE_DIR). With --profile N, the N slowest kernels of each model are
+printed (CompiledModel.profile). Prints a table and, last, one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import emit_json, kiln_threads, median_seconds, print_table  # noqa: E402
+
+import kiln  # noqa: E402
+from kiln.graph.models_zoo import ARCHITECTURES  # noqa: E402
+
+
+def ort_session(model, threads: int):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def measure(name: str, threads: int, rounds: int, repeat: int, profile: int) -> dict:
+    model = ARCHITECTURES[name]()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    session = ort_session(model, threads)
+    start = time.perf_counter()
+    compiled = kiln.compile(model, db=None, threads=threads)
+    compile_s = time.perf_counter() - start
+    ours = compiled.run([x])[0]
+    theirs = session.run(None, {"input": x})[0]
+    err = float(np.max(np.abs(ours - theirs)))
+    scale = float(np.max(np.abs(theirs))) or 1.0
+    kiln_ms, ort_ms, ratios = [], [], []
+    for r in range(rounds):
+        settle = None if r == 0 else 0.05
+        extra = {} if settle is None else {"settle": settle}
+        tk = median_seconds(lambda: compiled.run([x]), repeat, **extra)
+        to = median_seconds(lambda: session.run(None, {"input": x}), repeat, **extra)
+        kiln_ms.append(tk * 1e3)
+        ort_ms.append(to * 1e3)
+        ratios.append(tk / to)
+    out = {"model": name, "kiln_ms": statistics.median(kiln_ms),
+           "ort_ms": statistics.median(ort_ms), "ratio": statistics.median(ratios),
+           "best_ratio": min(kiln_ms) / min(ort_ms),
+           "max_abs_err": err, "rel_err": err / scale, "compile_s": compile_s,
+           "kernels": len(compiled.plan.steps)}
+    if profile:
+        rows = sorted(compiled.profile([x], repeat=repeat), key=lambda r: -r["ms"])[:profile]
+        print(f"-- {name}: slowest kernels (of {out['kernels']}, "
+              f"kiln {out['kiln_ms']:.3f} ms, ort {out['ort_ms']:.3f} ms)")
+        print_table(["group", "kernel", "ms", "share"],
+                    [[r["name"][:48], r["kernel"][:40], r["ms"], r["share"]] for r in rows])
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(ARCHITECTURES))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--profile", type=int, default=0,
+                        help="print the N slowest kernels of each model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in ARCHITECTURES]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {sorted(ARCHITECTURES)}")
+    results = []
+    with kiln_threads(args.threads):
+        for name in names:
+            results.append(measure(name, args.threads, args.rounds, args.repeat, args.profile))
+    print(f"default schedules (db=None) vs onnxruntime, {args.threads} thread(s), median of "
+          f"{args.rounds} interleaved rounds of {args.repeat} runs; shared machine: compare "
+          f"ratios, not absolute ms")
+    print_table(["model", "kiln ms", "ort ms", "kiln/ort", "best rounds", "max err", "rel err",
+                 "compile s", "kernels"],
+                [[r["model"], r["kiln_ms"], r["ort_ms"], r["ratio"], r["best_ratio"],
+                  f"{r['max_abs_err']:.1e}", f"{r['rel_err']:.1e}",
+                  f"{r['compile_s']:.1f}", r["kernels"]] for r in results])
+    geo = float(np.exp(np.mean(np.log([r["ratio"] for r in results]))))
+    worst = max(results, key=lambda r: r["ratio"])
+    print(f"geomean kiln/ort {geo:.3f}; worst {worst['model']} {worst['ratio']:.3f}")
+    emit_json({"bench": "architectures", "threads": args.threads, "rounds": args.rounds,
+               "repeat": args.repeat, "geomean_ratio": round(geo, 3),
+               "worst_ratio": round(worst["ratio"], 3),
+               "models": {r["model"]: {k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                                       for k, v in r.items() if k != "model"}
+                          for r in results}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
