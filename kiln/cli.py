@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -405,13 +406,16 @@ def main(argv=None) -> int:
         return 2
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 1:
-        console.print(f"[red]error:[/] --threads {threads}: give a thread count >= 1")
+        console.print(f"[red]error:[/] --threads {threads}: give a thread count >= 1",
+                      soft_wrap=True)
         return 2
     try:
         with threads_env(threads):      # --threads N is KILN_NUM_THREADS=N for the command
             return args.func(args)
     except KilnError as exc:
-        console.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+        # never wrapped: an error names a path or a shape that a grep should find whole
+        console.print(f"[red]error:[/] {type(exc).__name__}: {escape(str(exc))}",
+                      soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         console.print("interrupted")

@@ -118,3 +118,14 @@ def test_logs_check_lists_and_prune_removes_records_that_no_longer_fit(tmp_path)
     assert code == 0 and "removed 1 stale record(s)" in out, out
     code, out = kiln("logs", "--db", str(tmp_path / "t.db"), "--check", str(path))
     assert code == 0 and "0 record(s)" in out, out
+
+
+def test_an_error_naming_a_long_path_prints_it_whole_and_literally(tmp_path):
+    """Errors are not wrapped (a path or shape a user greps for stays on one line) and their
+    text is not read as console markup: a file named with brackets is printed as it is."""
+    deep = tmp_path / ("a_rather_long_folder_name_" * 4) / "[bold]model.onnx"
+    deep.parent.mkdir(parents=True)
+    deep.write_bytes(b"not an onnx file")
+    code, out = kiln("compile", str(deep), "-o", str(tmp_path / "m.so"))
+    assert code != 0, out
+    assert str(deep) in out, out
