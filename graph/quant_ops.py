@@ -164,7 +164,7 @@ LOWERINGS["conv2d_integer"] = _lower_conv2d_integer
 # `pack_int8x4(x)`, attrs axis, flip: uint8/int8 -> int32 words of 4 elements along `axis`
 # (an int8 x stored as x + 128 when flip). `matmul_int8x4(a4, w4)` and `conv2d_int8x4(x4,
 # w4)` (attrs like conv2d plus pad_word) sum dot4 products of the words (attr seven_bit:
-# every weight byte in [-64, 63]); they equal matmul_integer/conv2d_integer of the unpacked
+# every weight byte in [-64, 63]; symmetric: in [-127, 127]); they equal matmul_integer/conv2d_integer of the unpacked
 # operands.
 
 @_op("pack_int8x4", OpClass.INJECTIVE)
@@ -236,13 +236,14 @@ IMPLS["conv2d_int8x4"] = _conv2d_int8x4_reference
 LOWERINGS["pack_int8x4"] = lambda node, args: [tq.pack_int8x4(
     args[0], node.attrs["axis"], bool(node.attrs["flip"]))]
 LOWERINGS["matmul_int8x4"] = lambda node, args: [tq.matmul_int8x4(
-    args[0], args[1], bool(node.attrs["seven_bit"]))]
+    args[0], args[1], bool(node.attrs["seven_bit"]), symmetric=bool(node.attr("symmetric")))]
 
 
 def _lower_conv2d_int8x4(node, args):
     a = node.attrs
     return [tq.conv2d_int8x4(args[0], args[1], int(a["pad_word"]), tuple(a["strides"]),
-                             tuple(a["pads"]), tuple(a["dilations"]), bool(a["seven_bit"]))]
+                             tuple(a["pads"]), tuple(a["dilations"]), bool(a["seven_bit"]),
+                             symmetric=bool(node.attr("symmetric")))]
 
 
 LOWERINGS["conv2d_int8x4"] = _lower_conv2d_int8x4

@@ -241,8 +241,10 @@ def pack_weight_int8x4(weight: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(w).view(np.int32)[..., 0]
 
 
-def _dot4(seven_bit: bool):
-    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8
+def _dot4(seven_bit: bool, symmetric: bool = False):
+    """The cheapest exact intrinsic the weight range allows: 7-bit weights, then symmetric
+    ones (no byte -128), then any."""
+    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8sym if symmetric else E.dot4_u8s8
 
 
 def _check_words(op: str, *tensors: Tensor) -> None:
@@ -254,16 +256,17 @@ def _check_words(op: str, *tensors: Tensor) -> None:
 
 
 def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
-                  name: str | None = None) -> Tensor:
+                  name: str | None = None, symmetric: bool = False) -> Tensor:
     """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
     activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
-    K). `seven_bit` promises weight bytes in [-64, 63] (a cheaper AVX2 lowering)."""
+    K). `seven_bit` promises weight bytes in [-64, 63], `symmetric` in [-127, 127] (cheaper
+    AVX2 lowerings)."""
     _check_words("matmul_int8x4", a, b)
     if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
         raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N], got "
                       f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
     k = reduce_axis(b.shape[0], "k")
-    dot = _dot4(seven_bit)
+    dot = _dot4(seven_bit, symmetric)
 
     def body(*idx):
         return te_sum(dot(a(*idx[:-1], k.var), b(k.var, idx[-1])), axis=k)
@@ -275,7 +278,7 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
 
 def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
                   padding=(0, 0, 0, 0), dilation=1, seven_bit: bool = False,
-                  name: str | None = None) -> Tensor:
+                  name: str | None = None, symmetric: bool = False) -> Tensor:
     """int32 out[n, f, y, x] = sum over (c4, ry, rx) of dot4(padded[n, c4, ...],
     weight[f, c4, ry, rx]): x the packed uint8 activations [N, C4, H, W] (4 channels per
     word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C); the padding holds `pad_word`
@@ -293,7 +296,7 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
     _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("conv2d_int8x4", padded, kh, kw, stride,
                                                      (0, 0, 0, 0), dilation)
     rc, ry, rx = reduce_axis(c4, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
-    dot = _dot4(seven_bit)
+    dot = _dot4(seven_bit, symmetric)
 
     def body(b, k, y, xx):
         return te_sum(dot(padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw),
