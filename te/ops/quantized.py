@@ -303,3 +303,37 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
                           weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
 
     return compute((n, f, oh, ow), body, name=name or "conv2d_int8x4", tag=CONV2D_NCHW)
+
+
+def im2col_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
+                  padding=(0, 0, 0, 0), dilation=1, name: str | None = None) -> Tensor:
+    """The packed windows of a kh x kw conv as columns: x the packed activations
+    [N, C4, H, W] -> [N, KH * KW * C4, OH, OW], row (ry * KW + rx) * C4 + c4 holding
+    padded[n, c4, y * sh + ry * dh, x * sw + rx * dw] (the padding holds `pad_word`). A
+    conv2d_int8x4 with the weight reordered to [F, KH * KW * C4, 1, 1]
+    (`im2col_weight_int8x4`) over these columns is the original conv, as a 1x1 conv: a
+    GEMM over the output pixels."""
+    _check_words("im2col_int8x4", x)
+    if x.ndim != 4:
+        raise TEError(f"im2col_int8x4(): expects x[N, C4, H, W], got '{x.name}'"
+                      f"{list(x.shape)}")
+    n, c4 = x.shape[0], x.shape[1]
+    padded = x
+    if any(padding):
+        padded = pad_with_zero_point(x, tuple(padding), pad_word, name="im2col_int8x4_pad")
+    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("im2col_int8x4", padded, kh, kw, stride,
+                                                     (0, 0, 0, 0), dilation)
+
+    def body(b, k, y, xx):
+        tap, ch = k // c4, k % c4
+        return padded(b, ch, y * sh + (tap // kw) * dh, xx * sw + (tap % kw) * dw)
+
+    return compute((n, kh * kw * c4, oh, ow), body, name=name or "im2col_int8x4",
+                   tag="injective")
+
+
+def im2col_weight_int8x4(words: np.ndarray) -> np.ndarray:
+    """A packed conv weight [F, C4, KH, KW] reordered for im2col_int8x4's columns:
+    [F, KH * KW * C4, 1, 1], row (ry * KW + rx) * C4 + c4."""
+    f, c4, kh, kw = words.shape
+    return np.ascontiguousarray(words.transpose(0, 2, 3, 1).reshape(f, kh * kw * c4, 1, 1))
