@@ -74,40 +74,39 @@ class _Flattener:
         return node if ok else None
 
     def rewrite(self, conv: Node) -> None:
+        """Each rewritten node lands where the node it replaces was (the views of its
+        operands just before it), so the order fusion seeds groups in is the original one."""
         full = conv.outputs[0].shape
         x = conv.inputs[0]
         x_flat, x_view = self.view(x, _flat(x.shape), "flat")
         acc = Value(self.namer(f"{conv.outputs[0].name}/flat"), _flat(full), "int32")
-        nodes = [x_view, Node(conv.op, (x_flat, conv.inputs[1]), (acc,), conv.attrs,
-                              conv.name)]
+        emitted = [x_view, Node(conv.op, (x_flat, conv.inputs[1]), (acc,), conv.attrs,
+                                conv.name)]
+        self.replaced[conv.name] = emitted
         cur, orig = acc, conv.outputs[0]
-        chain = [conv.name]
         node = self._reader(orig)
         while node is not None and node.outputs[0].shape == full:
             fits = [_operand_fits(v, full) if v is None or v.name != orig.name else "cur"
                     for v in node.inputs]
             if None in fits:
                 break
-            ins = []
+            emitted, ins = [], []
             for v, how in zip(node.inputs, fits):
                 if how == "cur":
                     ins.append(cur)
                 elif how == "view":
                     flat, reshape = self.view(v, _flat(full), "flat")
-                    nodes.append(reshape)
+                    emitted.append(reshape)
                     ins.append(flat)
                 else:
                     ins.append(v)
             out = node.outputs[0]
             cur = Value(self.namer(f"{out.name}/flat"), _flat(full), out.dtype)
-            nodes.append(Node(node.op, tuple(ins), (cur,), node.attrs, node.name))
-            chain.append(node.name)
+            emitted.append(Node(node.op, tuple(ins), (cur,), node.attrs, node.name))
+            self.replaced[node.name] = emitted
             orig = out
             node = self._reader(orig)
-        nodes.append(self.view(cur, full, "unflat", out=orig)[1])
-        self.replaced[chain[-1]] = nodes
-        for name in chain[:-1]:
-            self.replaced[name] = []
+        emitted.append(self.view(cur, full, "unflat", out=orig)[1])
 
 
 def flatten_pointwise_int8(graph: Graph) -> Graph:

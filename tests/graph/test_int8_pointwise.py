@@ -10,7 +10,7 @@ from onnx import helper
 
 import kiln
 from kiln.graph.frontend import load_onnx
-from kiln.graph.passes import optimize
+from kiln.graph.passes import fuse_operators, optimize
 from kiln.graph.passes.int8_pointwise import flatten_pointwise_int8
 from kiln.graph.reference import run_reference
 
@@ -78,6 +78,9 @@ def test_flattened_pointwise_conv_is_exact(xdtype, c, f, h, w, residual):
     np.testing.assert_array_equal(run_reference(flat, feeds)["y"], want)
     got = kiln.compile(model, db=None, jobs=1).run(feeds)[0]
     np.testing.assert_array_equal(got, want)
+    anchor = next(g for g in fuse_operators(optimize(graph))
+                  if any(n.op == "conv2d_int8x4" for n in g.nodes))
+    assert any(n.op == "requantize" for n in anchor.nodes)     # the epilogue stays fused
 
 
 def test_strided_or_padded_convs_are_not_flattened_without_im2col():
