@@ -2,12 +2,15 @@
 
     python benchmarks/int8.py [--parts peak,gemm,models] [--models resnet18,mobilenetv2,bert]
                               [--threads 1,2] [--samples 100] [--db PATH] [--repeat 7]
+                              [--gemm-weights full,symmetric]
 
 - peak: chains of the target's u8 x s8 -> s32 dot instruction with no loads (vpdpbusd with
   AVX512-VNNI; else vpmaddubsw + vpmaddwd, the pair Kiln's exact AVX2 lowering uses twice per
   dot4), one and two OS threads: GOPS (2 ops per multiply-add) of the instruction alone.
 - gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
-  space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run.
+  space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run;
+  with int8 weights over the full range and symmetric ones ([-127, 127], onnxruntime's
+  quantizer's), which Kiln's AVX2 lowering does with half the split's multiplies.
 - models: the builders of graph/models.py quantized by onnxruntime.quantization (ResNet-18 and
   MobileNetV2 static QDQ per-channel, calibrated on 8 random inputs; the BERT-like encoder
   dynamic), Kiln int8 vs onnxruntime int8 vs Kiln fp32 latency; accuracy on `samples` random
@@ -138,14 +141,14 @@ def bench_peak(target: Target, repeat: int) -> dict:
     return outs
 
 
-def _matmul_integer_model(n: int) -> onnx.ModelProto:
+def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
     from onnx import TensorProto, helper
     g = helper.make_graph(
         [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "mmi",
         [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n])],
         [helper.make_tensor_value_info("y", TensorProto.INT32, [n, n])],
         initializer=[onnx.numpy_helper.from_array(
-            np.random.default_rng(1).integers(-128, 128, (n, n)).astype(np.int8), "b")])
+            np.random.default_rng(1).integers(low, 128, (n, n)).astype(np.int8), "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
@@ -161,9 +164,12 @@ def _session(model: onnx.ModelProto, threads: int, optimize: bool = True):
                                 providers=["CPUExecutionProvider"])
 
 
-def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024) -> dict:
-    """MatMulInteger n^3 through Kiln's frontend (-> matmul_int8x4) vs onnxruntime."""
-    model = _matmul_integer_model(n)
+def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024,
+               weights: str = "full") -> dict:
+    """MatMulInteger n^3 through Kiln's frontend (-> matmul_int8x4) vs onnxruntime. weights
+    "full": int8 weights in [-128, 127] (Kiln's AVX2 split lowering); "symmetric": in
+    [-127, 127], what onnxruntime's quantizer makes (the sign-trick lowering)."""
+    model = _matmul_integer_model(n, -127 if weights == "symmetric" else -128)
     a = np.random.default_rng(0).integers(0, 256, (n, n)).astype(np.uint8)
     ops = 2.0 * n ** 3
     rows, out = [], {}
@@ -179,12 +185,12 @@ def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024) -> dict:
         (k_s, k_med), (o_s, o_med) = timed["kiln"], timed["ort"]
         rows.append([t, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s, ops / k_med / 1e9,
                      ops / o_med / 1e9, exact, int(np.abs(ours.astype(np.int64) - theirs).max())])
-        out[f"gemm_{t}t"] = {"kiln_gops_best": round(ops / k_s / 1e9, 1),
+        out[f"gemm_{weights}_{t}t"] = {"kiln_gops_best": round(ops / k_s / 1e9, 1),
                              "ort_gops_best": round(ops / o_s / 1e9, 1),
                              "kiln_gops_median": round(ops / k_med / 1e9, 1),
                              "ort_gops_median": round(ops / o_med / 1e9, 1), "exact": exact}
-    print(f"int8 GEMM {n}^3 (u8 x s8 -> s32): Kiln matmul_int8x4 vs onnxruntime MatMulInteger "
-          "(best of interleaved runs; medians after)")
+    print(f"int8 GEMM {n}^3 (u8 x s8 -> s32, {weights} weights): Kiln matmul_int8x4 vs "
+          "onnxruntime MatMulInteger (best of interleaved runs; medians after)")
     print_table(["threads", "kiln GOPS", "ort GOPS", "ort time / kiln time", "kiln median",
                  "ort median", "kiln exact", "max |kiln - ort|"], rows)
     return out
@@ -295,6 +301,9 @@ def main() -> None:
     parser.add_argument("--models", default="resnet18,mobilenetv2,bert")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--gemm-weights", default="full,symmetric",
+                        help="int8 weight ranges of the GEMM: full [-128, 127], symmetric "
+                        "[-127, 127]")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")
@@ -306,7 +315,9 @@ def main() -> None:
     if "peak" in parts:
         figures["peak"] = bench_peak(target, args.repeat)
     if "gemm" in parts:
-        figures["gemm"] = bench_gemm(threads, args.db, args.repeat)
+        figures["gemm"] = {}
+        for weights in args.gemm_weights.split(","):
+            figures["gemm"].update(bench_gemm(threads, args.db, args.repeat, weights=weights))
     if "models" in parts:
         figures["models"] = bench_models(args.models.split(","), threads, args.db,
                                          args.repeat, args.samples)

@@ -1,4 +1,4 @@
-"""The integer dot-product intrinsics dot4_u8s8 / dot4_u8s7 (te.expr) as LLVM IR.
+"""The integer dot-product intrinsics dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym (te.expr) as LLVM IR.
 
 Each int32 lane holds 4 packed bytes; the result lane is sum_t uint8(a_t) * int8(b_t). The
 lowering is chosen from the Target's features, never assumed:
@@ -14,6 +14,13 @@ lowering is chosen from the Target's features, never assumed:
   vpmaddwd (a broadcast activation's masks are shared by every vector it meets).
   dot4_u8s7 promises weight bytes in [-64, 63] (pair sums within +-32640), so it takes 1
   vpmaddubsw + 1 vpmaddwd.
+  dot4_u8s8sym promises weight bytes in [-127, 127]. With a' = a - 128 (a signed byte, an
+  xor) the product is a * b = |a'| * (sign(a') * b) + 128 * b: |a'| <= 128 is unsigned,
+  sign(a') * b (vpsignb) stays within [-127, 127] since b != -128, so the pair sums stay
+  within +-32512, and 128 * (b_0 + b_1) within +-32512 too: exact, at 2 vpmaddubsw + 2
+  vpmaddwd like the split, but the second pair reads only the weight word, so a register
+  tile computes it once per weight vector instead of once per (row, weight vector) (and
+  the |a'| of a broadcast activation once per row).
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
 A vector wider than the native width is split into native chunks and joined again.
@@ -103,6 +110,35 @@ def _maddubs(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, seven_bit: bool) -> ir
     return bld.add(sum_low, sum_high)
 
 
+_PSIGN = {4: "llvm.x86.ssse3.psign.b.128", 8: "llvm.x86.avx2.psign.b"}
+
+
+def _maddubs_sym(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """The sign-trick lowering of dot4_u8s8sym (module docstring)."""
+    lanes = a.type.count
+    bytes_ty, words_ty = ir.VectorType(I8, 4 * lanes), ir.VectorType(I16, 2 * lanes)
+    dwords_ty = ir.VectorType(T.I32, lanes)
+    ubsw_name, wd_name = _MADD[lanes]
+    ubsw = _declare(bld.module, ubsw_name, words_ty, [bytes_ty, bytes_ty])
+    wd = _declare(bld.module, wd_name, dwords_ty, [words_ty, words_ty])
+    ones = ir.Constant(words_ty, [1] * (2 * lanes))
+    a8, b8 = bld.bitcast(a, bytes_ty), bld.bitcast(b, bytes_ty)
+    centred = bld.xor(a8, ir.Constant(bytes_ty, [0x80] * (4 * lanes)))     # a - 128, signed
+    magnitude = bld.call(_declare(bld.module, f"llvm.abs.v{4 * lanes}i8", bytes_ty,
+                                  [bytes_ty, ir.IntType(1)]),
+                         [centred, ir.Constant(ir.IntType(1), 0)])        # -128 -> 0x80 = 128
+    if lanes in _PSIGN:
+        signed = bld.call(_declare(bld.module, _PSIGN[lanes], bytes_ty, [bytes_ty, bytes_ty]),
+                          [b8, centred])
+    else:   # (a' = 0 meets |a'| = 0, so b need not be zeroed there)
+        negative = bld.icmp_signed("<", centred, ir.Constant(bytes_ty, [0] * (4 * lanes)))
+        signed = bld.select(negative, bld.neg(b8), b8)
+    main = bld.call(wd, [bld.call(ubsw, [magnitude, signed]), ones])
+    weight_sums = bld.call(wd, [bld.call(ubsw, [ir.Constant(bytes_ty, [0x80] * (4 * lanes)),
+                                                b8]), ones])          # 128 * sum_t b_t
+    return bld.add(main, weight_sums)
+
+
 def _generic(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     lanes = a.type.count
     bytes_ty = ir.VectorType(I8, 4 * lanes)
@@ -149,7 +185,8 @@ def _join(bld: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
 
 
 def emit_dot4(em, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
-    """dot4_u8s8 / dot4_u8s7 of int32 scalars or vectors `a`, `b` (same type)."""
+    """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym of int32 scalars or vectors `a`, `b` (same
+    type)."""
     bld = em.builder
     scalar = not T.is_vector(a)
     if scalar:
@@ -166,7 +203,11 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
         size, strategy = fits[0]
         parts = []
         for x, y in zip(_chunks(bld, a, size), _chunks(bld, b, size)):
-            parts.append(_vnni(bld, x, y) if strategy == "vnni"
-                         else _maddubs(bld, x, y, name == "dot4_u8s7"))
+            if strategy == "vnni":
+                parts.append(_vnni(bld, x, y))
+            elif name == "dot4_u8s8sym":
+                parts.append(_maddubs_sym(bld, x, y))
+            else:
+                parts.append(_maddubs(bld, x, y, name == "dot4_u8s7"))
         out = _join(bld, parts)
     return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
+from ..te.expr import DOT4_INTRINSICS
 from . import llvm_types as T
 from .dot4 import emit_dot4
 
@@ -19,8 +20,8 @@ _LIBM32 = {"log1p": "log1pf", "expm1": "expm1f", "sin": "sinf", "cos": "cosf", "
 for _f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     _LIBM64[_f], _LIBM32[_f] = _f, _f + "f"
 _POLY32 = ("exp", "log", "tanh", "erf", "sigmoid")
-_ARITY = {"pow": 2, "dot4_u8s8": 2, "dot4_u8s7": 2, "fmod": 2, "bit_and": 2, "bit_or": 2,
-          "bit_xor": 2, "shl": 2, "shr": 2}
+_ARITY = {"pow": 2, "fmod": 2, "bit_and": 2, "bit_or": 2, "bit_xor": 2, "shl": 2, "shr": 2,
+          **dict.fromkeys(DOT4_INTRINSICS, 2)}
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -53,7 +54,7 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
     if len(args) != _ARITY.get(name, 1):
         raise CodegenError(f"intrinsic {name} takes {_ARITY.get(name, 1)} argument(s), got "
                            f"{len(args)} in {call}")
-    if name in ("dot4_u8s8", "dot4_u8s7"):
+    if name in DOT4_INTRINSICS:
         return emit_dot4(em, name, args[0], args[1])
     x, ty = args[0], args[0].type
     module = bld.module

@@ -164,7 +164,7 @@ LOWERINGS["conv2d_integer"] = _lower_conv2d_integer
 # `pack_int8x4(x)`, attrs axis, flip: uint8/int8 -> int32 words of 4 elements along `axis`
 # (an int8 x stored as x + 128 when flip). `matmul_int8x4(a4, w4)` and `conv2d_int8x4(x4,
 # w4)` (attrs like conv2d plus pad_word) sum dot4 products of the words (attr seven_bit:
-# every weight byte in [-64, 63]); they equal matmul_integer/conv2d_integer of the unpacked
+# every weight byte in [-64, 63]; symmetric: in [-127, 127]); they equal matmul_integer/conv2d_integer of the unpacked
 # operands.
 
 @_op("pack_int8x4", OpClass.INJECTIVE)
@@ -236,13 +236,47 @@ IMPLS["conv2d_int8x4"] = _conv2d_int8x4_reference
 LOWERINGS["pack_int8x4"] = lambda node, args: [tq.pack_int8x4(
     args[0], node.attrs["axis"], bool(node.attrs["flip"]))]
 LOWERINGS["matmul_int8x4"] = lambda node, args: [tq.matmul_int8x4(
-    args[0], args[1], bool(node.attrs["seven_bit"]))]
+    args[0], args[1], bool(node.attrs["seven_bit"]), symmetric=bool(node.attr("symmetric")))]
 
 
 def _lower_conv2d_int8x4(node, args):
     a = node.attrs
     return [tq.conv2d_int8x4(args[0], args[1], int(a["pad_word"]), tuple(a["strides"]),
-                             tuple(a["pads"]), tuple(a["dilations"]), bool(a["seven_bit"]))]
+                             tuple(a["pads"]), tuple(a["dilations"]), bool(a["seven_bit"]),
+                             symmetric=bool(node.attr("symmetric")))]
 
 
 LOWERINGS["conv2d_int8x4"] = _lower_conv2d_int8x4
+
+
+# `im2col_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: the packed
+# windows as columns [N, KH * KW * C4, OH, OW] (te/ops/quantized.py im2col_int8x4).
+
+@_op("im2col_int8x4", OpClass.INJECTIVE)
+def _infer_im2col(ins, attrs):
+    x = ins[0]
+    kh, kw = attrs["kernel"]
+    if x.dtype != "int32" or len(x.shape) != 4:
+        raise ValueError(f"im2col_int8x4 expects packed words x[N, C4, H, W], got "
+                         f"{x.dtype}{list(x.shape)}")
+    n, c4 = x.shape[:2]
+    out = conv_output_shape(x.shape, (1, c4, kh, kw), (1, c4, kh, kw), {**attrs, "groups": 1})
+    return [((n, kh * kw * c4) + tuple(out[2:]), "int32")]
+
+
+def _im2col_reference(node, x):
+    attrs = node.attrs
+    kh, kw = attrs["kernel"]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    xp = _pad_hw(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
+    oh, ow = node.outputs[0].shape[2:]
+    cols = [xp[:, :, ry * dh: ry * dh + sh * (oh - 1) + 1: sh,
+               rx * dw: rx * dw + sw * (ow - 1) + 1: sw]
+            for ry in range(kh) for rx in range(kw)]
+    return np.ascontiguousarray(np.concatenate(cols, axis=1)).astype(np.int32)
+
+
+IMPLS["im2col_int8x4"] = _im2col_reference
+LOWERINGS["im2col_int8x4"] = lambda node, args: [tq.im2col_int8x4(
+    args[0], *node.attrs["kernel"], int(node.attrs["pad_word"]), tuple(node.attrs["strides"]),
+    tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]))]

@@ -20,6 +20,7 @@ _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x
           "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1,
           "dot4_u8s8": lambda a, b: int(dot4_u8s8_reference(a, b)),
           "dot4_u8s7": lambda a, b: int(dot4_u8s8_reference(a, b)),
+          "dot4_u8s8sym": lambda a, b: int(dot4_u8s8_reference(a, b)),
           "tan": math.tan, "asin": math.asin, "acos": math.acos, "atan": math.atan,
           "sinh": math.sinh, "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh,
           "atanh": math.atanh, "fmod": math.fmod, "bit_and": lambda a, b: a & b,

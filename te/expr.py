@@ -235,12 +235,14 @@ class Call(Expr):
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
               "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
-              "dot4_u8s7") + INT_INTRINSICS
+              "dot4_u8s7", "dot4_u8s8sym") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
 # use an instruction whose 16-bit pair sums would saturate otherwise (AVX2 vpmaddubsw).
-DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7")
+# dot4_u8s8sym promises every b_t lies in [-127, 127] (symmetric int8 weights, what
+# onnxruntime's quantizer makes), so -b_t is an int8 too (AVX2: a sign trick, codegen/dot4.py).
+DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym")
 
 
 class IterKind(enum.Enum):
@@ -531,6 +533,7 @@ def ceil(x): return call("ceil", x)
 def round(x): return call("round", x)  # noqa: A001 - TVM's name
 def dot4_u8s8(a, b): return call("dot4_u8s8", a, b)
 def dot4_u8s7(a, b): return call("dot4_u8s7", a, b)
+def dot4_u8s8sym(a, b): return call("dot4_u8s8sym", a, b)
 def sin(x): return call("sin", x)
 def cos(x): return call("cos", x)
 

@@ -297,7 +297,7 @@ def _round_half_even(x):
 
 def dot4_u8s8_reference(a, b):
     """sum over the 4 bytes t of uint8(a_t) * int8(b_t) for int32 words a, b (te.expr's
-    dot4 intrinsics; dot4_u8s7 has the same value)."""
+    dot4 intrinsics; dot4_u8s7 and dot4_u8s8sym have the same value)."""
     a_bytes = np.ascontiguousarray(a, np.int32)[..., None].view(np.uint8).astype(np.int32)
     b_bytes = np.ascontiguousarray(b, np.int32)[..., None].view(np.int8).astype(np.int32)
     return (a_bytes * b_bytes).sum(axis=-1, dtype=np.int32)
@@ -305,6 +305,7 @@ def dot4_u8s8_reference(a, b):
 
 _INTRINSICS = {
     "dot4_u8s8": dot4_u8s8_reference, "dot4_u8s7": dot4_u8s8_reference,
+    "dot4_u8s8sym": dot4_u8s8_reference,
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
     "floor": np.floor, "ceil": np.ceil, "round": _round_half_even, "sin": np.sin,
     "cos": np.cos, "log1p": np.log1p, "expm1": np.expm1, "pow": np.power,

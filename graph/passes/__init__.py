@@ -15,6 +15,7 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
+from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
@@ -32,6 +33,8 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("cancel transposes", cancel_transposes),
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
+    ("im2col int8", im2col_int8_convs),       # windowed packed convs -> columns + 1x1
+    ("flatten pointwise int8", flatten_pointwise_int8),  # 1x1 packed convs over H*W pixels
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final

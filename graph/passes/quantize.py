@@ -350,16 +350,18 @@ def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> li
     wp = value(words.shape, "int32", "w_packed")
     constants[wp.name] = words
     seven_bit = bool(weight.min() >= -64 and weight.max() <= 63)
+    symmetric = bool(weight.min() >= -127)
     out = node.outputs[0]
     acc = value(out.shape, "int32", "acc") if flip else out
     if conv:
         attrs = {k: node.attrs[k] for k in ("strides", "dilations", "pads")}
         attrs.update(pad_word=_word((pad_byte + 128) % 256 if flip else pad_byte % 256),
-                     seven_bit=seven_bit)
+                     seven_bit=seven_bit, symmetric=symmetric)
         nodes.append(Node("conv2d_int8x4", (xp, wp), (acc,), attrs,
                           namer(f"{hint}:conv2d_int8x4")))
     else:
-        nodes.append(Node("matmul_int8x4", (xp, wp), (acc,), {"seven_bit": seven_bit},
+        nodes.append(Node("matmul_int8x4", (xp, wp), (acc,), {"seven_bit": seven_bit,
+                                                               "symmetric": symmetric},
                           namer(f"{hint}:matmul_int8x4")))
     if flip:    # the kernel read x + 128: take 128 * the weight sums off again
         sums = weight.astype(np.int64).sum(axis=(1, 2, 3) if conv else 0)

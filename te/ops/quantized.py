@@ -241,8 +241,10 @@ def pack_weight_int8x4(weight: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(w).view(np.int32)[..., 0]
 
 
-def _dot4(seven_bit: bool):
-    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8
+def _dot4(seven_bit: bool, symmetric: bool = False):
+    """The cheapest exact intrinsic the weight range allows: 7-bit weights, then symmetric
+    ones (no byte -128), then any."""
+    return E.dot4_u8s7 if seven_bit else E.dot4_u8s8sym if symmetric else E.dot4_u8s8
 
 
 def _check_words(op: str, *tensors: Tensor) -> None:
@@ -254,16 +256,17 @@ def _check_words(op: str, *tensors: Tensor) -> None:
 
 
 def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
-                  name: str | None = None) -> Tensor:
+                  name: str | None = None, symmetric: bool = False) -> Tensor:
     """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
     activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
-    K). `seven_bit` promises weight bytes in [-64, 63] (a cheaper AVX2 lowering)."""
+    K). `seven_bit` promises weight bytes in [-64, 63], `symmetric` in [-127, 127] (cheaper
+    AVX2 lowerings)."""
     _check_words("matmul_int8x4", a, b)
     if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
         raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N], got "
                       f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
     k = reduce_axis(b.shape[0], "k")
-    dot = _dot4(seven_bit)
+    dot = _dot4(seven_bit, symmetric)
 
     def body(*idx):
         return te_sum(dot(a(*idx[:-1], k.var), b(k.var, idx[-1])), axis=k)
@@ -275,7 +278,7 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
 
 def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
                   padding=(0, 0, 0, 0), dilation=1, seven_bit: bool = False,
-                  name: str | None = None) -> Tensor:
+                  name: str | None = None, symmetric: bool = False) -> Tensor:
     """int32 out[n, f, y, x] = sum over (c4, ry, rx) of dot4(padded[n, c4, ...],
     weight[f, c4, ry, rx]): x the packed uint8 activations [N, C4, H, W] (4 channels per
     word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C); the padding holds `pad_word`
@@ -293,10 +296,44 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
     _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("conv2d_int8x4", padded, kh, kw, stride,
                                                      (0, 0, 0, 0), dilation)
     rc, ry, rx = reduce_axis(c4, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
-    dot = _dot4(seven_bit)
+    dot = _dot4(seven_bit, symmetric)
 
     def body(b, k, y, xx):
         return te_sum(dot(padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw),
                           weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
 
     return compute((n, f, oh, ow), body, name=name or "conv2d_int8x4", tag=CONV2D_NCHW)
+
+
+def im2col_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
+                  padding=(0, 0, 0, 0), dilation=1, name: str | None = None) -> Tensor:
+    """The packed windows of a kh x kw conv as columns: x the packed activations
+    [N, C4, H, W] -> [N, KH * KW * C4, OH, OW], row (ry * KW + rx) * C4 + c4 holding
+    padded[n, c4, y * sh + ry * dh, x * sw + rx * dw] (the padding holds `pad_word`). A
+    conv2d_int8x4 with the weight reordered to [F, KH * KW * C4, 1, 1]
+    (`im2col_weight_int8x4`) over these columns is the original conv, as a 1x1 conv: a
+    GEMM over the output pixels."""
+    _check_words("im2col_int8x4", x)
+    if x.ndim != 4:
+        raise TEError(f"im2col_int8x4(): expects x[N, C4, H, W], got '{x.name}'"
+                      f"{list(x.shape)}")
+    n, c4 = x.shape[0], x.shape[1]
+    padded = x
+    if any(padding):
+        padded = pad_with_zero_point(x, tuple(padding), pad_word, name="im2col_int8x4_pad")
+    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("im2col_int8x4", padded, kh, kw, stride,
+                                                     (0, 0, 0, 0), dilation)
+
+    def body(b, k, y, xx):
+        tap, ch = k // c4, k % c4
+        return padded(b, ch, y * sh + (tap // kw) * dh, xx * sw + (tap % kw) * dw)
+
+    return compute((n, kh * kw * c4, oh, ow), body, name=name or "im2col_int8x4",
+                   tag="injective")
+
+
+def im2col_weight_int8x4(words: np.ndarray) -> np.ndarray:
+    """A packed conv weight [F, C4, KH, KW] reordered for im2col_int8x4's columns:
+    [F, KH * KW * C4, 1, 1], row (ry * KW + rx) * C4 + c4."""
+    f, c4, kh, kw = words.shape
+    return np.ascontiguousarray(words.transpose(0, 2, 3, 1).reshape(f, kh * kw * c4, 1, 1))

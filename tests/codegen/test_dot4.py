@@ -24,11 +24,15 @@ from kiln.te.tensor import sum as te_sum
 M, K, N = 5, 28, 37          # N prime: vector tails; K = 7 words
 
 
-def _gemm(seven_bit: bool):
+_DOTS = {False: E.dot4_u8s8, True: E.dot4_u8s7, "sym": E.dot4_u8s8sym}
+_WEIGHTS = {False: (-128, 128), True: (-64, 64), "sym": (-127, 128)}
+
+
+def _gemm(seven_bit):
     a = placeholder((M, K // 4), "int32", "a")
     b = placeholder((K // 4, N), "int32", "b")
     k = reduce_axis(K // 4, "k")
-    dot = E.dot4_u8s7 if seven_bit else E.dot4_u8s8
+    dot = _DOTS[seven_bit]
     c = compute((M, N), lambda i, j: te_sum(dot(a[i, k], b[k, j]), axis=k), name="c")
     return a, b, c
 
@@ -43,19 +47,21 @@ def _schedule(a, b, c, lanes: int):
     return s
 
 
-def _operands(seven_bit: bool):
+def _operands(seven_bit):
     rng = np.random.default_rng(4)
     a8 = rng.integers(0, 256, size=(M, K)).astype(np.uint8)
-    lo, hi = (-64, 64) if seven_bit else (-128, 128)
+    lo, hi = _WEIGHTS[seven_bit]
     b8 = rng.integers(lo, hi, size=(K, N)).astype(np.int8)
     a8[0] = 255                                   # pair sums of +-65280 without the split
+    a8[1] = 0                                     # |a - 128| = 128 (the sign trick's edge)
+    a8[2, ::2] = 128                              # a - 128 = 0
     b8[:, 0], b8[:, 1] = lo, hi - 1
     return a8, b8
 
 
 @pytest.mark.parametrize("target", ["native", "llvm -mcpu=haswell", "llvm -mcpu=x86-64"])
 @pytest.mark.parametrize("lanes", [0, 4, 8, 16, 24])
-@pytest.mark.parametrize("seven_bit", [False, True])
+@pytest.mark.parametrize("seven_bit", [False, True, "sym"])
 def test_dot4_matches_integer_product(target, lanes, seven_bit):
     a, b, c = _gemm(seven_bit)
     a8, b8 = _operands(seven_bit)
@@ -72,8 +78,20 @@ def test_avx2_lowering_uses_vpmaddubsw():
     assert "vpmaddubsw" in asm and "vpmaddwd" in asm and "vpdpbusd" not in asm
 
 
-def _asm(target: str, lanes: int) -> str:
-    a, b, c = _gemm(False)
+def test_avx2_symmetric_lowering_uses_the_sign_trick():
+    a, b, c = _gemm("sym")
+    asm = kiln.build(_schedule(a, b, c, 8), [a, b, c], target="llvm -mcpu=haswell").asm()
+    assert "vpsignb" in asm and "vpabsb" in asm and "vpmaddubsw" in asm
+
+
+def test_symmetric_lowering_on_avx512bw_without_vnni():
+    asm = _asm("llvm -mcpu=skylake-avx512", 16, "sym")
+    assert "vpmaddubsw" in asm and "vpdpbusd" not in asm
+    assert "vpdpbusd" in _asm("llvm -mcpu=znver4", 16, "sym")
+
+
+def _asm(target: str, lanes: int, kind=False) -> str:
+    a, b, c = _gemm(kind)
     func = lower(_schedule(a, b, c, lanes), [a, b, c], name="dot4_gemm")
     t = Target.from_string(target)
     module = llvm.parse_assembly(str(emit_module(func, t, fastmath_flags(DEFAULT_FASTMATH))))

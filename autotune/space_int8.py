@@ -1,0 +1,40 @@
+"""Register budgets of int8 (dot4) anchors for the default schedule (space_defaults.py).
+
+A dot4 intrinsic's lowering (codegen/dot4.py) holds vector registers besides the register
+tile's accumulators, and how many depends on the target: `vpdpbusd` (VNNI) reads its two
+operands and nothing else, like an fp32 FMA, while the AVX2/AVX-512BW `vpmaddubsw` +
+`vpmaddwd` lowerings keep per weight vector its word and (sign trick) its 128 * sum term,
+and per broadcast activation its masked or |a - 128| bytes plus the pmaddwd ones. With 16
+AVX2 registers the fp32 GEMM's 6 x 2-vector tile (12 accumulators) then spills every k:
+1024^3 matmul_int8x4, 1 thread, one run: 6 x 16 63.6 GOPS, 4 x 16 57.0, 2 x 32 55.0
+(noisy: onnxruntime's MatMulInteger 93.4 in the same run).
+"""
+from __future__ import annotations
+
+from ..codegen.dot4 import dot4_strategies, target_features
+from ..codegen.target import Target
+from ..te.expr import DOT4_INTRINSICS, Call
+from ..te.tensor import ComputeOp
+from ..te.visit import walk
+
+# vector registers the madd lowerings hold besides the accumulators, per register file
+MADD_TEMPORARIES = 7
+
+
+def uses_dot4(op: ComputeOp) -> bool:
+    return any(isinstance(node, Call) and node.name in DOT4_INTRINSICS
+               for node in walk(op.body))
+
+
+def dot4_register_budget(target: Target, op: ComputeOp, budget: int) -> int:
+    """Accumulator registers for a register tile of `op`: `budget` (the fp32 rule's 3/4 of
+    the register file) unless `op` sums dot4 words and the target lowers them without
+    VNNI, then the register file less MADD_TEMPORARIES (AVX2: 16 - 7 = 9, so 4 rows of
+    2 vectors)."""
+    if not uses_dot4(op):
+        return budget
+    strategies = dot4_strategies(target_features(target))
+    if not strategies or strategies[0][1] == "vnni":
+        return budget
+    registers = 32 if target.vector_bits >= 512 else 16
+    return min(budget, registers - MADD_TEMPORARIES)
