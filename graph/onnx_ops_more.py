@@ -405,4 +405,5 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
     return ctx.emit("gather_elements", [x, idx], {"axis": ta}, final=True)
 
 
-from . import onnx_ops_attention, onnx_ops_norm, onnx_ops_spatial  # noqa: E402,F401 - register
+from . import (onnx_ops_attention, onnx_ops_control, onnx_ops_functions,  # noqa: E402,F401
+               onnx_ops_norm, onnx_ops_spatial)  # (they register converters)
