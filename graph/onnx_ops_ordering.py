@@ -164,12 +164,16 @@ def _pad_with_wrap(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="cons
 
 
 def _wrap_axis(ctx, x, axis: int, before: int, after: int):
-    """x along `axis` extended periodically: positions -before .. dim+after-1 read
-    x[i mod dim] (negative pads crop); a gather at constant positions."""
+    """x along `axis` extended periodically: a negative pad crops first (as onnxruntime),
+    then positions -before .. n+after-1 of the n kept read kept[i mod n]; a gather at
+    constant positions."""
     dim = x.shape[axis]
     if before == 0 and after == 0:
         return x
-    if dim == 0:
-        raise ModelFormatError(f"node '{ctx.node_name}' (Pad): cannot wrap an empty axis")
-    positions = np.arange(-before, dim + after, dtype=np.int64) % dim
+    start, stop = max(-before, 0), dim - max(-after, 0)
+    if stop <= start:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Pad): pads {before}, {after} crop "
+                               f"away all {dim} elements of axis {axis}; nothing to wrap")
+    n = stop - start
+    positions = np.arange(-max(before, 0), n + max(after, 0), dtype=np.int64) % n + start
     return ctx.emit("gather", [x, ctx.const(positions)], {"axis": axis})
