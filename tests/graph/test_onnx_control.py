@@ -104,7 +104,7 @@ def test_loop_trip_count_from_a_graph_input_specialises_on_its_value():
                 helper.make_node("Loop", ["n", "c", "s0"], ["s", "rows"], body=_loop_body())],
                [_info("n", [], TensorProto.INT64), _info("x", [7, 5]), _info("s0", [5])],
                [_info("s", [5]), _info("rows", ["k", 5])])
-    feeds = {"n": np.int64(2), "x": R.standard_normal((7, 5), np.float32),
+    feeds = {"n": np.array(2, np.int64), "x": R.standard_normal((7, 5), np.float32),
              "s0": R.standard_normal(5, np.float32)}
     assert isinstance(check(m, feeds), DynamicModel)
 
@@ -141,7 +141,7 @@ def test_an_unsupported_op_inside_a_branch_is_named():
     m = _model([_const("c", np.array(True)),
                 helper.make_node("If", ["c"], ["z"], then_branch=bad, else_branch=bad)],
                [_info("x", [2])], [_info("z", None, TensorProto.INT64)])
-    with pytest.raises(UnsupportedOperatorError, match=r"NonZero \(node 'nz'\)"):
+    with pytest.raises(UnsupportedOperatorError, match=r"NonZero \(nodes? 'nz'"):
         kiln.compile(m, db=None, jobs=1)
 
 
