@@ -1,6 +1,6 @@
-"""CumProd, TopK, Compress, Col2Im, MaxUnpool, Det, Upsample and Pad 'wrap' (te/ops/ordering.py,
-graph/onnx_ops_ordering.py): Kiln-compiled code and the numpy reference against onnxruntime on
-one-node models with awkward shapes (1, primes), ties and negative axes."""
+"""CumProd, TopK, Compress, Col2Im, MaxUnpool, Det, Upsample, Pad 'wrap' (te/ops/ordering.py,
+graph/onnx_ops_ordering.py) and MelWeightMatrix: Kiln-compiled code and the numpy reference
+against onnxruntime on one-node models with awkward shapes (1, primes), ties, negative axes."""
 from __future__ import annotations
 
 import numpy as np
@@ -121,3 +121,12 @@ def test_det_of_large_matrices_is_refused_by_name():
     m, _ = model("Det", {"x": f32(6, 6)})
     with pytest.raises(UnsupportedOperatorError, match=r"Det_0.*6x6"):
         load_onnx(m)
+
+
+def test_mel_weight_matrix_with_run_time_rates_and_edges():
+    feeds = {"mels": np.array(5, np.int64), "dft": np.array(31, np.int64),
+             "rate": np.array(16000, np.int64), "low": np.array(20.0, np.float32),
+             "high": np.array(7000.0, np.float32)}
+    m, _ = model("MelWeightMatrix", feeds, opset=17)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y0", TensorProto.FLOAT, [16, 5]))
+    check(m, feeds)
