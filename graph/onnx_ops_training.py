@@ -1,14 +1,15 @@
 """ONNX's optimizer update rules (ai.onnx.preview.training Adagrad, Adam, Momentum) as
 elementwise graph ops. They take the gradients as inputs, so no differentiation is involved:
 each is a fused elementwise kernel per tensor; the learning rate R and step count T stay
-run-time scalars (the first-step special cases are selects on T > 0)."""
+run-time scalars (the first-step special cases are selects on T > 0). Also BatchNormalization
+in training mode (batch statistics and the running-statistics update)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..te.errors import ModelFormatError
 from .ir import Value
-from .onnx_ops import converter
+from .onnx_ops import CONVERTERS, converter
 from .onnx_ops_control import _name_outputs
 
 _DOMAIN = "ai.onnx.preview.training."
@@ -106,3 +107,42 @@ def _momentum(ctx, r, t, *tensors, alpha, beta, mode, norm_coefficient):
         new_x.append(rule("sub", x, rule("mul", rule.r, step)))
         new_v.append(v2)
     return _name_outputs(ctx, new_x + new_v)
+
+
+_batch_norm = CONVERTERS["BatchNormalization"]
+
+
+@converter("BatchNormalization")
+def _batch_norm_training(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9,
+                         training_mode=0, **legacy):
+    """Training mode (opset 14+): normalised by the batch's statistics (the mean and the
+    population variance over every axis but the channels), with the running statistics
+    updated as input * momentum + batch * (1 - momentum)."""
+    if not training_mode or ctx.opset < 14:
+        return _batch_norm(ctx, x, scale, bias, mean, var, epsilon=epsilon,
+                           momentum=momentum, training_mode=training_mode, **legacy)
+    rank, channels = len(x.shape), x.shape[1]
+    axes = tuple(a for a in range(rank) if a != 1)
+    emit = ctx.emit
+
+    def c(value):
+        return ctx.const(np.array(value, dtype=x.dtype))
+
+    def per_channel(v):   # [C] -> [C, 1, ...] against x
+        return emit("reshape", [v], {"shape": (channels,) + (1,) * (rank - 2)})
+
+    batch_mean = emit("reduce_mean", [x], {"axes": axes, "keepdims": 1})
+    centred = emit("sub", [x, batch_mean])
+    batch_var = emit("reduce_mean", [emit("mul", [centred, centred])],
+                     {"axes": axes, "keepdims": 1})
+    inv = emit("div", [c(1.0), emit("sqrt", [emit("add", [batch_var, c(float(epsilon))])])])
+    y = emit("add", [emit("mul", [emit("mul", [centred, inv]), per_channel(scale)]),
+                     per_channel(bias)])
+
+    def running(old, batch):
+        flat = emit("reshape", [batch], {"shape": (channels,)})
+        return emit("add", [emit("mul", [old, c(float(momentum))]),
+                            emit("mul", [flat, c(1.0 - float(momentum))])])
+
+    results = [y, running(mean, batch_mean), running(var, batch_var)]
+    return _name_outputs(ctx, results[:max(len(ctx.output_names), 1)])

@@ -1,6 +1,6 @@
-"""Adagrad, Adam and Momentum (graph/onnx_ops_training.py): Kiln-compiled code against onnx's
-reference evaluator (onnxruntime lacks the preview.training domain), with the learning rate
-and step count as run-time inputs (T = 0 takes the first-step branch)."""
+"""Adagrad, Adam, Momentum and training-mode BatchNormalization (graph/onnx_ops_training.py):
+Kiln-compiled code against onnx's reference evaluator (onnxruntime lacks the preview.training
+domain), the learning rate and step count run-time inputs (T = 0: the first-step branch)."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,3 +53,22 @@ def test_update_rules_match_onnx_reference(case):
         want = ReferenceEvaluator(m).run(None, all_feeds)
         for got, w in zip(compiled.run(all_feeds), want):
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_training_mode_updates_running_statistics():
+    x = R.standard_normal((3, 5, 2, 7)).astype(np.float32)
+    stats = {k: R.uniform(0.5, 1.5, 5).astype(np.float32) for k in ("s", "b", "m", "v")}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                            ["y", "run_m", "run_v"], epsilon=1e-3, momentum=0.7,
+                            training_mode=1)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)] + [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, [5]) for k in stats]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)] + [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, [5]) for k in ("run_m", "run_v")]
+    m = helper.make_model(helper.make_graph([node], "bn", ins, outs),
+                          opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    feeds = {"x": x, **stats}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for got, w in zip(kiln.compile(m, db=None, jobs=1).run(feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
