@@ -406,5 +406,5 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
 
 
 from . import (onnx_ops_attention, onnx_ops_control, onnx_ops_functions,  # noqa: E402,F401
-               onnx_ops_mel, onnx_ops_norm, onnx_ops_ordering, onnx_ops_recurrent,
+               onnx_ops_mel, onnx_ops_ml, onnx_ops_norm, onnx_ops_ordering, onnx_ops_recurrent,
                onnx_ops_spatial, onnx_ops_training)  # (they register converters)

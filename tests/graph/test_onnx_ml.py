@@ -1,0 +1,45 @@
+"""ai.onnx.ml Binarizer and ArrayFeatureExtractor, and OptionalHasElement/OptionalGetElement
+without optional types (graph/onnx_ops_ml.py): Kiln-compiled code against onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import kiln
+
+from .graph_helpers import ort_run
+
+R = np.random.default_rng(17)
+
+
+def _model(nodes, ins, outs, opset=18):
+    m = helper.make_model(helper.make_graph(nodes, "ml", ins, outs), opset_imports=[
+        helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    return m
+
+
+def _check(m, feeds):
+    for got, want in zip(kiln.compile(m, db=None, jobs=1).run(feeds), ort_run(m, feeds)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_binarizer_and_array_feature_extractor():
+    x = R.standard_normal((3, 7)).astype(np.float32)
+    nodes = [helper.make_node("Binarizer", ["x"], ["b"], domain="ai.onnx.ml", threshold=0.3),
+             helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["f"], domain="ai.onnx.ml")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7]),
+                       helper.make_tensor_value_info("i", TensorProto.INT64, [4])],
+               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 7]),
+                helper.make_tensor_value_info("f", TensorProto.FLOAT, [3, 4])])
+    _check(m, {"x": x, "i": np.array([6, 0, 6, 2], np.int64)})
+
+
+def test_optional_ops_without_optional_types():
+    nodes = [helper.make_node("OptionalHasElement", [], ["has"]),
+             helper.make_node("OptionalGetElement", ["x"], ["y"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+               [helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])])
+    _check(m, {"x": R.standard_normal(5).astype(np.float32)})
