@@ -177,3 +177,31 @@ def _wrap_axis(ctx, x, axis: int, before: int, after: int):
     n = stop - start
     positions = np.arange(-max(before, 0), n + max(after, 0), dtype=np.int64) % n + start
     return ctx.emit("gather", [x, ctx.const(positions)], {"axis": axis})
+
+
+_max_pool = CONVERTERS["MaxPool"]
+
+
+@converter("MaxPool")
+def _max_pool_with_indices(ctx, x, **attrs):
+    """MaxPool's optional Indices output: a second kernel finding, in each window, the first
+    input position equal to the pooled maximum."""
+    names = ctx.output_names
+    if len(names) < 2 or not names[1] or len(x.shape) != 4:
+        return _max_pool(ctx, x, **attrs)
+    ctx.output_names = names[:1]
+    try:
+        y = _max_pool(ctx, x, **attrs)
+    finally:
+        ctx.output_names = names
+    pooled = ctx.nodes[-1]
+    assert pooled.op == "max_pool2d", pooled.op   # what the 2-D MaxPool converter emits
+    window = {k: pooled.attrs[k] for k in ("kernel", "strides", "pads", "dilations",
+                                           "ceil_mode")}
+    window["storage_order"] = int(attrs.get("storage_order", 0))
+    ctx.output_names = [names[1]]
+    try:
+        idx = ctx.emit("max_pool2d_indices", [x, y], window, final=True)
+    finally:
+        ctx.output_names = names
+    return y, idx

@@ -103,3 +103,30 @@ define("max_unpool", OpClass.OPAQUE,
 define("det", OpClass.OPAQUE, lambda ins, attrs: [(ins[0].shape[:-2], ins[0].dtype)],
        lambda node, args: [ordering.det(args[0])],
        lambda node, x: np.linalg.det(x).astype(x.dtype))
+
+
+def _max_pool_indices_ref(node, x, pooled):
+    a = node.attrs
+    top, left = a["pads"][0], a["pads"][1]
+    n, c, height, width = x.shape
+    out = np.zeros(pooled.shape, np.int64)
+    for i in np.ndindex(*pooled.shape):
+        best = None
+        for ky, kx in itertools.product(range(a["kernel"][0]), range(a["kernel"][1])):
+            h = i[2] * a["strides"][0] + ky * a["dilations"][0] - top
+            w = i[3] * a["strides"][1] + kx * a["dilations"][1] - left
+            if 0 <= h < height and 0 <= w < width and x[i[0], i[1], h, w] == pooled[i]:
+                inner = h * width + w if a["storage_order"] == 0 else w * height + h
+                flat = (i[0] * c + i[1]) * height * width + inner
+                best = flat if best is None else min(best, flat)
+        out[i] = best if best is not None else 0
+    return out
+
+
+define("max_pool2d_indices", OpClass.OPAQUE,
+       lambda ins, attrs: [(ins[1].shape, "int64")],
+       lambda node, args: [ordering.max_pool2d_indices(
+           args[0], args[1], tuple(node.attrs["kernel"]), tuple(node.attrs["strides"]),
+           tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]),
+           bool(node.attrs["ceil_mode"]), int(node.attrs["storage_order"]))],
+       _max_pool_indices_ref)

@@ -185,3 +185,31 @@ def det(x: Tensor, name: str | None = None) -> Tensor:
         return total if total is not None else E.const(1, x.dtype)
 
     return compute(x.shape[:-2], body, name=name or "det", tag=INJECTIVE)
+
+
+def max_pool2d_indices(x: Tensor, pooled: Tensor, kernel, stride, padding, dilation,
+                       ceil_mode: bool = False, storage_order: int = 0,
+                       name: str | None = None) -> Tensor:
+    """ONNX MaxPool's Indices output: for each window of x[N, C, H, W] the flat int64 index
+    (row-major over the whole x, or with H and W swapped when storage_order=1) of the first
+    tap equal to `pooled` (max_pool2d's result over the same windows)."""
+    from .pooling import _Window   # the pooling window geometry, shared with max_pool2d
+    base = name or "max_pool2d_indices"
+    win = _Window(base, x, kernel, stride, padding, dilation, ceil_mode)
+    _, channels, height, width = x.shape
+    ry, rx = reduce_axis(win.kernel[0], "ry"), reduce_axis(win.kernel[1], "rx")
+
+    def body(n, c, y, xx):
+        ty, tx = win.taps(y, xx, ry, rx)
+        h, w = ty - win.lo[0], tx - win.lo[1]
+        inside = E.all_of(E.const(0, "int32") <= h, h < height, E.const(0, "int32") <= w,
+                          w < width)
+        value = x(n, c, E.maximum(E.minimum(h, height - 1), 0),
+                  E.maximum(E.minimum(w, width - 1), 0))
+        plane = (E.cast(n, "int64") * channels + E.cast(c, "int64")) * (height * width)
+        inner = (E.cast(h, "int64") * width + E.cast(w, "int64") if storage_order == 0
+                 else E.cast(w, "int64") * height + E.cast(h, "int64"))
+        return T.min(plane + inner, axis=[ry, rx],
+                     where=inside & value.eq(pooled(n, c, y, xx)))
+
+    return compute(pooled.shape, body, name=base, tag=REDUCTION)

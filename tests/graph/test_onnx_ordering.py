@@ -1,6 +1,7 @@
-"""CumProd, TopK, Compress, Col2Im, MaxUnpool, Det, Upsample, Pad 'wrap' (te/ops/ordering.py,
-graph/onnx_ops_ordering.py) and MelWeightMatrix: Kiln-compiled code and the numpy reference
-against onnxruntime on one-node models with awkward shapes (1, primes), ties, negative axes."""
+"""CumProd, TopK, Compress, Col2Im, MaxUnpool, MaxPool's Indices, Det, Upsample, Pad 'wrap'
+(te/ops/ordering.py, graph/onnx_ops_ordering.py) and MelWeightMatrix: Kiln-compiled code and
+the numpy reference against onnxruntime on one-node models with awkward shapes (1, primes),
+ties, negative axes."""
 from __future__ import annotations
 
 import numpy as np
@@ -80,6 +81,10 @@ CASES = {
                     strides=[2, 1], dilations=[1, 2], pads=[1, 0, 0, 1]),
     "det": model("Det", {"x": f32(2, 3, 3, 3)}),
     "det-1x1": model("Det", {"x": f32(5, 1, 1)}),
+    "maxpool-indices": model("MaxPool", {"x": f32(2, 3, 7, 5)}, n_out=2, kernel_shape=[3, 2],
+                             strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2]),
+    "maxpool-indices-column-major": model("MaxPool", {"x": f32(1, 2, 5, 6)}, n_out=2,
+                                          kernel_shape=[2, 2], storage_order=1),
     "wrap-pad": model("Pad", {"x": f32(3, 2, 5)},
                       {"pads": np.array([1, 0, 7, 0, 2, -1], np.int64)}, mode="wrap",
                       opset=19),
