@@ -205,3 +205,44 @@ def _max_pool_with_indices(ctx, x, **attrs):
     finally:
         ctx.output_names = names
     return y, idx
+
+
+@converter("TfIdfVectorizer")
+def _tfidf(ctx, x, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts,
+           ngram_indexes, pool_int64s=None, pool_strings=None, weights=None):
+    """The pool's grams of the lengths asked for, counted by one kernel (ngram_counts); the
+    IDF/TFIDF weighting is elementwise."""
+    if pool_int64s is None:
+        raise _unsupported(ctx, "TfIdfVectorizer over strings (pool_strings)")
+    if mode not in ("TF", "IDF", "TFIDF"):
+        raise ModelFormatError(f"node '{ctx.node_name}' (TfIdfVectorizer): mode {mode!r}; "
+                               "expected TF, IDF or TFIDF")
+    if len(x.shape) not in (1, 2):
+        raise ModelFormatError(f"node '{ctx.node_name}' (TfIdfVectorizer): input "
+                               f"{list(x.shape)} must be [C] or [B, C]")
+    pool, bounds = list(pool_int64s), list(ngram_counts) + [len(pool_int64s)]
+    grams, targets, gram_id = [], [], 0
+    for size in range(1, len(ngram_counts) + 1):
+        items = pool[bounds[size - 1]:bounds[size]]
+        for k in range(len(items) // size):
+            if min_gram_length <= size <= max_gram_length:
+                grams.append(tuple(int(v) for v in items[k * size:(k + 1) * size]))
+                targets.append(int(ngram_indexes[gram_id]))
+            gram_id += 1
+    out_size = max(int(i) for i in ngram_indexes) + 1
+    rows = x if len(x.shape) == 2 else ctx.emit("reshape", [x], {"shape": (1, x.shape[0])})
+    counts = ctx.emit("ngram_counts", [rows], {"grams": tuple(grams), "targets": tuple(targets),
+                                               "out_size": out_size,
+                                               "max_skip": int(max_skip_count)})
+    if mode != "TF":
+        w = np.ones(out_size, np.float32)
+        if weights:   # one per gram of the pool (the spec, onnxruntime): on its column
+            w[np.asarray(ngram_indexes, np.int64)] = np.asarray(weights, np.float32)
+        if mode == "IDF":
+            present = ctx.emit("greater", [counts, ctx.const(np.zeros((), np.float32))])
+            counts = ctx.emit("mul", [ctx.emit("cast", [present], {"to": "float32"}),
+                                      ctx.const(w)])
+        elif weights:
+            counts = ctx.emit("mul", [counts, ctx.const(w)])
+    shape = counts.shape if len(x.shape) == 2 else (out_size,)
+    return ctx.emit("reshape", [counts], {"shape": shape}, final=True)

@@ -130,3 +130,24 @@ define("max_pool2d_indices", OpClass.OPAQUE,
            tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]),
            bool(node.attrs["ceil_mode"]), int(node.attrs["storage_order"]))],
        _max_pool_indices_ref)
+
+
+def _ngram_counts_ref(node, x):
+    a = node.attrs
+    out = np.zeros((x.shape[0], a["out_size"]), np.float32)
+    length = x.shape[1]
+    for gram, target in zip(a["grams"], a["targets"]):
+        n = len(gram)
+        for dist in range(1, (1 if n == 1 else a["max_skip"] + 1) + 1):
+            for s in range(length - dist * (n - 1)):
+                hit = np.all([x[:, s + k * dist] == v for k, v in enumerate(gram)], axis=0)
+                out[:, target] += hit
+    return out
+
+
+define("ngram_counts", OpClass.OPAQUE,
+       lambda ins, attrs: [((ins[0].shape[0], attrs["out_size"]), "float32")],
+       lambda node, args: [ordering.ngram_counts(args[0], node.attrs["grams"],
+                                                 node.attrs["targets"], node.attrs["out_size"],
+                                                 node.attrs["max_skip"])],
+       _ngram_counts_ref)

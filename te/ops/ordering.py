@@ -213,3 +213,38 @@ def max_pool2d_indices(x: Tensor, pooled: Tensor, kernel, stride, padding, dilat
                      where=inside & value.eq(pooled(n, c, y, xx)))
 
     return compute(pooled.shape, body, name=base, tag=REDUCTION)
+
+
+def ngram_counts(x: Tensor, grams: tuple[tuple[int, ...], ...], targets: tuple[int, ...],
+                 out_size: int, max_skip: int, name: str | None = None) -> Tensor:
+    """ONNX TfIdfVectorizer's term frequencies over integer rows x[B, C]: out[b, j] counts,
+    for every gram whose target is j, the positions s and skip distances d (1 .. max_skip +
+    1; unigrams once) with x[b, s + k * d] == gram[k] for every k. One reduction stage per
+    gram, then one stage adding each gram's count into its output column."""
+    check_tensor("ngram_counts", x)
+    if x.ndim != 2:
+        raise TEError(f"ngram_counts(): x must be [B, C], got {list(x.shape)}")
+    rows, length = x.shape
+    def counter(gram: tuple[int, ...], g: int):
+        n = len(gram)
+        skips = 1 if n == 1 else max_skip + 1
+        rd, rs = reduce_axis(skips, f"d{g}"), reduce_axis(length, f"s{g}")
+
+        def body(b):
+            dist = rd + 1
+            conds = [rs + dist * (n - 1) < length]
+            for k, value in enumerate(gram):
+                at = E.minimum(rs + dist * k, length - 1)
+                conds.append(E.cast(x(b, at), "int64").eq(E.const(int(value), "int64")))
+            return T.sum(E.const(1.0, "float32"), axis=[rd, rs], where=E.all_of(*conds))
+        return compute((rows,), body, name=f"{name or 'ngram'}_count{g}", tag=REDUCTION)
+
+    stages = [counter(gram, g) for g, gram in enumerate(grams)]
+
+    def gather(b, j):
+        total = E.const(0.0, "float32")
+        for stage, target in zip(stages, targets):
+            total = total + E.select(j.eq(int(target)), stage(b), E.const(0.0, "float32"))
+        return total
+
+    return compute((rows, out_size), gather, name=name or "ngram_counts", tag=INJECTIVE)

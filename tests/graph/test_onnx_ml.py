@@ -1,5 +1,6 @@
-"""ai.onnx.ml Binarizer and ArrayFeatureExtractor, and OptionalHasElement/OptionalGetElement
-without optional types (graph/onnx_ops_ml.py): Kiln-compiled code against onnxruntime."""
+"""ai.onnx.ml Binarizer and ArrayFeatureExtractor, TfIdfVectorizer (onnx_ops_ordering.py), and
+OptionalHasElement/OptionalGetElement without optional types (graph/onnx_ops_ml.py):
+Kiln-compiled code against onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
@@ -43,3 +44,20 @@ def test_optional_ops_without_optional_types():
                [helper.make_tensor_value_info("has", TensorProto.BOOL, []),
                 helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])])
     _check(m, {"x": R.standard_normal(5).astype(np.float32)})
+
+
+def test_tfidf_vectorizer_idf_and_tfidf_with_skips():
+    x = R.integers(0, 4, (3, 11)).astype(np.int64)
+    pool = [1, 3, 0, 1, 2, 2, 3, 0]          # unigrams 1, 3; bigrams (0 1) (2 2) (3 0)
+    common = dict(min_gram_length=1, max_gram_length=2, max_skip_count=2,
+                  ngram_counts=[0, 2], ngram_indexes=[4, 0, 1, 3, 2], pool_int64s=pool)
+    nodes = [helper.make_node("TfIdfVectorizer", ["x"], ["idf"], mode="IDF",
+                              weights=[0.5, 1.5, 2.0, 3.0, 0.25], **common),
+             helper.make_node("TfIdfVectorizer", ["x"], ["tfidf"], mode="TFIDF",
+                              weights=[0.5, 1.5, 2.0, 3.0, 0.25], **common),
+             helper.make_node("TfIdfVectorizer", ["row"], ["tf"], mode="TF", **common)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.INT64, [3, 11]),
+                       helper.make_tensor_value_info("row", TensorProto.INT64, [11])],
+               [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                for n, s in (("idf", [3, 5]), ("tfidf", [3, 5]), ("tf", [5]))])
+    _check(m, {"x": x, "row": x[1].copy()})
