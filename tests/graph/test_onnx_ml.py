@@ -15,7 +15,7 @@ R = np.random.default_rng(17)
 
 def _model(nodes, ins, outs, opset=18):
     m = helper.make_model(helper.make_graph(nodes, "ml", ins, outs), opset_imports=[
-        helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)])
+        helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 5)])
     m.ir_version = 8
     return m
 
@@ -61,3 +61,28 @@ def test_tfidf_vectorizer_idf_and_tfidf_with_skips():
                [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
                 for n, s in (("idf", [3, 5]), ("tfidf", [3, 5]), ("tf", [5]))])
     _check(m, {"x": x, "row": x[1].copy()})
+
+
+def _tree_model(aggregate):
+    """Two trees over 3 features: LT / NEQ (missing values go true) / set membership."""
+    f, u8 = TensorProto.FLOAT, TensorProto.UINT8
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain="ai.onnx.ml", aggregate_function=aggregate,
+        n_targets=3, tree_roots=[0, 3],
+        nodes_featureids=[0, 2, 1, 1], nodes_truenodeids=[1, 0, 2, 3],
+        nodes_trueleafs=[0, 1, 1, 1], nodes_falsenodeids=[2, 1, 3, 4],
+        nodes_falseleafs=[0, 1, 1, 1], nodes_missing_value_tracks_true=[0, 1, 0, 0],
+        nodes_modes=helper.make_tensor("m", u8, [4], [1, 5, 6, 2]),
+        nodes_splits=helper.make_tensor("s", f, [4], [0.1, 0.5, np.nan, -0.2]),
+        membership_values=helper.make_tensor("v", f, [3], [0.0, 1.0, np.nan]),
+        leaf_targetids=[0, 2, 1, 1, 2, 0],
+        leaf_weights=helper.make_tensor("w", f, [6], [1.5, -2.0, 4.0, 0.5, 3.0, -1.0]))
+    return _model([node], [helper.make_tensor_value_info("x", f, [7, 3])],
+                  [helper.make_tensor_value_info("y", f, [7, 3])])
+
+
+def test_tree_ensemble_sum_and_max():
+    x = R.choice([-1.0, 0.0, 0.5, 1.0, 2.0], (7, 3)).astype(np.float32)
+    x[2, 2] = np.nan
+    for aggregate in (1, 3):
+        _check(_tree_model(aggregate), {"x": x})
