@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
 from .ir import Value
@@ -78,7 +79,6 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
     """Convert the nodes of `body` in place with its formal inputs bound to `inputs`; returns
     the Values of its outputs. Its values get fresh names under `tag`, so the same body can
     be inlined once per loop iteration."""
-    from .frontend import _array  # the frontend imports this module's converters
     if len(inputs) != len(body.input):
         raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): its body takes "
                                f"{len(body.input)} inputs, {len(inputs)} are given")
@@ -93,7 +93,8 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
         for formal, actual in zip(g.input, inputs):
             ctx.values[formal.name] = actual
         for t in g.initializer:
-            ctx.values[t.name] = ctx.const(_array(t, f"initializer '{t.name}' of a subgraph"),
+            ctx.onnx_dtype(t.data_type)   # a clear error for a type Kiln lacks
+            ctx.values[t.name] = ctx.const(np.array(numpy_helper.to_array(t), order="C"),
                                            name=t.name)
         for k, node in enumerate(g.node):
             node.name = f"{tag}/{node.name or f'{node.op_type}_{k}'}"

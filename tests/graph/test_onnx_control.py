@@ -44,14 +44,15 @@ def check(m, feeds, **compile_args):
 
 
 def _branches(x_scale):
-    """then: x * 2 + outer y (an outer-scope read); else: x - 1 (same shape)."""
+    """then: x * 2 + outer y (an outer-scope read); else: x - 1 (1: a subgraph
+    initializer); both of x's shape."""
     then = helper.make_graph([_const("two", np.float32(2)),
                               helper.make_node("Mul", ["x", "two"], ["t1"]),
                               helper.make_node("Add", ["t1", "y"], ["t_out"])],
                              "then", [], [_info("t_out", [2, 3])])
-    other = helper.make_graph([_const("one", np.float32(x_scale)),
-                               helper.make_node("Sub", ["x", "one"], ["e_out"])],
-                              "else", [], [_info("e_out", [2, 3])])
+    other = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e_out"])],
+                              "else", [], [_info("e_out", [2, 3])], initializer=[
+                                  numpy_helper.from_array(np.float32(x_scale), "one")])
     return then, other
 
 
