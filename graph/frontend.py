@@ -23,6 +23,7 @@ from ..te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
 from . import ops
 from .ir import Graph, Node, Value
 from .onnx_ops import CONVERTERS
+from .onnx_ops_control import subgraphs
 from .onnx_quant_ops import converter_key
 from .reference import run_node
 
@@ -55,11 +56,14 @@ def model_opset(model: onnx.ModelProto) -> int:
 def check_supported(model: onnx.ModelProto, opset: int) -> None:
     """Raise one UnsupportedOperatorError listing every unsupported op type and its nodes."""
     missing: dict[str, list[str]] = {}
-    for k, node in enumerate(model.graph.node):
-        if converter_key(node.domain, node.op_type) not in CONVERTERS:
-            label = node.op_type if node.domain in _ONNX_DOMAINS else \
-                f"{node.domain}.{node.op_type}"
-            missing.setdefault(label, []).append(node.name or f"#{k}")
+    graphs = [model.graph]
+    while graphs:   # the nodes of If/Loop/Scan bodies too: they are converted in place
+        for k, node in enumerate(graphs.pop(0).node):
+            if converter_key(node.domain, node.op_type) not in CONVERTERS:
+                label = node.op_type if node.domain in _ONNX_DOMAINS else \
+                    f"{node.domain}.{node.op_type}"
+                missing.setdefault(label, []).append(node.name or f"#{k}")
+            graphs.extend(subgraphs(node))
     if not missing:
         return
     parts = []
@@ -148,6 +152,7 @@ class ConvertContext:
         self._static: dict[str, np.ndarray] = {}
         self._taken: set[str] = set()
         self.node_name = self.op_type = ""
+        self.node_proto: onnx.NodeProto | None = None
         self.output_names: list[str] = []
 
     def _fresh(self, hint: str) -> str:
@@ -243,6 +248,7 @@ class ConvertContext:
     def convert(self, node: onnx.NodeProto, index: int) -> None:
         self.node_name = node.name or f"{node.op_type}_{index}"
         self.op_type = node.op_type
+        self.node_proto = node      # for converters that expand the op's ONNX function body
         self.output_names = list(node.output)
         try:
             inputs = [self.values[n] if n else None for n in node.input]

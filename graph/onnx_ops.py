@@ -472,7 +472,7 @@ def _squeeze(ctx, x, axes_in=None, axes=None):
 @converter("Unsqueeze")
 def _unsqueeze(ctx, x, axes_in=None, axes=None):
     if ctx.opset >= 13:
-        axes = ctx.static(axes_in, "axes").tolist()
+        axes = ctx.static(axes_in, "axes").reshape(-1).tolist()   # a 0-d axes is one axis
     rank = len(x.shape) + len(axes)
     new = {_axis(ctx, int(a), rank) for a in axes}
     it = iter(x.shape)

@@ -347,11 +347,31 @@ def _einsum_terms(ctx, equation: str, ranks: list[int]) -> tuple[list[str], str]
         counts = {c: "".join(out_terms).count(c) for c in "".join(out_terms)}
         out = fill + "".join(sorted(c for c, k in counts.items() if k == 1 and c.islower()))
     for t, r in zip(out_terms, ranks):
-        if len(t) != r or len(set(t)) != len(t):
-            raise _unsupported(ctx, f"Einsum term {t!r} on a rank-{r} input (a repeated "
-                                    "label, i.e. a diagonal)" if len(set(t)) != len(t) else
-                               f"Einsum term {t!r} on a rank-{r} input")
+        if len(t) != r:
+            raise _unsupported(ctx, f"Einsum term {t!r} on a rank-{r} input")
     return out_terms, out
+
+
+def _einsum_diagonal(ctx, x: Value, term: str) -> tuple[Value, str]:
+    """A term with a repeated label (x[..., i, ..., i]) as its diagonal: the two axes moved
+    last, flattened, and every (n + 1)-th element taken; the label then appears once."""
+    while len(set(term)) != len(term):
+        c = next(ch for ch in term if term.count(ch) > 1)
+        p1 = term.index(c)
+        p2 = term.index(c, p1 + 1)
+        n = x.shape[p1]
+        if x.shape[p2] != n:
+            raise ModelFormatError(f"node '{ctx.node_name}' (Einsum): label {c!r} has sizes "
+                                   f"{n} and {x.shape[p2]} in term {term!r}")
+        keep = [a for a in range(len(term)) if a not in (p1, p2)]
+        y = ctx.emit("transpose", [x], {"perm": tuple(keep) + (p1, p2)})
+        lead = tuple(x.shape[a] for a in keep)
+        y = ctx.emit("reshape", [y], {"shape": lead + (n * n,)})
+        rank = len(lead) + 1
+        y = ctx.emit("slice", [y], {"starts": (0,) * rank, "ends": lead + (n * n,),
+                                    "steps": (1,) * (rank - 1) + (n + 1,)})
+        x, term = y, "".join(term[a] for a in keep) + c
+    return x, term
 
 
 @converter("Einsum")
@@ -359,6 +379,7 @@ def _einsum(ctx, *xs, equation):
     """Every operand transposed and reshaped onto all labels (output labels first, then the
     summed ones), multiplied with broadcasting, and summed over the trailing labels."""
     terms, out = _einsum_terms(ctx, equation, [len(x.shape) for x in xs])
+    xs, terms = zip(*(_einsum_diagonal(ctx, x, t) for x, t in zip(xs, terms)))
     summed = sorted({c for t in terms for c in t} - set(out))
     labels = list(out) + summed
     size = {}
@@ -405,4 +426,6 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
     return ctx.emit("gather_elements", [x, idx], {"axis": ta}, final=True)
 
 
-from . import onnx_ops_attention, onnx_ops_norm, onnx_ops_spatial  # noqa: E402,F401 - register
+from . import (onnx_ops_attention, onnx_ops_control, onnx_ops_functions,  # noqa: E402,F401
+               onnx_ops_mel, onnx_ops_ml, onnx_ops_norm, onnx_ops_ordering, onnx_ops_recurrent,
+               onnx_ops_spatial, onnx_ops_training)  # (they register converters)

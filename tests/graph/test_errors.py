@@ -16,10 +16,8 @@ from .graph_helpers import make_model
 def _unsupported_model():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu_0"),
              helper.make_node("NonMaxSuppression", ["b0", "s0"], ["nms"], name="nms_0"),
-             helper.make_node("Loop", ["", ""], ["l1"], name="loop_1",
-                              body=helper.make_graph([], "b", [], [])),
-             helper.make_node("Loop", ["", ""], ["l2"], name="loop_2",
-                              body=helper.make_graph([], "b", [], [])),
+             helper.make_node("Unique", ["x"], ["u1"], name="unique_1"),
+             helper.make_node("Unique", ["x"], ["u2"], name="unique_2"),
              helper.make_node("Relu", ["a"], ["y"])]
     g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", 1, [2])],
                           [helper.make_tensor_value_info("y", 1, [2])])
@@ -30,7 +28,7 @@ def test_unsupported_ops_listed_together():
     with pytest.raises(UnsupportedOperatorError,
                        match=r"2 operator types Kiln does not support \(opset 17\): "
                              r"NonMaxSuppression \(node 'nms_0'\), "
-                             r"Loop \(nodes 'loop_1', 'loop_2'\)\."):
+                             r"Unique \(nodes 'unique_1', 'unique_2'\)\."):
         load_onnx(_unsupported_model())
 
 

@@ -116,6 +116,23 @@ def _cumsum(axis, k):
         {f"a{k}": np.array(axis, np.int64)}
 
 
+def _cumprod(axis, k):
+    return [helper.make_node("CumProd", ["x", f"a{k}"], [f"y{k}"], exclusive=1)], \
+        {f"a{k}": np.array(axis, np.int64)}
+
+
+def _compress(axis, k):
+    keep = np.arange(SHAPE[axis]) % 2 == 0
+    return [helper.make_node("Compress", ["x", f"c{k}"], [f"y{k}"], axis=axis)], \
+        {f"c{k}": keep}
+
+
+def _center_crop_pad(axis, k):
+    size = SHAPE[axis] + (1 if axis % 2 else -1)     # pad some axes, crop the others
+    return [helper.make_node("CenterCropPad", ["x", f"s{k}"], [f"y{k}"], axes=[axis])], \
+        {f"s{k}": np.array([size], np.int64)}
+
+
 def _gather_elements(axis, k):
     d = SHAPE[axis]
     idx = R.integers(-d, d, size=SHAPE).astype(np.int64)
@@ -185,6 +202,9 @@ CASES = [
     Case("ArgMax", _attr("ArgMax", keepdims=0), out_dtype="int64"),
     Case("ArgMin", _attr("ArgMin"), out_dtype="int64"),
     Case("CumSum", _cumsum),
+    Case("CumProd", _cumprod, opset=26),
+    Case("Compress", _compress),
+    Case("CenterCropPad", _center_crop_pad, opset=18),
     Case("GatherElements", _gather_elements),
     Case("LpNormalization", _attr("LpNormalization")),
     Case("MeanVarianceNormalization", _axes_attr("MeanVarianceNormalization")),
