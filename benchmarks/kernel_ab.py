@@ -145,6 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="resnet50_like")
     parser.add_argument("--image", type=int, default=224)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--kernels", help="comma-separated names (default: all)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-base", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--base-pkg", help=argparse.SUPPRESS)
@@ -160,7 +161,8 @@ def main(argv=None) -> int:
     pkg = tempfile.mkdtemp(prefix="kiln-ab-")
     _link_package(Path(args.base).resolve(), Path(pkg))
     base, new = _Server(args, True, pkg), _Server(args, False, pkg)
-    names = [n for n in new.hello["ready"] if n in base.hello["ready"]]
+    names = [n for n in new.hello["ready"] if n in base.hello["ready"]
+             and (not args.kernels or n in args.kernels.split(","))]
     same = {n: base.ask(op="digest", kernel=n)["digest"] == new.ask(op="digest", kernel=n)[
         "digest"] for n in names}
     times = {n: ([], []) for n in names}
