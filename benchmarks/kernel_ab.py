@@ -64,6 +64,8 @@ def _serve(args) -> None:
         best = db.best(mm.workload_key, target, threads=1)
         if best:
             entries.append(("matmul 1024^3 tuned", mm, best[0]))
+    if args.kernels:
+        entries = [e for e in entries if e[0] in args.kernels.split(",")]
     kernels, cpu = {}, {}
     for name, task, record in entries:
         start = time.process_time()
@@ -119,6 +121,8 @@ class _Server:
         cmd = [sys.executable, str(HERE), "--serve", "--model", args.model,
                "--image", str(args.image), "--threads", str(args.threads),
                "--repo", str(args.base if base else HERE.parent.parent)]
+        if args.kernels:
+            cmd += ["--kernels", args.kernels]
         if base:
             cmd += ["--serve-base", "--base-pkg", pkg]
         env = {**os.environ, "KILN_NUM_THREADS": str(args.threads), "KILN_CACHE_DIR": "off"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from .cg_util import buf, load, loop, rand
-from kiln.codegen import Target, build, fold
+from kiln.codegen import Target, build, emit_expr, fold
 from kiln.codegen.emit_module import emit_module
 from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store, seq
 from kiln.te import expr as E
@@ -123,9 +123,11 @@ def test_value_from_a_guarded_branch_is_not_reused_after_it():
     np.testing.assert_array_equal(c, want)
 
 
-def test_gather_with_int32_index_loaded_from_memory():
-    """An index read from an int32 buffer inside an address (widened to i64), scalar and
-    per lane, including a negative offset that must sign-extend."""
+@pytest.mark.parametrize("wide", [False, True])
+def test_gather_with_int32_index_loaded_from_memory(wide, monkeypatch):
+    """An index read from an int32 buffer inside an address (widened to i64 when
+    WIDE_ADDRESSES is on), per lane, with constant terms folded."""
+    monkeypatch.setattr(emit_expr, "WIDE_ADDRESSES", wide)
     X, I, C = buf("X", "float32", [16]), buf("I", "int32", [8]), buf("C", "float32", [8])
     i = E.var("i")
     body = Store(C, i, load(X, load(I, i) + 4 - 2 * E.const(2)))
