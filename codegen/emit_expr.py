@@ -15,11 +15,20 @@ from ..schedule.ir import Buffer, BufferLoad
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
-from ..te.visit import free_vars, substitute
+from ..te.visit import _children, substitute
+from . import fold
 from . import llvm_types as T
 from .intrinsics import emit_call
 
 _FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
+_LEAVES = (E.IntImm, E.FloatImm, E.Var)
+# Element offsets computed in i64 (expr(index=ADDRESS)) cut a ResNet-50 conv's O3 time from
+# 0.86 to 0.25 s (IndVarSimplify and LoopLoadElimination no longer see through sign
+# extensions), but the max pool ran 35% slower with them in A/B runs (bit-identical outputs),
+# so they are off until that is understood: ADDRESS then means index=True.
+WIDE_ADDRESSES = False
+ADDRESS = "address"   # expr(index=ADDRESS): an element offset, int32 arithmetic done in i64
+_OPAQUE = (BufferLoad, E.Cast, E.Call)  # emitted at their own width, then widened
 
 
 @dataclass(frozen=True)
@@ -31,12 +40,18 @@ class Lanes:
     count: int
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=1 << 16)
 def _free_vars(e: E.Expr) -> frozenset:
-    """free_vars, remembered: every load and store asks it about its index and lane_stride
-    again about each sub-index, which made emitting a depthwise conv's unrolled body cost
-    ~300 ms of Python walks. Expressions hash once (cached), so the look-up is cheap."""
-    return frozenset(free_vars(e))
+    """free_vars, remembered and built from the children's (a walk per node was quadratic on
+    the shared sub-expressions of a Winograd transform): every load and store asks it about
+    its index, lane_stride about each sub-index and emission-time sharing about every node.
+    Expressions hash once (cached), so the look-up is cheap."""
+    if isinstance(e, E.Var):
+        return frozenset((e,))
+    out = frozenset()
+    for c in _children(e):
+        out = out | _free_vars(c)
+    return out
 
 
 def lane_stride(index: E.Expr, var: E.Var) -> int | None:
@@ -58,9 +73,25 @@ def lane_stride(index: E.Expr, var: E.Var) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _at_lane_base(index: E.Expr, var: E.Var, base: E.Expr) -> E.Expr:
+    """`index` with the lane variable replaced by the ramp's start (a contiguous access's
+    first element), remembered: every unrolled copy of a vector load asks again."""
+    return substitute(index, {var: base})
+
+
 class ExprEmitter:
     """Mixin of FunctionEmitter: expression emission. Needs builder, vars, buffers, lanes,
-    nonneg, fastmath flags and the module context `mod`."""
+    nonneg, fastmath flags and the module context `mod`.
+
+    Values are shared between expr() calls (emission-time CSE): an integer or read-only
+    expression emitted once is reused wherever its value is still valid: until the scope
+    it was emitted in ends (a loop body, a branch of a conditional) or one of its variables
+    is bound anew (an unrolled loop's next copy). Loads are shared only from buffers nothing
+    in the function writes (`readonly`). Without it, every store of an unrolled tile
+    re-emitted its whole index arithmetic and every unrolled copy re-read its inputs, for
+    LLVM's GVN to merge again.
+    """
 
     builder: ir.IRBuilder
     vars: dict
@@ -70,10 +101,65 @@ class ExprEmitter:
     fm: tuple
     mod: object
 
+    # ------------------------------------------------------------------ sharing
+    def init_sharing(self, readonly=frozenset()) -> None:
+        self.readonly = frozenset(readonly)
+        self._shared: dict = {}
+        self._scopes: list[list] = [[]]
+        self._control = 0
+        self._var_level: dict = {}
+        self._share_ok: dict = {}
+
+    def push_scope(self, var: E.Var | None = None):
+        """Open a scope: a control-flow region (var None: code that may not run, whose values
+        do not dominate what follows), or the binding of `var`. Returns what pop_scope needs."""
+        self._scopes.append([])
+        level = len(self._scopes) - 1
+        if var is None:
+            saved, self._control = self._control, level
+            return ("control", saved)
+        saved = self._var_level.get(var)
+        self._var_level[var] = level
+        return ("var", var, saved)
+
+    def pop_scope(self, token) -> None:
+        for key in self._scopes.pop():
+            self._shared.pop(key, None)
+        if token[0] == "control":
+            self._control = token[1]
+        elif token[2] is None:
+            del self._var_level[token[1]]
+        else:
+            self._var_level[token[1]] = token[2]
+
+    def _shareable(self, e: E.Expr) -> bool:
+        ok = self._share_ok.get(e)
+        if ok is None:
+            if isinstance(e, BufferLoad):
+                ok = e.buffer in self.readonly and self._shareable(e.index)
+            else:
+                ok = all(self._shareable(c) for c in _children(e))
+            self._share_ok[e] = ok
+        return ok
+
+    def _remember(self, key, e: E.Expr, value: ir.Value) -> None:
+        level = self._control
+        for v in _free_vars(e):
+            level = max(level, self._var_level.get(v, 0))
+        self._shared[key] = value
+        self._scopes[level].append(key)
+
     # ------------------------------------------------------------------ entry points
     def expr(self, e: E.Expr, *, index: bool = False) -> ir.Value:
-        """Emit `e`; `index=True` marks int arithmetic nsw (indices are in bounds)."""
+        """Emit `e`; `index=True` marks int arithmetic nsw (indices are in bounds);
+        `index=ADDRESS` (with WIDE_ADDRESSES on; else the same as True) also computes
+        int32 values in i64 (nsw), as the element offsets of
+        loads and stores: LLVM then has no sign extension of i32 index arithmetic to see
+        through (IndVarSimplify and LoopLoadElimination spent most of a conv's O3 time in
+        scalar evolution over those)."""
         saved = getattr(self, "_memo", None), getattr(self, "_index", False)
+        if index is ADDRESS and not WIDE_ADDRESSES:
+            index = True
         self._memo, self._index = {}, index
         try:
             return self._emit(e)
@@ -84,16 +170,49 @@ class ExprEmitter:
         return self.lanes is not None and self.lanes.var in _free_vars(e)
 
     def _emit(self, e: E.Expr) -> ir.Value:
-        hit = self._memo.get(e)
+        key = (e, self._index)
+        hit = self._memo.get(key)
         if hit is None:
-            method = getattr(self, "_emit_" + type(e).__name__, None)
-            if method is None:
-                raise CodegenError(f"codegen cannot emit expression node {type(e).__name__} "
-                                   f"({e}); lower it first (Reduce and TensorLoad must not "
-                                   "reach the loop IR)")
-            hit = method(e)
-            self._memo[e] = hit
+            if self._index is ADDRESS and isinstance(e, _OPAQUE):
+                hit = self._widen_opaque(e)
+                self._memo[key] = hit
+                return hit
+            leaf = isinstance(e, _LEAVES) and not (self._index is ADDRESS and
+                                                   isinstance(e, E.Var))
+            hit = None if leaf else self._shared.get(key)
+            if hit is None:
+                method = getattr(self, "_emit_" + type(e).__name__, None)
+                if method is None:
+                    raise CodegenError(f"codegen cannot emit expression node "
+                                       f"{type(e).__name__} ({e}); lower it first (Reduce and "
+                                       "TensorLoad must not reach the loop IR)")
+                hit = method(e)
+                if not leaf and not isinstance(hit, ir.Constant) and self._shareable(e):
+                    self._remember(key, e, hit)
+            self._memo[key] = hit
         return hit
+
+    def _widen_opaque(self, e: E.Expr) -> ir.Value:
+        """A load, cast or call inside an address: emitted as usual, an int32 result then
+        sign-extended to i64."""
+        self._index = True
+        try:
+            value = self._emit(e)
+        finally:
+            self._index = ADDRESS
+        return self._widen(value) if e.dtype == "int32" else value
+
+    def _widen(self, value: ir.Value) -> ir.Value:
+        start = fold.int_value(value)
+        if start is not None:
+            return ir.Constant(T.I64, start)
+        if T.is_vector(value) and isinstance(value, ir.Constant) and isinstance(
+                value.constant, list):
+            lanes = [fold.int_value(c if isinstance(c, ir.Constant) else ir.Constant(T.I32, c))
+                     for c in value.constant]
+            if None not in lanes:
+                return ir.Constant(ir.VectorType(T.I64, len(lanes)), lanes)
+        return self.builder.sext(value, _like(value, T.I64))
 
     def _pair(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
         la, lb = T.lanes_of(a), T.lanes_of(b)
@@ -105,6 +224,8 @@ class ExprEmitter:
 
     # ------------------------------------------------------------------ leaves
     def _emit_IntImm(self, e):
+        if self._index is ADDRESS and e.dtype == "int32":
+            return T.const("int64", e.value)
         return T.const(e.dtype, e.value)
 
     def _emit_FloatImm(self, e):
@@ -112,7 +233,8 @@ class ExprEmitter:
 
     def _emit_Var(self, e):
         try:
-            return self.vars[e]
+            value = self.vars[e]
+            return self._widen(value) if self._index is ADDRESS and e.dtype == "int32" else value
         except KeyError:
             raise CodegenError(f"variable '{e.name}' is used outside the loop that binds it; "
                                "every free variable of a kernel must be a loop variable") from None
@@ -123,17 +245,17 @@ class ExprEmitter:
         align = dt.itemsize(e.buffer.dtype)
         lanes = self.lanes
         if lanes is None or not self.depends_on_lanes(e.index):
-            idx = self.expr(e.index, index=True)
+            idx = self.expr(e.index, index=ADDRESS)
             if T.is_vector(idx):
                 raise CodegenError(f"internal: vector index for load of {e.buffer.name}")
             return self._from_memory(e.buffer.dtype, self.builder.load(
                 self.element_ptr(ptr, mem_ty, idx), typ=mem_ty, align=align))
         if lane_stride(e.index, lanes.var) == 1:
-            base = self.expr(substitute(e.index, {lanes.var: lanes.base}), index=True)
+            base = self.expr(_at_lane_base(e.index, lanes.var, lanes.base), index=ADDRESS)
             vty = ir.VectorType(mem_ty, lanes.count)
             value = self.builder.load(self.element_ptr(ptr, mem_ty, base), typ=vty, align=align)
             return self._from_memory(e.buffer.dtype, value)
-        idx = self.expr(e.index, index=True)
+        idx = self.expr(e.index, index=ADDRESS)
         out = ir.Constant(ir.VectorType(mem_ty, lanes.count), ir.Undefined)
         for lane in range(lanes.count):
             i = self.builder.extract_element(idx, ir.Constant(T.I32, lane))
@@ -193,6 +315,8 @@ class ExprEmitter:
         a, b = self._pair(self._emit(e.a), self._emit(e.b))
         if dt.is_float(e.dtype):
             return getattr(self.builder, float_op)(a, b, flags=self.fm)
+        if int_op in fold._ARITH and (folded := fold.fold_arith(int_op, a, b)) is not None:
+            return folded
         flags = ("nsw",) if self._index and e.dtype in ("int32", "int64") else ()
         return getattr(self.builder, int_op)(a, b, flags=flags)
 
@@ -223,6 +347,9 @@ class ExprEmitter:
                                "te.floormod, which lower float operands to floor(a / b)")
         a, b = self._pair(self._emit(e.a), self._emit(e.b))
         bld = self.builder
+        folded = fold.fold_divmod(a, b, want_div, dt.is_unsigned(e.dtype))
+        if folded is not None:
+            return folded
         if dt.is_unsigned(e.dtype) or (self.is_nonneg(e.a) and self.is_nonneg(e.b)):
             return bld.udiv(a, b) if want_div else bld.urem(a, b)
         q, r = bld.sdiv(a, b), bld.srem(a, b)
@@ -250,6 +377,10 @@ class ExprEmitter:
 
     def _minmax(self, e, pick_smaller: bool):
         a, b = self._pair(self._emit(e.a), self._emit(e.b))
+        if not dt.is_float(e.dtype):
+            folded = fold.fold_minmax(a, b, pick_smaller, dt.is_unsigned(e.dtype))
+            if folded is not None:
+                return folded
         if dt.is_float(e.dtype):
             less = self.builder.fcmp_ordered("<", a, b, flags=self.fm)
         elif dt.is_unsigned(e.dtype):
@@ -273,6 +404,9 @@ class ExprEmitter:
             if op == "!=":  # numpy: nan != x is true
                 return self.builder.fcmp_unordered(op, a, b, flags=self.fm)
             return self.builder.fcmp_ordered(op, a, b, flags=self.fm)
+        folded = fold.fold_compare(op, a, b, dt.is_unsigned(src))
+        if folded is not None:
+            return folded
         if dt.is_unsigned(src):
             return self.builder.icmp_unsigned(op, a, b)
         return self.builder.icmp_signed(op, a, b)
@@ -280,17 +414,32 @@ class ExprEmitter:
     _emit_LT = _emit_LE = _emit_EQ = _emit_NE = _compare
 
     def _emit_And(self, e):
-        return self.builder.and_(*self._pair(self._emit(e.a), self._emit(e.b)))
+        a = self._emit(e.a)
+        known = fold.int_value(a)
+        if known is not None:   # false && b -> false; true && b -> b (b is pure)
+            return self._emit(e.b) if known else a
+        return self.builder.and_(*self._pair(a, self._emit(e.b)))
 
     def _emit_Or(self, e):
-        return self.builder.or_(*self._pair(self._emit(e.a), self._emit(e.b)))
+        a = self._emit(e.a)
+        known = fold.int_value(a)
+        if known is not None:   # true || b -> true; false || b -> b
+            return a if known else self._emit(e.b)
+        return self.builder.or_(*self._pair(a, self._emit(e.b)))
 
     def _emit_Not(self, e):
         a = self._emit(e.a)
+        known = fold.int_value(a)
+        if known is not None and a.type.width == 1:
+            return fold.bool_const(not known)
         return self.builder.xor(a, T.const_like(a.type, 1))
 
     def _emit_Select(self, e):
-        cond, t, f = self._emit(e.cond), self._emit(e.t), self._emit(e.f)
+        cond = self._emit(e.cond)
+        known = fold.int_value(cond)
+        if known is not None:   # a constant condition: only the chosen branch is emitted
+            return self._emit(e.t if known else e.f)
+        t, f = self._emit(e.t), self._emit(e.f)
         t, f = self._pair(t, f)
         if T.is_vector(cond) and not T.is_vector(t):
             t, f = T.splat(self.builder, t, cond.type.count), T.splat(

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
-from ..schedule.ir import For, ForKind, PrimFunc, Stmt
+from ..schedule.ir import For, ForKind, PrimFunc, Stmt, Store
 from ..schedule.simplify import simplify
-from ..schedule.visitor import StmtMutator
+from ..schedule.visitor import StmtMutator, StmtVisitor
 from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
@@ -65,6 +65,7 @@ class ModuleContext:
     threads_global: ir.GlobalVariable | None = None
     pool_global: ir.GlobalVariable | None = None
     target: Target | None = None   # for intrinsics lowered by CPU feature (codegen/dot4.py)
+    readonly: frozenset = frozenset()  # parameters no statement stores to (loads are shared)
     _counter: int = field(default=0)
 
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -120,6 +121,21 @@ class _UnitLoopRemover(StmtMutator):
             del self.mapping[loop.loop_var]
 
 
+class _Stored(StmtVisitor):
+    def __init__(self):
+        self.buffers: set = set()
+
+    def visit_Store(self, node: Store):
+        self.buffers.add(node.buffer)
+        self.generic_visit(node)
+
+
+def _stored_buffers(stmt: Stmt) -> set:
+    stored = _Stored()
+    stored(stmt)
+    return stored.buffers
+
+
 def remove_unit_loops(stmt: Stmt) -> Stmt:
     """`stmt` without its serial/unrolled/vectorized loops of extent 1 (see _UnitLoopRemover);
     the same object when it has none."""
@@ -157,8 +173,9 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("noalias")
         arg.add_attribute("captures(none)")
     fn.attributes.add("nounwind")
+    body = remove_unit_loops(promote_register_tiles(func.body, register_file_bytes(target)))
+    ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
-    body = promote_register_tiles(func.body, register_file_bytes(target))
-    emitter.emit(remove_unit_loops(body))
+    emitter.emit(body)
     emitter.finish()
     return module

@@ -14,8 +14,9 @@ from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import free_vars, substitute
+from . import fold
 from . import llvm_types as T
-from .emit_expr import ExprEmitter, Lanes, lane_stride
+from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, lane_stride
 from .parallel import emit_parallel
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class FunctionEmitter(ExprEmitter):
     def __init__(self, mod, fn: ir.Function, buffers: dict, *, nonneg: set | None = None,
                  in_parallel: bool = False):
         self.mod, self.fn, self.fm = mod, fn, mod.fastmath
+        self.init_sharing(getattr(mod, "readonly", ()))
         self.vars: dict = {}
         self.buffers = dict(buffers)
         self.nonneg = set(nonneg or ())
@@ -106,7 +108,11 @@ class FunctionEmitter(ExprEmitter):
         i.add_incoming(start, pre)
         bld.cbranch(bld.icmp_signed("<", i, end), inner, done)
         bld.position_at_end(inner)
-        body(i)
+        scope = self.push_scope()
+        try:
+            body(i)
+        finally:
+            self.pop_scope(scope)
         nxt = bld.add(i, ir.Constant(T.I32, 1), flags=("nsw",))
         i.add_incoming(nxt, bld.block)
         bld.branch(header)
@@ -116,9 +122,11 @@ class FunctionEmitter(ExprEmitter):
         if self.is_nonneg(min_expr):
             self.nonneg.add(var)
         self.vars[var] = value
+        scope = self.push_scope(var)
         try:
             self.emit(body)
         finally:
+            self.pop_scope(scope)
             del self.vars[var]
 
     def _stmt_For(self, s: For) -> None:
@@ -171,7 +179,7 @@ class FunctionEmitter(ExprEmitter):
             if T.is_vector(value):
                 raise CodegenError(f"internal: lane-dependent value stored to a lane-invariant "
                                    f"index of '{buf.name}'; this is a bug in Kiln")
-            idx = self.expr(s.index, index=True)
+            idx = self.expr(s.index, index=ADDRESS)
             bld.store(self.to_memory(buf.dtype, value), self.element_ptr(ptr, mem_ty, idx),
                       align=align)
             return
@@ -180,10 +188,10 @@ class FunctionEmitter(ExprEmitter):
             value = T.splat(bld, value, lanes.count)
         value = self.to_memory(buf.dtype, value)
         if lane_stride(s.index, lanes.var) == 1:
-            base = self.expr(substitute(s.index, {lanes.var: lanes.base}), index=True)
+            base = self.expr(_at_lane_base(s.index, lanes.var, lanes.base), index=ADDRESS)
             bld.store(value, self.element_ptr(ptr, mem_ty, base), align=align)
             return
-        idx = self.expr(s.index, index=True)
+        idx = self.expr(s.index, index=ADDRESS)
         for lane in range(lanes.count):  # scatter, lanes in order (the last write wins)
             k = ir.Constant(T.I32, lane)
             bld.store(bld.extract_element(value, k),
@@ -217,6 +225,11 @@ class FunctionEmitter(ExprEmitter):
     # ------------------------------------------------------------------ conditionals
     def _stmt_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.expr(s.cond)
+        known = fold.int_value(cond)
+        if known is not None:   # decided at emission (a guard over unrolled constants)
+            if known or s.else_case is not None:
+                self.emit(s.then_case if known else s.else_case)
+            return
         if T.is_vector(cond):
             self._lane_if(s, cond)
             return
@@ -226,13 +239,21 @@ class FunctionEmitter(ExprEmitter):
     def _branch(self, cond: ir.Value, then, otherwise) -> None:
         if otherwise is None:
             with self.builder.if_then(cond):
-                then()
+                self._scoped(then)
             return
         with self.builder.if_else(cond) as (then_block, else_block):
             with then_block:
-                then()
+                self._scoped(then)
             with else_block:
-                otherwise()
+                self._scoped(otherwise)
+
+    def _scoped(self, emit) -> None:
+        """Run `emit` in a control-flow scope: values it emits are not reused after it."""
+        scope = self.push_scope()
+        try:
+            emit()
+        finally:
+            self.pop_scope(scope)
 
     def _lane_if(self, s: IfThenElse, cond: ir.Value) -> None:
         """Lane-dependent condition: all lanes true -> vector then-case, all false -> vector

@@ -13,6 +13,7 @@ import llvmlite.ir as ir
 
 from ..te import dtype as dt
 from ..te.errors import CodegenError
+from .fold import int_value
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -101,5 +102,8 @@ def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
 
 def ramp(builder: ir.IRBuilder, base: ir.Value, lanes: int) -> ir.Value:
     """<base, base+1, ..., base+lanes-1> (int32)."""
+    start = int_value(base)
+    if start is not None:
+        return ir.Constant(ir.VectorType(I32, lanes), [start + k for k in range(lanes)])
     steps = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
     return builder.add(splat(builder, base, lanes), steps)

@@ -5,6 +5,7 @@ expression, so a DAG pickles, hashes and serialises without the lambda.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ class ComputeOp(Operation):
 
     @property
     def input_tensors(self) -> tuple["Tensor", ...]:
-        return tuple(dict.fromkeys(t for t in collect_tensors(self.body)))
+        return _input_tensors(self)
 
 
 @dataclass(frozen=True, eq=True)
@@ -125,6 +126,13 @@ class TensorLoad(Expr):
 
     tensor: Tensor
     indices: tuple[Expr, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _input_tensors(op: "ComputeOp") -> tuple["Tensor", ...]:
+    """The tensors `op`'s body reads, remembered per operation: scheduling and lowering ask
+    about every stage repeatedly, and a walk of a large body (a Winograd transform's) costs."""
+    return tuple(collect_tensors(op.body))
 
 
 def collect_tensors(expr: Expr) -> list[Tensor]:
