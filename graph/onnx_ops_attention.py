@@ -101,8 +101,10 @@ def _attention(ctx, q, k, v, attn_mask=None, past_key=None, past_value=None,
     k4, v4 = _repeat_heads(ctx, k4, qh // kvh), _repeat_heads(ctx, v4, qh // kvh)
     dtype = q.dtype
     factor = float(scale) if scale is not None else 1.0 / np.sqrt(d)
-    qs = ctx.emit("mul", [q4, ctx.const(np.array(factor, dtype=dtype))])
-    kt = ctx.emit("transpose", [k4], {"perm": (0, 1, 3, 2)})
+    # as the spec's function body: sqrt(scale), in the input's dtype, scales Q and K each
+    root = ctx.const(np.array(np.sqrt(factor), dtype=dtype))
+    qs = ctx.emit("mul", [q4, root])
+    kt = ctx.emit("transpose", [ctx.emit("mul", [k4, root])], {"perm": (0, 1, 3, 2)})
     scores = ctx.emit("matmul", [qs, kt])
     if softcap and softcap > 0:
         cap = ctx.const(np.array(softcap, dtype=dtype))
