@@ -1,0 +1,49 @@
+"""Error classes and operators of the ONNX node suite's breadth work, each against onnx's
+reference evaluator on small one-node models with awkward shapes (1, primes, zero-size)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import kiln
+
+R = np.random.default_rng(23)
+
+
+def one_node(op, feeds, outputs=1, inits=None, opset=24, **attrs):
+    """A one-node model op(feeds..., inits...) with output types from onnx's inference."""
+    inits = inits or {}
+    names = list(feeds) + list(inits)
+    node = helper.make_node(op, names, [f"y{k}" for k in range(outputs)], name=f"{op}_0",
+                            **attrs)
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                         list(a.shape)) for n, a in feeds.items()]
+    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.UNDEFINED, None)
+            for k in range(outputs)]
+    g = helper.make_graph([node], "t", ins, outs, initializer=[
+        numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    for out, src in zip(m.graph.output, inferred.graph.output):
+        out.type.CopyFrom(src.type)
+    return m
+
+
+def check(m, feeds, rtol=1e-5, atol=1e-6):
+    """Kiln's compiled model against onnx's reference evaluator (dtype, shape, values)."""
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = kiln.compile(m, db=None, jobs=1).run(feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("base,exp", [("int32", "int32"), ("int64", "float32")])
+def test_integer_pow(base, exp):
+    x = R.integers(0 if exp.startswith("float") else -7, 8, (3, 5)).astype(base)
+    y = (R.integers(0, 6, (5,)) + (0.5 if exp.startswith("float") else 0)).astype(exp)
+    check(one_node("Pow", {"x": x, "y": y}, opset=15), {"x": x, "y": y})
