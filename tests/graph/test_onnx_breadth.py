@@ -47,3 +47,23 @@ def test_integer_pow(base, exp):
     x = R.integers(0 if exp.startswith("float") else -7, 8, (3, 5)).astype(base)
     y = (R.integers(0, 6, (5,)) + (0.5 if exp.startswith("float") else 0)).astype(exp)
     check(one_node("Pow", {"x": x, "y": y}, opset=15), {"x": x, "y": y})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceLogSumExp",
+                                "ReduceL2"])
+def test_reduce_over_an_empty_set_gives_the_identity(op):
+    """A zero-length reduced axis: the reducer's identity; the kernel reads no input."""
+    x = np.zeros((2, 0, 7), np.float32)
+    axes = np.array([1], np.int64)
+    check(one_node(op, {"x": x}, inits={"axes": axes}, opset=18, keepdims=1), {"x": x})
+
+
+def test_zero_size_outputs_and_buffers():
+    """Zero-size outputs (no kernel work), next to a non-empty one in the same model."""
+    x = R.standard_normal((0, 5)).astype(np.float32)
+    check(one_node("ReduceSum", {"x": x}, inits={"axes": np.array([1], np.int64)},
+                   opset=18, keepdims=0), {"x": x})
+    y = R.standard_normal((3, 5)).astype(np.float32)
+    m = one_node("Split", {"y": y}, outputs=3, inits={"s": np.array([0, 5, 0], np.int64)},
+                 opset=18, axis=1)
+    check(m, {"y": y})
