@@ -23,6 +23,7 @@ from ..te import dtype as _dt
 from ..te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
 from . import ops
 from .ir import Graph, Node, Value
+from .onnx_functions import expand_functions
 from .onnx_ops import CONVERTERS
 from .onnx_quant_ops import converter_key
 from .reference import run_node
@@ -288,6 +289,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     source = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     proto = _read_model(model, source)
     opset = model_opset(proto)
+    proto = expand_functions(proto, lambda domain, op: converter_key(domain, op) in CONVERTERS)
     check_supported(proto, opset)  # first: the most useful message for an exotic model
     proto = _fill_untyped_outputs(proto, source)
     try:

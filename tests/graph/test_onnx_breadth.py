@@ -67,3 +67,34 @@ def test_zero_size_outputs_and_buffers():
     m = one_node("Split", {"y": y}, outputs=3, inits={"s": np.array([0, 5, 0], np.int64)},
                  opset=18, axis=1)
     check(m, {"y": y})
+
+
+def test_swiglu_expands_to_its_function_body():
+    a = R.standard_normal((3, 7)).astype(np.float32)
+    b = R.standard_normal((3, 7)).astype(np.float32)
+    check(one_node("SwiGLU", {"a": a, "b": b}, opset=28, alpha=1.3), {"a": a, "b": b})
+
+
+def test_causal_conv_with_state_expands_to_its_function_body():
+    x = R.standard_normal((2, 5, 11)).astype(np.float32)
+    w = R.standard_normal((5, 1, 3)).astype(np.float32)
+    bias = R.standard_normal((5,)).astype(np.float32)
+    past = R.standard_normal((2, 5, 2)).astype(np.float32)
+    feeds = {"x": x, "w": w, "bias": bias, "past": past}
+    check(one_node("CausalConvWithState", feeds, outputs=2, opset=27, activation="silu"),
+          feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_expand_functions_leaves_what_it_cannot_expand():
+    """Only nodes without a converter that onnx defines as a function are replaced; the
+    body's internal values get fresh names and the node's outputs keep theirs."""
+    from kiln.graph.onnx_functions import expand_functions
+    x = np.zeros((2, 3), np.float32)
+    m = one_node("Celu", {"x": x}, opset=18, alpha=0.5)
+    assert expand_functions(m, lambda d, op: True) is m
+    expanded = expand_functions(m, lambda d, op: op != "Celu")
+    ops = [n.op_type for n in expanded.graph.node]
+    assert "Celu" not in ops and expanded.graph.node[-1].output[0] == "y0"
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(ReferenceEvaluator(expanded).run(None, {"x": x})[0],
+                               ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-6)
