@@ -98,3 +98,26 @@ def test_expand_functions_leaves_what_it_cannot_expand():
     x = R.standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(ReferenceEvaluator(expanded).run(None, {"x": x})[0],
                                ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"is_causal": 1},
+                                   {"left_window_size": 1, "right_window_size": 2}])
+def test_attention_nonpad_kv_seqlen_is_a_runtime_mask(attrs):
+    """One compiled model, several valid KV lengths per batch (zero and past the query
+    block too): the length is a kernel argument, not a specialisation."""
+    q = R.standard_normal((3, 2, 3, 5)).astype(np.float32)
+    k = R.standard_normal((3, 2, 7, 5)).astype(np.float32)
+    v = R.standard_normal((3, 2, 7, 4)).astype(np.float32)
+    lens = np.array([7, 2, 5], np.int64)
+    feeds = {"q": q, "k": k, "v": v}
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], **attrs)
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in
+           feeds.items()] + [helper.make_tensor_value_info("lens", TensorProto.INT64, [3])]
+    g = helper.make_graph([node], "t", ins, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [3, 2, 3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 25)])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for lens in ([7, 2, 5], [3, 7, 0]):
+        feeds["lens"] = np.array(lens, np.int64)
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+        np.testing.assert_allclose(compiled.run(feeds)[0], want, rtol=1e-5, atol=1e-6)
