@@ -121,3 +121,16 @@ def test_attention_nonpad_kv_seqlen_is_a_runtime_mask(attrs):
         feeds["lens"] = np.array(lens, np.int64)
         want = ReferenceEvaluator(m).run(None, feeds)[0]
         np.testing.assert_allclose(compiled.run(feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [1, 0, 1, 0, 2, 1],
+                 "dilations": [1, 2, 1], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 2, 2], "strides": [2, 3, 1], "pads": [1, 1, 0, 1, 0, 1],
+                     "count_include_pad": 1, "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2, 3], "auto_pad": "SAME_LOWER", "strides": [1, 2, 2]}),
+    ("LpPool", {"kernel_shape": [2, 1, 3], "p": 3}),
+])
+def test_3d_pooling(op, attrs):
+    x = R.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    check(one_node(op, {"x": x}, opset=19, **attrs), {"x": x}, rtol=1e-5, atol=1e-5)
