@@ -134,3 +134,17 @@ def test_attention_nonpad_kv_seqlen_is_a_runtime_mask(attrs):
 def test_3d_pooling(op, attrs):
     x = R.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
     check(one_node(op, {"x": x}, opset=19, **attrs), {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("src,dst", [("float16", "int16"), ("int16", "float16"),
+                                     ("float32", "uint32"), ("bool", "uint8")])
+def test_bitcast(src, dst):
+    """The bytes read as another dtype; the half dtypes are float32 in registers."""
+    if src == "bool":
+        x = R.integers(0, 2, (3, 37)).astype(bool)
+    elif src == "int16":   # finite float16 bit patterns (a NaN's payload may be quieted)
+        x = R.integers(-0x7BFF, 0x7BFF, (3, 37)).astype(np.int16)
+    else:
+        x = R.standard_normal((3, 37)).astype(src)
+    to = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
+    check(one_node("BitCast", {"x": x}, opset=26, to=to), {"x": x}, rtol=0, atol=0)
