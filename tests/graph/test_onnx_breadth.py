@@ -148,3 +148,30 @@ def test_bitcast(src, dst):
         x = R.standard_normal((3, 37)).astype(src)
     to = helper.np_dtype_to_tensor_dtype(np.dtype(dst))
     check(one_node("BitCast", {"x": x}, opset=26, to=to), {"x": x}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("complex_in,attrs,length", [
+    (False, {"onesided": 1}, None), (True, {}, 9), (False, {}, 5), (True, {}, None),
+    (True, {"inverse": 1, "onesided": 1}, 12), (True, {"inverse": 1, "onesided": 1}, 7)])
+def test_dft(complex_in, attrs, length):
+    """Forward (real, complex, one-sided, cut and zero-padded lengths) and inverse one-sided
+    transforms over a middle axis, against numpy's FFT."""
+    x = R.standard_normal((2, 7, 3, 2 if complex_in else 1)).astype(np.float32)
+    feeds = {"x": x}
+    inits = {"len": np.array(length or 7, np.int64), "axis": np.array(1, np.int64)}
+    m = one_node("DFT", feeds, inits=inits, opset=20, **attrs)
+    check(m, feeds, rtol=1e-4, atol=1e-4)
+
+
+def test_stft_with_a_runtime_window():
+    x = R.standard_normal((2, 41, 1)).astype(np.float32)
+    win = R.uniform(0.1, 1, 10).astype(np.float32)
+    node = helper.make_node("STFT", ["x", "step", "win", "size"], ["y"], onesided=1)
+    g = helper.make_graph([node], "t", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+        helper.make_tensor_value_info("win", TensorProto.FLOAT, win.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 11, 6, 2])],
+        initializer=[numpy_helper.from_array(np.array(3, np.int64), "step"),
+                     numpy_helper.from_array(np.array(10, np.int64), "size")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    check(m, {"x": x, "win": win}, rtol=1e-4, atol=1e-4)
