@@ -406,4 +406,4 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
 
 
 from . import onnx_ops_attention, onnx_ops_norm, onnx_ops_spatial  # noqa: E402,F401 - register
-from . import onnx_ops_bits, onnx_ops_pool3d, onnx_ops_signal  # noqa: E402,F401 - wraps MaxPool/AveragePool (after the 1-D wrap)
+from . import onnx_ops_bits, onnx_ops_cache, onnx_ops_pool3d, onnx_ops_signal  # noqa: E402,F401 - wraps MaxPool/AveragePool (after the 1-D wrap)

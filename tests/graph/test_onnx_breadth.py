@@ -175,3 +175,16 @@ def test_stft_with_a_runtime_window():
                      numpy_helper.from_array(np.array(10, np.int64), "size")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     check(m, {"x": x, "win": win}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_with_runtime_write_indices(mode):
+    past = R.standard_normal((3, 2, 7, 5)).astype(np.float32)
+    upd = R.standard_normal((3, 2, 3, 5)).astype(np.float32)
+    feeds = {"past": past, "upd": upd, "w": np.array([0, 4, 2], np.int64)}
+    m = one_node("TensorScatter", feeds, opset=24, mode=mode)
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for w in ([0, 4, 2], [3, 1, 4] if mode == "linear" else [6, 5, 0]):
+        feeds["w"] = np.array(w, np.int64)
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+        np.testing.assert_array_equal(compiled.run(feeds)[0], want)
