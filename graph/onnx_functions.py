@@ -3,8 +3,9 @@ operators (LinearAttention, CausalConvWithState, SwiGLU, ...): each such node is
 its function body, in the model's opset, before conversion; the body's nodes are then
 converted and lowered to TE like any others (so they fuse and tune as usual).
 
-A node is expanded only when every attribute the body refers to is known (given on the node
-or defaulted by the schema) and the body has no subgraphs; otherwise it stays as it is and
+Attribute references take the node's attributes or the schema's defaults; the values a body's
+subgraphs (a Scan's, an If's) read from the body are renamed with it. A node whose body
+cannot be built (a context-dependent body whose input types are unknown) stays as it is and
 the frontend reports the operator as unsupported, as before.
 """
 from __future__ import annotations
@@ -81,7 +82,12 @@ def _inline(node: NodeProto, body: FunctionProto, attrs: dict[str, AttributeProt
         new.name = f"{prefix}{inner.name or inner.op_type + str(k)}"
         for a in inner.attribute:
             if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-                return None
+                copy = AttributeProto()
+                copy.CopyFrom(a)
+                for g in ([copy.g] if a.type == AttributeProto.GRAPH else list(copy.graphs)):
+                    _rename_outer(g, name)
+                new.attribute.append(copy)
+                continue
             if a.ref_attr_name:
                 if a.ref_attr_name not in attrs:
                     continue            # an optional attribute the node leaves out
@@ -93,6 +99,22 @@ def _inline(node: NodeProto, body: FunctionProto, attrs: dict[str, AttributeProt
                 new.attribute.append(a)
         out.append(new)
     return out
+
+
+def _rename_outer(graph: onnx.GraphProto, name) -> None:
+    """Rename, in place, the values a subgraph reads from the body around it (those it does
+    not define itself), through `name`; nested subgraphs too."""
+    local = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    local |= {o for n in graph.node for o in n.output}
+    outer = lambda n: n if (not n or n in local) else name(n)   # noqa: E731
+    for node in graph.node:
+        node.input[:] = [outer(n) for n in node.input]
+        for a in node.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else
+                      list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+                _rename_outer(g, outer)
+    for o in graph.output:
+        o.name = outer(o.name)
 
 
 def expand_functions(model: onnx.ModelProto, has_converter) -> onnx.ModelProto:

@@ -188,3 +188,25 @@ def test_tensor_scatter_with_runtime_write_indices(mode):
         feeds["w"] = np.array(w, np.int64)
         want = ReferenceEvaluator(m).run(None, feeds)[0]
         np.testing.assert_array_equal(compiled.run(feeds)[0], want)
+
+
+def test_expand_functions_renames_what_a_subgraph_reads():
+    """LinearAttention's body is a Scan whose subgraph reads values of the body around it:
+    the expanded model computes what the node computes (in onnx's reference evaluator)."""
+    from kiln.graph.onnx_functions import expand_functions
+    feeds = {n: R.standard_normal(s).astype(np.float32) for n, s in (
+        ("q", (2, 3, 8)), ("k", (2, 3, 8)), ("v", (2, 3, 8)), ("decay", (2, 3, 8)),
+        ("beta", (2, 3, 2)))}
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "", "decay", "beta"],
+                            ["y", "state"], q_num_heads=2, kv_num_heads=2,
+                            update_rule="gated_delta")
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info(
+        n, TensorProto.FLOAT, a.shape) for n, a in feeds.items()], [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("state", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 27)])
+    expanded = expand_functions(m, lambda d, op: op != "LinearAttention")
+    assert "Scan" in [n.op_type for n in expanded.graph.node]
+    for got, want in zip(ReferenceEvaluator(expanded).run(None, feeds),
+                         ReferenceEvaluator(m).run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
