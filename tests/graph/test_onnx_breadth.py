@@ -210,3 +210,22 @@ def test_expand_functions_renames_what_a_subgraph_reads():
     for got, want in zip(ReferenceEvaluator(expanded).run(None, feeds),
                          ReferenceEvaluator(m).run(None, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,coords", [("avg", "half_pixel"), ("max", "output_half_pixel")])
+def test_roi_align(mode, coords):
+    """Boxes inside, across the border and outside the image, from two images; the graph
+    reference (numpy) agrees too."""
+    from kiln.graph.frontend import load_onnx
+    from kiln.graph.reference import run_reference
+    x = R.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    rois = np.array([[0.5, 1.0, 6.0, 5.5], [-3.0, -2.0, 4.0, 20.0], [7.5, 5.0, 8.0, 5.2],
+                     [12.0, 9.0, 15.0, 12.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
+    idx = np.array([1, 0, 1, 0, 1], np.int64)
+    feeds = {"x": x, "rois": rois, "idx": idx}
+    m = one_node("RoiAlign", feeds, opset=22, mode=mode, output_height=3, output_width=4,
+                 sampling_ratio=2, spatial_scale=0.9, coordinate_transformation_mode=coords)
+    check(m, feeds, rtol=1e-5, atol=1e-5)
+    ref = list(run_reference(load_onnx(m), feeds).values())[0]
+    np.testing.assert_allclose(ref, ReferenceEvaluator(m).run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
