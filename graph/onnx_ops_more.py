@@ -407,5 +407,5 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
 
 from . import onnx_ops_attention, onnx_ops_norm, onnx_ops_spatial  # noqa: E402,F401 - register
 # noqa below: E402,F401 - they register (onnx_ops_pool3d wraps the 1-D-wrapped pools)
-from . import (onnx_ops_bits, onnx_ops_cache, onnx_ops_pool3d, onnx_ops_roi,  # noqa: E402,F401
-               onnx_ops_signal)
+from . import (onnx_ops_bits, onnx_ops_cache, onnx_ops_deform,  # noqa: E402,F401
+               onnx_ops_pool3d, onnx_ops_roi, onnx_ops_signal)

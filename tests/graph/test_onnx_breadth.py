@@ -229,3 +229,18 @@ def test_roi_align(mode, coords):
     ref = list(run_reference(load_onnx(m), feeds).values())[0]
     np.testing.assert_allclose(ref, ReferenceEvaluator(m).run(None, feeds)[0], rtol=1e-5,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deform_conv(with_mask):
+    """Two offset groups, stride, dilation and padding; offsets push taps off the image."""
+    x = R.standard_normal((2, 4, 6, 7)).astype(np.float32)
+    w = R.standard_normal((3, 4, 2, 3)).astype(np.float32)
+    # out: (6 + 1 + 1 - 2) // 2 + 1 = 4 rows, (7 + 0 + 2 - 5) // 1 + 1 = 5 columns
+    offset = (R.standard_normal((2, 2 * 2 * 6, 4, 5)) * 2).astype(np.float32)
+    feeds = {"x": x, "w": w, "offset": offset, "b": R.standard_normal(3).astype(np.float32)}
+    if with_mask:
+        feeds["mask"] = R.uniform(0, 1, (2, 2 * 6, 4, 5)).astype(np.float32)
+    m = one_node("DeformConv", feeds, opset=22, offset_group=2, strides=[2, 1],
+                 dilations=[1, 2], pads=[1, 0, 1, 2], kernel_shape=[2, 3])
+    check(m, feeds, rtol=1e-4, atol=1e-4)
