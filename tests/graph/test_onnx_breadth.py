@@ -244,3 +244,17 @@ def test_deform_conv(with_mask):
     m = one_node("DeformConv", feeds, opset=22, offset_group=2, strides=[2, 1],
                  dilations=[1, 2], pads=[1, 0, 1, 2], kernel_shape=[2, 3])
     check(m, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode,coord,exclude,scales", [
+    ("linear", "half_pixel", 0, [1, 1, 0.6, 0.35]),
+    ("cubic", "half_pixel", 1, [1, 1, 0.45, 1.5]),
+    ("cubic", "align_corners", 0, [1, 1, 0.7, 0.5]),
+    ("linear", "pytorch_half_pixel", 0, [1, 1, 0.3, 0.8])])
+def test_resize_antialias(mode, coord, exclude, scales):
+    x = R.standard_normal((1, 2, 11, 13)).astype(np.float32)
+    m = one_node("Resize", {"x": x}, inits={"roi": np.zeros(0, np.float32),
+                                           "scales": np.array(scales, np.float32)},
+                 opset=19, antialias=1, mode=mode, coordinate_transformation_mode=coord,
+                 exclude_outside=exclude)
+    check(m, {"x": x}, rtol=1e-4, atol=1e-5)
