@@ -409,3 +409,4 @@ from . import onnx_ops_attention, onnx_ops_norm, onnx_ops_spatial  # noqa: E402,
 # noqa below: E402,F401 - they register (onnx_ops_pool3d wraps the 1-D-wrapped pools)
 from . import (onnx_ops_bits, onnx_ops_cache, onnx_ops_deform,  # noqa: E402,F401
                onnx_ops_pool3d, onnx_ops_roi, onnx_ops_signal)
+from . import onnx_ops_pool_indices  # noqa: E402,F401 - wraps MaxPool (after the 3-D wrap)

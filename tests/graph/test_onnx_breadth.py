@@ -258,3 +258,14 @@ def test_resize_antialias(mode, coord, exclude, scales):
                  opset=19, antialias=1, mode=mode, coordinate_transformation_mode=coord,
                  exclude_outside=exclude)
     check(m, {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("storage_order,ties", [(0, True), (1, False)])
+def test_max_pool_indices(storage_order, ties):
+    """Indices of each window's maximum (the first one on ties), padding never chosen."""
+    x = (R.integers(-3, 3, (2, 3, 7, 8)) if ties else R.standard_normal((2, 3, 7, 8)))
+    x = x.astype(np.float32)
+    m = one_node("MaxPool", {"x": x}, outputs=2, opset=12, kernel_shape=[3, 2],
+                 strides=[2, 3], pads=[1, 0, 1, 1], dilations=[1, 2],
+                 storage_order=storage_order)
+    check(m, {"x": x}, rtol=0, atol=0)
