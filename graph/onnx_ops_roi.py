@@ -43,8 +43,10 @@ def _lower(node, args):
         if not a["half_pixel"]:
             roi_w, roi_h = E.maximum(roi_w, f(1)), E.maximum(roi_h, f(1))
         bin_h, bin_w = roi_h / f(out_h), roi_w / f(out_w)
-        y = start[1] + E.cast(ph, dtype) * bin_h + (E.cast(iy.var, dtype) + f(0.5)) * bin_h / f(grid)
-        xx = start[0] + E.cast(pw, dtype) * bin_w + (E.cast(ix.var, dtype) + f(0.5)) * bin_w / f(grid)
+        y = (start[1] + E.cast(ph, dtype) * bin_h
+             + (E.cast(iy.var, dtype) + f(0.5)) * bin_h / f(grid))
+        xx = (start[0] + E.cast(pw, dtype) * bin_w
+              + (E.cast(ix.var, dtype) + f(0.5)) * bin_w / f(grid))
         outside = (y < f(-1)) | (y > f(height)) | (xx < f(-1)) | (xx > f(width))
         b = E.minimum(E.maximum(E.cast(index(r), "int32"), 0), n - 1)
         corners, weights = [], []
