@@ -311,10 +311,18 @@ class ExprEmitter:
         return self.builder.gep(ptr, [idx], inbounds=True, source_etype=mem_ty)
 
     # ------------------------------------------------------------------ arithmetic
+    def round_half(self, dtype: str, value: ir.Value) -> ir.Value:
+        """A float16/bfloat16 operation's float32 result rounded to its dtype (nearest-even),
+        so a fused kernel gives what the operations give one by one, as numpy's float16 does
+        (a float32 +, -, *, / or sqrt rounded to float16 is the correctly rounded result)."""
+        if not dt.is_half(dtype):
+            return value
+        return self._from_memory(dtype, self.to_memory(dtype, value))
+
     def _binop(self, e, float_op, int_op):
         a, b = self._pair(self._emit(e.a), self._emit(e.b))
         if dt.is_float(e.dtype):
-            return getattr(self.builder, float_op)(a, b, flags=self.fm)
+            return self.round_half(e.dtype, getattr(self.builder, float_op)(a, b, flags=self.fm))
         if int_op in fold._ARITH and (folded := fold.fold_arith(int_op, a, b)) is not None:
             return folded
         flags = ("nsw",) if self._index and e.dtype in ("int32", "int64") else ()
@@ -332,7 +340,7 @@ class ExprEmitter:
     def _emit_Div(self, e):
         if dt.is_float(e.dtype):
             a, b = self._pair(self._emit(e.a), self._emit(e.b))
-            return self.builder.fdiv(a, b, flags=self.fm)
+            return self.round_half(e.dtype, self.builder.fdiv(a, b, flags=self.fm))
         return self._floor_divmod(e, want_div=True)
 
     def _emit_FloorDiv(self, e):
@@ -488,7 +496,7 @@ class ExprEmitter:
         args = [self._emit(a) for a in e.args]
         if len(args) == 2:
             args = list(self._pair(*args))
-        return emit_call(self, e, args)
+        return self.round_half(e.dtype, emit_call(self, e, args))
 
 
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:

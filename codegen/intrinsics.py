@@ -49,6 +49,11 @@ def _libm(module: ir.Module, name: str, ty: ir.Type, nargs: int) -> ir.Function:
 def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
     """Emit Call `call` on already-emitted `args` (scalars or vectors of one type)."""
     name, dtype, bld = call.name, call.dtype, em.builder
+    if name == "reinterpret":   # the value's bytes in memory, read as the other dtype
+        bits = em.to_memory(call.args[0].dtype, args[0])
+        mem = T.memory_type(dtype)
+        return em._from_memory(dtype, bld.bitcast(bits, ir.VectorType(mem, bits.type.count)
+                                                  if T.is_vector(bits) else mem))
     if dtype in ("float16", "bfloat16"):  # held as float32 in registers
         dtype = "float32"
     if len(args) != _ARITY.get(name, 1):

@@ -1,13 +1,16 @@
 """Kiln dtypes as LLVM types: register types, memory types, vectors and constants.
 
 bool is i1 in registers and i8 in memory; uint8 shares i8 with int8 (signedness lives in the
-instructions chosen, not the type). float16 and bfloat16 are float32 in registers (a fused kernel
-computes in float32) and half / i16 in memory: loads widen exactly, stores round to nearest-even
-(codegen/emit_expr.py).
+instructions chosen, not the type). float16 and bfloat16 are float32 in registers and half / i16 in
+memory: loads widen exactly, and every arithmetic result of a half dtype is rounded to it
+(nearest-even), so a fused kernel gives what the operations give one by one (codegen/emit_expr.py;
+a half reduction accumulates in float32, te/tensor.py).
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 import llvmlite.ir as ir
 
@@ -59,8 +62,9 @@ def lanes_of(value: ir.Value) -> int | None:
 def const(dtype: str, value, lanes: int | None = None) -> ir.Constant:
     """A constant of `dtype` (a splat vector when lanes is given)."""
     ty = scalar_type(dtype)
-    if dt.is_float(dtype):
-        scalar = ir.Constant(ty, float(value))
+    if dt.is_float(dtype):   # a float16/bfloat16 constant holds a value its dtype can hold
+        scalar = ir.Constant(ty, float(np.asarray(value, dtype).astype("float32"))
+                             if dt.is_half(dtype) else float(value))
     else:
         bits = dt.bits(dtype)
         scalar = ir.Constant(ty, int(value) & ((1 << bits) - 1) if bits > 1 else int(bool(value)))

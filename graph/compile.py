@@ -23,7 +23,7 @@ from ..autotune.zero_shot import donor_table as zero_shot_donor_table
 from ..autotune.zero_shot import donors_for as zero_shot_donors
 from ..autotune.zero_shot import model_for as zero_shot_model
 from ..codegen.runtime_config import num_threads_from_env
-from ..schedule import lower
+from ..schedule import create_schedule, lower
 from ..te.errors import KilnError
 from . import model_cache, parallel_build
 from .executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
@@ -76,6 +76,10 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
     task without records, or "default"). A database or zero-shot schedule that fails to
     build falls back to the default one."""
     build = build or (lambda func: codegen.build(func, target=target))
+    if all(0 in t.shape for t in mt.task.outputs):
+        # zero-size outputs: nothing to compute or tune, the plain (empty) loop nest
+        sch = create_schedule(list(mt.task.outputs))
+        return build(lower(sch, list(mt.task.args), name=mt.name)), "default"
     space = SearchSpace(mt.task.retargeted(target), threads)
     sch, args, source = apply_selection(space, selection)
     kind = next((k for k in ("database", SIMILAR_CPU_SOURCE, ZERO_SHOT_SOURCE)

@@ -120,8 +120,10 @@ def _check_step(model: str, step: Step, kernel: Kernel, args: tuple[np.ndarray, 
                 f"compiled model '{model}': buffer '{name}' ({arr.dtype}{list(arr.shape)}) "
                 f"does not fit parameter '{p.name}' ({p.describe()}) of kernel "
                 f"'{kernel.name}'; re-export the model")
-    written = {a.ctypes.data for a, p in zip(args, kernel.params) if p.written}
-    if any(a.ctypes.data in written for a, p in zip(args, kernel.params) if not p.written):
+    # (zero-size buffers hold nothing and may share an address)
+    written = {a.ctypes.data for a, p in zip(args, kernel.params) if p.written and a.size}
+    if any(a.ctypes.data in written for a, p in zip(args, kernel.params)
+           if not p.written and a.size):
         raise InternalError(f"step '{step.group}' of model '{model}' passes an output buffer "
                             "also as an input; this is a bug in Kiln")
 

@@ -20,6 +20,7 @@ from ..te.errors import InternalError, TEError, UnsupportedOperatorError
 from ..te.ops import tags, winograd
 from ..te.tensor import Tensor, compute, placeholder, reduce_axis
 from ..te.tensor import sum as te_sum
+from ..te.workload import topo_ops
 from .ir import Node, Value
 from .passes.fusion import FusedGroup
 
@@ -101,6 +102,11 @@ for _name, _fn in _BINARY.items():
 @_lowering("pow")
 def _pow(node, args):
     a, b = args
+    if a.dtype.startswith(("int", "uint")):
+        # an integer base: numpy's power in float64 (exact below 2**53), truncated back to
+        # the base's dtype as ONNX's Pow gives it
+        wide = [ops.cast(t, "float64") if isinstance(t, Tensor) else t for t in (a, b)]
+        return [ops.cast(ops.power(*wide), a.dtype)]
     if isinstance(b, Tensor) and b.dtype != a.dtype:   # ONNX allows an integer exponent
         b = ops.cast(b, a.dtype)
     return [ops.power(a, b)]
@@ -386,6 +392,9 @@ class GroupDAG:
     inputs: tuple[Value, ...]
     placeholders: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
+    # the group outputs that `outputs` compute, when not all of them (a zero-size output
+    # next to non-empty ones needs no kernel argument)
+    written: tuple[Value, ...] | None = None
 
     @property
     def args(self) -> tuple[Tensor, ...]:
@@ -394,7 +403,7 @@ class GroupDAG:
     @property
     def arg_values(self) -> tuple[Value, ...]:
         """The graph value bound to each kernel argument, in kernel-argument order."""
-        return self.inputs + self.group.outputs
+        return self.inputs + (self.group.outputs if self.written is None else self.written)
 
 
 def _arg_name(value: Value, k: int) -> str:
@@ -450,12 +459,19 @@ def lower_group(group: FusedGroup, constants: Mapping[str, np.ndarray]) -> Group
         args = [None if v is None else env[v.name] for v in node.inputs]
         for v, t in zip(node.outputs, lower_node(node, args)):
             env[v.name] = t
-    outs = []
-    for v in group.outputs:
+    outs, written = [], [v for v in group.outputs if 0 not in v.shape]
+    if not written or len(written) == len(group.outputs):
+        written = None       # every output is a kernel argument
+    for v in (group.outputs if written is None else written):
         t = env[v.name]
         if not isinstance(t, Tensor) or t in holders:
             # an output that is an input unchanged still needs a kernel to copy it
             src = t
             t = compute(v.shape, lambda *i: src(*i), name="copy", tag=tags.ELEMWISE)
         outs.append(t)
-    return GroupDAG(group, tuple(inputs), tuple(holders), tuple(outs))
+    # an input the outputs do not read (a reduction over an empty set, a zero point that
+    # cancels) is no kernel argument: a schedule holds only the stages its outputs reach
+    read = set(topo_ops(outs))
+    kept = [k for k, h in enumerate(holders) if h.op in read]
+    return GroupDAG(group, tuple(inputs[k] for k in kept), tuple(holders[k] for k in kept),
+                    tuple(outs), None if written is None else tuple(written))

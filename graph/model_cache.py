@@ -153,7 +153,9 @@ def store(key: str, compiled: CompiledModel) -> bool:
     for (name, arr), row in zip(constants, table):
         if row["offset"] > at:
             parts.append(bytes(row["offset"] - at))
-        parts.append(memoryview(arr).cast("B"))
+        # as bytes: a memoryview cannot hold bfloat16 (no buffer format) nor cast a zero-size
+        # shape
+        parts.append(memoryview(arr.reshape(-1).view(np.uint8)))
         at = row["offset"] + row["nbytes"]
     return models.write(key, parts)
 

@@ -137,7 +137,7 @@ def _clip_runtime(ctx, x, lo, hi):
 
 
 @converter("Cast")
-def _cast(ctx, x, to, saturate=1):
+def _cast(ctx, x, to, saturate=1, round_mode="up"):
     return ctx.emit("cast", [x], {"to": ctx.onnx_dtype(to)}, final=True)
 
 

@@ -3,7 +3,9 @@ KV heads, scaled Q @ K^T, softcap, the additive bias (attention mask, causal and
 masks), softmax and P @ V. The matmuls are anchors that absorb their epilogues like any other.
 
 The causal and window masks depend only on shapes, so they are constants; a runtime attention
-mask stays a kernel argument. Rows that every bias entry masks give 0, as the spec asks.
+mask stays a kernel argument, and so does nonpad_kv_seqlen (an external KV cache's valid length
+per batch): the padding mask and the causal/window masks aligned to it are computed from it at
+run time. Rows that every bias entry masks give 0, as the spec asks.
 """
 from __future__ import annotations
 
@@ -53,7 +55,38 @@ def _static_mask(s: int, n: int, offset: int, causal: bool, left: int, right: in
     return allowed
 
 
-def _bias(ctx, mask: Value | None, allowed, dtype: str, n: int) -> Value | None:
+def _runtime_allowed(ctx, nonpad: Value, b: int, s: int, n: int, causal: bool, left: int,
+                     right: int) -> Value:
+    """Allowed (batch, 1, query i, key j) for an external KV cache whose valid length per batch,
+    nonpad_kv_seqlen[b], arrives at run time: keys j < length, and the causal / sliding-window
+    masks aligned to the end of the valid keys (query i sits at i + length - s)."""
+    lens = nonpad if nonpad.dtype == "int64" else ctx.emit("cast", [nonpad], {"to": "int64"})
+    lens = ctx.emit("reshape", [lens], {"shape": (b, 1, 1, 1)})
+    keys = ctx.const(np.arange(n, dtype=np.int64).reshape(1, 1, 1, n))
+    allowed = ctx.emit("less", [keys, lens])
+
+    def both(more: Value):
+        return ctx.emit("logical_and", [allowed, more])
+
+    def not_greater(a: Value, c: Value) -> Value:
+        return ctx.emit("logical_not", [ctx.emit("greater", [a, c])])
+
+    if causal or left >= 0 or right >= 0:
+        offset = ctx.emit("sub", [lens, ctx.const(np.array(s, dtype=np.int64))])
+        j_minus_i = (np.arange(n)[None, :] - np.arange(s)[:, None]).astype(np.int64)
+        if causal:       # j <= i + offset
+            allowed = both(not_greater(ctx.const(j_minus_i.reshape(1, 1, s, n)), offset))
+        if left >= 0:    # i + offset - j <= left
+            allowed = both(not_greater(offset, ctx.const((j_minus_i + left).reshape(
+                1, 1, s, n))))
+        if right >= 0:   # j - (i + offset) <= right
+            allowed = both(not_greater(ctx.const((j_minus_i - right).reshape(1, 1, s, n)),
+                                       offset))
+    return allowed
+
+
+def _bias(ctx, mask: Value | None, allowed, dtype: str, n: int,
+          runtime_allowed: Value | None = None) -> Value | None:
     """The additive bias (0 or -inf where masked, plus a float mask) of shape [..., S, n]."""
     neg = ctx.const(np.array(-np.inf, dtype=dtype))
     zero = ctx.const(np.array(0.0, dtype=dtype))
@@ -70,6 +103,9 @@ def _bias(ctx, mask: Value | None, allowed, dtype: str, n: int) -> Value | None:
     if allowed is not None:
         static = ctx.emit("where", [ctx.const(allowed), zero, neg])
         bias = static if bias is None else ctx.emit("add", [bias, static])
+    if runtime_allowed is not None:
+        dynamic = ctx.emit("where", [runtime_allowed, zero, neg])
+        bias = dynamic if bias is None else ctx.emit("add", [bias, dynamic])
     return bias
 
 
@@ -78,8 +114,9 @@ def _attention(ctx, q, k, v, attn_mask=None, past_key=None, past_value=None,
                nonpad_kv_seqlen=None, is_causal=0, kv_num_heads=None, q_num_heads=None,
                qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
                left_window_size=-1, right_window_size=-1):
-    if nonpad_kv_seqlen is not None:
-        raise _unsupported(ctx, "Attention's nonpad_kv_seqlen input (a run-time KV length)")
+    if nonpad_kv_seqlen is not None and past_key is not None:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Attention): nonpad_kv_seqlen (an "
+                               "external KV cache) cannot be combined with past_key/past_value")
     if (past_key is None) != (past_value is None):
         raise ModelFormatError(f"node '{ctx.node_name}' (Attention): past_key and past_value "
                                "must be given together")
@@ -101,16 +138,21 @@ def _attention(ctx, q, k, v, attn_mask=None, past_key=None, past_value=None,
     k4, v4 = _repeat_heads(ctx, k4, qh // kvh), _repeat_heads(ctx, v4, qh // kvh)
     dtype = q.dtype
     factor = float(scale) if scale is not None else 1.0 / np.sqrt(d)
-    qs = ctx.emit("mul", [q4, ctx.const(np.array(factor, dtype=dtype))])
-    kt = ctx.emit("transpose", [k4], {"perm": (0, 1, 3, 2)})
+    # as the spec's function body: sqrt(scale), in the input's dtype, scales Q and K each
+    root = ctx.const(np.array(np.sqrt(factor), dtype=dtype))
+    qs = ctx.emit("mul", [q4, root])
+    kt = ctx.emit("transpose", [ctx.emit("mul", [k4, root])], {"perm": (0, 1, 3, 2)})
     scores = ctx.emit("matmul", [qs, kt])
     if softcap and softcap > 0:
         cap = ctx.const(np.array(softcap, dtype=dtype))
         scores = ctx.emit("mul", [ctx.emit("tanh", [ctx.emit("div", [scores, cap])]), cap])
     capped = scores
-    allowed = _static_mask(s, n, past, bool(is_causal), int(left_window_size),
-                           int(right_window_size))
-    bias = _bias(ctx, attn_mask, allowed, dtype, n)
+    window = (bool(is_causal), int(left_window_size), int(right_window_size))
+    if nonpad_kv_seqlen is None:
+        bias = _bias(ctx, attn_mask, _static_mask(s, n, past, *window), dtype, n)
+    else:
+        bias = _bias(ctx, attn_mask, None, dtype, n,
+                     _runtime_allowed(ctx, nonpad_kv_seqlen, b, s, n, *window))
     if bias is not None:
         scores = ctx.emit("add", [scores, bias])
     probs = ctx.emit("softmax", [scores], {"axis": 3})

@@ -429,3 +429,7 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
 from . import (onnx_ops_attention, onnx_ops_control, onnx_ops_functions,  # noqa: E402,F401
                onnx_ops_mel, onnx_ops_ml, onnx_ops_norm, onnx_ops_ordering, onnx_ops_recurrent,
                onnx_ops_spatial, onnx_ops_training)  # (they register converters)
+# noqa below: E402,F401 - they register (onnx_ops_pool3d wraps the pools, MaxPool's Indices
+# output included: onnx_ops_ordering's converter)
+from . import (onnx_ops_bits, onnx_ops_cache, onnx_ops_deform,  # noqa: E402,F401
+               onnx_ops_pool3d, onnx_ops_roi, onnx_ops_signal)

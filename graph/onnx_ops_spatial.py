@@ -97,8 +97,10 @@ def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
     """Scales or sizes (and roi) are read at compile time: they decide the output shape."""
     if ctx.opset < 11:
         raise _unsupported(ctx, "Resize before opset 11")
-    if antialias:
-        raise _unsupported(ctx, "Resize with antialias=1")
+    if antialias and (mode == "nearest" or
+                      coordinate_transformation_mode == "tf_crop_and_resize"):
+        raise _unsupported(ctx, f"Resize with antialias=1 in {mode} mode / "
+                                f"{coordinate_transformation_mode}")
     rank = len(x.shape)
     ax = list(range(rank)) if axes is None else [_axis(ctx, int(a), rank) for a in axes]
     full_scales = [1.0] * rank
@@ -136,6 +138,10 @@ def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
     if mode is None:
         raise ModelFormatError(f"node '{ctx.node_name}' (Resize): unknown mode; expected "
                                "nearest, linear or cubic")
+    if antialias:
+        from .onnx_ops_resize_aa import resize_antialias
+        return resize_antialias(ctx, x, out, full_scales, mode, coordinate_transformation_mode,
+                                float(cubic_coeff_a), bool(exclude_outside))
     attrs = {"out_shape": tuple(out), "scales": tuple(full_scales), "mode": mode,
              "coord": coordinate_transformation_mode, "nearest_mode": nearest_mode,
              "cubic_a": float(cubic_coeff_a), "exclude_outside": int(exclude_outside),

@@ -24,7 +24,7 @@ from .graph.executor import CompiledModel
 from .te.errors import InternalError, KernelArgumentError, ModelFormatError
 
 # ops whose output depends on their input's shape, never on its values
-_SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})
+_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike"})
 
 
 def _data_dependent_outputs(graph: onnx.GraphProto) -> set[str]:

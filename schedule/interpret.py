@@ -111,5 +111,7 @@ class _Interp:
         if t is E.Cast:
             return np.array(self.ev(e.value)).astype(e.dtype).item()
         if t is E.Call:
+            if e.name == "reinterpret":
+                return np.array(self.ev(e.args[0]), e.args[0].dtype).view(e.dtype).item()
             return _CALLS[e.name](*[self.ev(a) for a in e.args])
         raise LoweringError(f"interpreter: unknown expression {t.__name__}")

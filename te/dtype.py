@@ -13,8 +13,9 @@ except ImportError:  # pragma: no cover - onnx pulls it in
 
 DTYPES = ("float32", "float64", "float16") + _BF16 + (
     "int32", "int64", "int8", "int16", "uint8", "uint16", "uint32", "uint64", "bool")
-# float16 and bfloat16 are storage types: kernels hold their values as float32 in registers
-# and round to nearest-even when they store them (codegen/llvm_types.py)
+# float16 and bfloat16: kernels hold their values as float32 in registers and round each
+# operation's result to the dtype (nearest-even), as numpy's float16 does; a half reduction
+# accumulates in a float32 stage and rounds once (te/tensor.py, codegen/llvm_types.py)
 HALF_DTYPES = ("float16",) + _BF16
 _ALIASES = {"float": "float32", "int": "int32", "double": "float64", "bool_": "bool"}
 

@@ -520,6 +520,16 @@ def call(name: str, *args) -> Expr:
     return Call(dtype, name, tuple(exprs))
 
 
+def reinterpret(x, dtype) -> Expr:
+    """The bits of `x` read as `dtype`, of the same size (ONNX BitCast): a Call named
+    "reinterpret" whose dtype is the target's."""
+    x, dtype = _as_expr(x), dt.canonical(dtype)
+    if dt.itemsize(x.dtype) != dt.itemsize(dtype):
+        raise TEError(f"reinterpret(): {x.dtype} and {dtype} differ in size "
+                      f"({dt.itemsize(x.dtype)} vs {dt.itemsize(dtype)} bytes)")
+    return x if x.dtype == dtype else Call(dtype, "reinterpret", (x,))
+
+
 def exp(x): return call("exp", x)
 def log(x): return call("log", x)
 def sqrt(x): return call("sqrt", x)

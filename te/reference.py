@@ -378,6 +378,9 @@ class _Evaluator:
         if t is E.Cast:
             return self._eval(e.value).astype(e.dtype)
         if t is E.Call:
+            if e.name == "reinterpret":
+                return np.ascontiguousarray(self._eval(e.args[0]),
+                                            dtype=e.args[0].dtype).view(e.dtype)
             return _INTRINSICS[e.name](*[self._eval(a) for a in e.args])
         if t is TensorLoad:
             return self._load(e)

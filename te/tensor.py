@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import dtype as dt
 from .errors import TEError
-from .expr import (CommReducer, Expr, IntImm, IterKind, IterVar, Reduce, Var, _as_expr,
+from .expr import (Cast, CommReducer, Expr, IntImm, IterKind, IterVar, Reduce, Var, _as_expr,
                    cast, const, ir_node, maximum, minimum)
 
 _op_ids = itertools.count()
@@ -177,6 +177,14 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
                       f"shape {shape} has {len(shape)} dimensions")
     axis = tuple(IterVar(Var("int32", n), s) for n, s in zip(names, shape))
     body = _as_expr(fcompute(*[a.var for a in axis]))
+    if isinstance(body, Cast) and isinstance(body.value, Reduce) and dt.is_half(body.dtype):
+        # a float16/bfloat16 reduction (see comm_reducer): a float32 accumulator stage, then
+        # this stage rounds it once, as numpy's float16 sum and matmul do
+        acc = body.value
+        _check_reduce_placement(acc, name)
+        inner = Tensor(ComputeOp(f"{name}.acc", shape, acc.dtype, axis=axis, body=acc,
+                                 tag=tag))
+        return compute(shape, lambda *i: Cast(body.dtype, inner(*i)), name=name)
     _check_reduce_placement(body, name)
     return Tensor(ComputeOp(name, shape, body.dtype, axis=axis, body=body, tag=tag))
 
@@ -198,6 +206,8 @@ def comm_reducer(fcombine, fidentity, name: str = "reduce"):
 
     def reducer(expr, axis, where=None):
         expr = _as_expr(expr)
+        if dt.is_half(expr.dtype):   # accumulate in float32, round once (compute splits it)
+            return Cast(expr.dtype, reducer(_widened(expr), axis, where))
         axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
         for a in axes:
             if not isinstance(a, IterVar) or a.kind is not IterKind.REDUCE:
@@ -210,6 +220,15 @@ def comm_reducer(fcombine, fidentity, name: str = "reduce"):
 
     reducer.__name__ = name
     return reducer
+
+
+def _widened(expr: Expr) -> Expr:
+    """A float16/bfloat16 reduction source in float32. A product of two halves is exact in
+    float32, so a matmul's or a convolution's products stay unrounded (as numpy's float16
+    matmul); any other source is rounded as its dtype says, then widened."""
+    if type(expr).__name__ == "Mul":
+        return Cast("float32", expr.a) * Cast("float32", expr.b)
+    return Cast("float32", expr)
 
 
 sum = comm_reducer(lambda x, y: x + y, lambda d: 0, "sum")  # noqa: A001 - TVM's name

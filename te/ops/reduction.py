@@ -20,6 +20,9 @@ def reduce(op_name: str, reducer, x: Tensor, axis=None, keepdims: bool = False,
     source = source or (lambda v: v)
     if not axes:
         return compute(shape, lambda *i: source(x(*i)), name=name or op_name, tag=ELEMWISE)
+    if any(x.shape[d] == 0 for d in axes):   # an empty set: the reducer's identity
+        identity = _identity(reducer, source(x(*[0] * x.ndim)))
+        return compute(shape, lambda *i: identity, name=name or op_name, tag=ELEMWISE)
     raxes = {d: reduce_axis(x.shape[d], f"r{d}") for d in axes}
 
     def body(*idx):
@@ -35,6 +38,15 @@ def reduce(op_name: str, reducer, x: Tensor, axis=None, keepdims: bool = False,
         return reducer(source(x(*reads)), axis=[raxes[d] for d in axes])
 
     return compute(shape, body, name=name or op_name, tag=REDUCTION)
+
+
+def _identity(reducer, sample: E.Expr) -> E.Expr:
+    """The value `reducer` gives over no elements of `sample`'s dtype (0 for a sum, 1 for a
+    product, the dtype's lowest value for a max...)."""
+    reduced = reducer(sample, axis=[reduce_axis(1, "r")])
+    if isinstance(reduced, E.Cast):   # a half reduction accumulates in float32
+        return E.cast(reduced.value.combiner.identity, reduced.dtype)
+    return reduced.combiner.identity
 
 
 def sum(x: Tensor, axis=None, keepdims: bool = False,  # noqa: A001 - numpy's name

@@ -22,16 +22,32 @@ def build(out, args, vectorize=True):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("vectorize", [True, False])
-def test_half_computes_in_float32_and_rounds_once(dtype, vectorize):
-    """a * b + c computed in float32 and rounded once when stored (not after the multiply)."""
+def test_half_rounds_every_operation(dtype, vectorize):
+    """a * b + c * 0.1: each operation's float32 result is rounded to the dtype, constants
+    too, so a fused kernel gives what numpy's float16 (ml_dtypes' bfloat16) gives."""
     n = 37
     a, b, c = (R.standard_normal(n).astype(dtype) for _ in range(3))
     A, B, C = (te.placeholder((n,), dtype, name) for name in "ABC")
-    out = te.compute((n,), lambda i: A[i] * B[i] + C[i], name="out")
+    out = te.compute((n,), lambda i: A[i] * B[i] + C[i] * te.const(0.1, dtype), name="out")
     got = np.empty(n, dtype)
     build(out, [A, B, C], vectorize)(a, b, c, got)
-    f = [v.astype(np.float32) for v in (a, b, c)]
-    want = (f[0] * f[1] + f[2]).astype(dtype)  # numpy / ml_dtypes round to nearest-even
+    want = a * b + c * np.asarray(0.1, dtype)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_reduction_accumulates_in_float32(dtype):
+    """A half sum of products accumulates exact products in float32 and rounds once (numpy's
+    float16 matmul); a float16 accumulator would drop the 1/64 steps past 2048."""
+    n, k = 3, 301
+    a = (R.integers(-1000, 1000, (n, k)) / 8).astype(dtype)
+    b = (R.integers(-8, 9, (k,)) / 8).astype(dtype)
+    A, B = te.placeholder((n, k), dtype, "A"), te.placeholder((k,), dtype, "B")
+    r = te.reduce_axis(k, "r")
+    out = te.compute((n,), lambda i: te.sum(A[i, r] * B[r], axis=r), name="out")
+    got = np.empty(n, dtype)
+    build(out, [A, B], vectorize=False)(a, b, got)
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(dtype)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 

@@ -192,3 +192,25 @@ def test_a_compile_with_a_database_is_cached(cache_root, tmp_path, monkeypatch, 
     assert not _cached(cold) and _cached(warm)
     assert [s.source for s in warm.plan.steps] == [s.source for s in cold.plan.steps]
     _check(warm, path, rng)
+
+
+def test_bfloat16_and_zero_size_constants_round_trip(cache_root):
+    """Constants with no buffer format (bfloat16) or a zero in their shape are stored too."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+    c = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16) / 4
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["y"]), helper.make_node("Mul", ["e", "e"], ["z"])],
+        "t", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [0, 3])],
+        initializer=[numpy_helper.from_array(c, "c"),
+                     numpy_helper.from_array(np.zeros((0, 3), np.float32), "e")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.ones((2, 3), ml_dtypes.bfloat16)
+    cold = kiln.compile(m, db=None, jobs=1)
+    warm = kiln.compile(m, db=None, jobs=1)
+    assert not _cached(cold) and _cached(warm)
+    y, z = warm.run({"x": x})
+    np.testing.assert_array_equal(y.astype(np.float32), (x + c).astype(np.float32))
+    assert z.shape == (0, 3)

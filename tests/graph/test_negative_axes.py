@@ -70,6 +70,12 @@ def _axes_attr(op, **more):
     return lambda axis, k: ([helper.make_node(op, ["x"], [f"y{k}"], axes=[axis], **more)], {})
 
 
+def _tensor_scatter(axis, k):   # two updates along the axis, written at 1 and 0
+    shape = tuple(2 if i == axis % 4 else d for i, d in enumerate(SHAPE))
+    node = helper.make_node("TensorScatter", ["x", f"u{k}", f"w{k}"], [f"y{k}"], axis=axis)
+    return [node], {f"u{k}": _x(shape), f"w{k}": np.array([1, 0], np.int64)}
+
+
 def _concat(axis, k):
     return [helper.make_node("Concat", ["x", f"c{k}"], [f"y{k}"], axis=axis)], \
         {f"c{k}": _x(tuple(d + 1 if i == axis % 4 else d for i, d in enumerate(SHAPE)))}
@@ -219,6 +225,10 @@ CASES = [
          out_dtype="uint8"),
     Case("DequantizeLinear", lambda a, k: _per_axis_quantize("DequantizeLinear", a, k),
          x=R.integers(0, 255, size=SHAPE).astype(np.uint8)),
+    Case("DFT", lambda axis, k: ([helper.make_node("DFT", ["x", "", f"a{k}"], [f"y{k}"])],
+                                 {f"a{k}": np.array(axis, np.int64)}),
+         shape=(2, 3, 4, 2), opset=20, axes=[-4, -3, -2]),
+    Case("TensorScatter", _tensor_scatter, opset=24, axes=[-3, -2, -1]),
     *[Case(op, _axes_attr(op, keepdims=1), opset=11,
            x=_POSITIVE if op == "ReduceLogSum" else None) for op in _REDUCES],
     *[Case(op, _axes_input(op, keepdims=0), opset=18,

@@ -421,9 +421,10 @@ def test_resize_matches_onnxruntime(case):
     check(m, feeds, rtol=1e-4, atol=1e-5)
 
 
-def test_resize_antialias_is_unsupported():
+def test_resize_antialias_nearest_is_unsupported():
+    """(linear and cubic antialias: tests/graph/test_onnx_breadth.py)"""
     m, _ = model("Resize", {"x": f32(1, 1, 4, 4)}, {"roi": np.zeros(0, np.float32),
                                                      "s": np.array([1, 1, .5, .5], np.float32)},
-                 opset=19, mode="linear", antialias=1)
+                 opset=19, mode="nearest", antialias=1)
     with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="antialias"):
         load_onnx(m)
