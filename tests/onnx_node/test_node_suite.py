@@ -20,10 +20,6 @@ def test_list_names_known_modules():
     assert not unknown, f"expected_failures.txt lists modules onnx does not have: {unknown}"
 
 
-@pytest.mark.xfail(strict=True, reason="8 float16 attention/causal-conv cases differ from "
-                   "onnx's reference by about one float16 unit: a fused kernel keeps float16 "
-                   "intermediates in float32 where the reference rounds every node's output; "
-                   "strict, so this fails once they are fixed and the xfail must go")
 def test_list_has_no_wrong_answers():
     """A wrong answer is a bug to fix, never an accepted failure."""
     wrong = [name for cases in EXPECTED.by_module.values() for name, r in cases.items()
