@@ -27,21 +27,13 @@ import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import emit_json, kiln_threads, median_seconds, print_table  # noqa: E402
+from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
+                    print_table)
 
 import kiln  # noqa: E402
 from kiln.graph.models_zoo import ARCHITECTURES  # noqa: E402
-
-
-def ort_session(model, threads: int):
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
 
 
 def measure(name: str, threads: int, rounds: int, repeat: int, profile: int) -> dict:

@@ -60,3 +60,13 @@ def _fmt(v) -> str:
 def emit_json(figures: dict) -> None:
     """The last line of every benchmark: one JSON object with its figures."""
     print(json.dumps(figures, sort_keys=True))
+
+
+def ort_session(model, threads: int):
+    """An onnxruntime session of `model` (a ModelProto) at `threads` intra-op threads."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])

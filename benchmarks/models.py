@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit_json, median_seconds, numpy_threads, print_table  # noqa: E402
+from common import (emit_json, median_seconds, numpy_threads, ort_session,  # noqa: E402
+                    print_table)
 
 from kiln.graph.compile import compile_model  # noqa: E402
 from kiln.graph.frontend import load_onnx  # noqa: E402
@@ -39,14 +39,6 @@ def _inputs(graph) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     return [rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.startswith("float")
             else rng.integers(0, 100, v.shape).astype(v.dtype) for v in graph.inputs]
-
-
-def _ort_session(model, threads: int):
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
 
 
 def tune_model_timed(model, db, trials: int, layout: str = "nchwc") -> dict:
@@ -84,7 +76,7 @@ def bench_model(name: str, threads: list[int], db, repeat: int, tune: int = 0,
         t_kiln = median_seconds(lambda: compiled.run(inputs), repeat)
         with numpy_threads(n):
             t_numpy = median_seconds(lambda: run_reference(graph, inputs), max(3, repeat // 4))
-        session = _ort_session(model, n)
+        session = ort_session(model, n)
         theirs = session.run(None, feeds)
         t_ort = median_seconds(lambda: session.run(None, feeds), repeat)
         err = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))

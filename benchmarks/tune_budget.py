@@ -26,46 +26,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import emit_json, kiln_threads, median_seconds, print_table  # noqa: E402
+from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
+                    print_table)
 
 import kiln  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.cli import parse_duration  # noqa: E402
-from kiln.graph.models import OPSET, TensorProto, _Builder  # noqa: E402
+from kiln.graph.models_zoo import regnetx_like  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
-
-def regnetx_like(image_size: int = 96, widths=(24, 56, 152, 368), depths=(1, 1, 2, 2),
-                 group_width: int = 8, num_classes: int = 1000):
-    """RegNet-X's block at a small scale (RegNetX-200MF's widths, fewer blocks)."""
-    assert OPSET == 17
-    b = _Builder(seed=7)
-    x = b.conv_bn("input", 3, 32, 3, stride=2)
-    cin = 32
-    for width, depth in zip(widths, depths):
-        for block in range(depth):
-            stride = 2 if block == 0 else 1
-            y = b.conv_bn(x, cin, width, 1)
-            y = b.conv_bn(y, width, width, 3, stride, group=width // group_width)
-            y = b.conv_bn(y, width, width, 1, act=None)
-            short = x if stride == 1 and cin == width else b.conv_bn(x, cin, width, 1, stride,
-                                                                     act=None)
-            x = b.op("Relu", [b.op("Add", [y, short])])
-            cin = width
-    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
-    x = b.gemm(x, cin, num_classes)
-    return b.model("regnetx_like", [("input", TensorProto.FLOAT,
-                                     (1, 3, image_size, image_size))], x)
-
-
-def ort_session(model, threads: int):
-    import onnxruntime as ort
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
 
 
 def measure(model, db, threads: int, x: np.ndarray, session, repeat: int) -> dict:

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit_json, median_seconds, print_table  # noqa: E402
-from models import _inputs, _ort_session  # noqa: E402
+from common import emit_json, median_seconds, ort_session, print_table  # noqa: E402
+from models import _inputs  # noqa: E402
 
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune import zero_shot as Z  # noqa: E402
@@ -69,7 +69,7 @@ def run_model(name: str, db_path: Path, threads: int, repeat: int, folder: Path)
     graph, _ = prepare_graph(model, layout="nchw")
     inputs = _inputs(graph)
     feeds = {v.name: a for v, a in zip(graph.inputs, inputs)}
-    session = _ort_session(model, threads)
+    session = ort_session(model, threads)
     expected = session.run(None, feeds)
     row = {"model": name, "tasks": len(keys), "tasks_with_records": len(own)}
     variants = {"default": dict(db=None), "zero_shot": dict(db=Database(held), zero_shot=True),
