@@ -147,12 +147,13 @@ def scatter_nd(data: Tensor, indices: Tensor, updates: Tensor, reduction: str = 
                    name=base, tag=INJECTIVE)
 
 
-def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
-           name: str | None = None) -> Tensor:
-    """ONNX CumSum along `axis` (exclusive: without the element itself; reverse: from the
-    end), as one reduction per output point."""
-    check_tensor("cumsum", x)
-    axis = normalize_axis("cumsum", x.name, axis, x.ndim)
+def cumulative(kind: str, reducer, x: Tensor, axis: int, exclusive: bool = False,
+               reverse: bool = False, name: str | None = None) -> Tensor:
+    """A running `reducer` (T.sum, T.prod) along `axis` (exclusive: without the element
+    itself; reverse: from the end), as one reduction per output point; `kind` names the op
+    in errors and the stage."""
+    check_tensor(kind, x)
+    axis = normalize_axis(kind, x.name, axis, x.ndim)
     r = reduce_axis(x.shape[axis], "r")
 
     def body(*p):
@@ -162,9 +163,15 @@ def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
         else:
             cond = (r < i) if exclusive else (r <= i)
         reads = [r if d == axis else p[d] for d in range(x.ndim)]
-        return T.sum(x(*reads), axis=r, where=cond)
+        return reducer(x(*reads), axis=r, where=cond)
 
-    return compute(x.shape, body, name=name or "cumsum", tag=REDUCTION)
+    return compute(x.shape, body, name=name or kind, tag=REDUCTION)
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
+           name: str | None = None) -> Tensor:
+    """ONNX CumSum along `axis`."""
+    return cumulative("cumsum", T.sum, x, axis, exclusive, reverse, name)
 
 
 def arg_reduce(x: Tensor, axis: int, keepdims: bool = True, select_last: bool = False,

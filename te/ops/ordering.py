@@ -13,27 +13,14 @@ from .. import tensor as T
 from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ._common import check_tensor, normalize_axis
+from .indexing import cumulative
 from .tags import INJECTIVE, REDUCTION
 
 
 def cumprod(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
             name: str | None = None) -> Tensor:
-    """ONNX CumProd along `axis` (exclusive: without the element itself, the first being 1;
-    reverse: from the end), as one product reduction per output point."""
-    check_tensor("cumprod", x)
-    axis = normalize_axis("cumprod", x.name, axis, x.ndim)
-    r = reduce_axis(x.shape[axis], "r")
-
-    def body(*p):
-        i = p[axis]
-        if reverse:
-            cond = (i < r) if exclusive else (i <= r)
-        else:
-            cond = (r < i) if exclusive else (r <= i)
-        reads = [r if d == axis else p[d] for d in range(x.ndim)]
-        return T.prod(x(*reads), axis=r, where=cond)
-
-    return compute(x.shape, body, name=name or "cumprod", tag=REDUCTION)
+    """ONNX CumProd along `axis` (exclusive: the first element is 1)."""
+    return cumulative("cumprod", T.prod, x, axis, exclusive, reverse, name)
 
 
 def _with(p, axis: int, value) -> list:
