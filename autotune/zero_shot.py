@@ -2,7 +2,8 @@
 
 The model is trained once per database contents, vector ISA and feature layout on every
 stored feature vector of that ISA's targets (`Database.feature_rows`: the loop-IR features of
-each measured candidate, its throughput normalised within its task), and cached as an
+each measured candidate with their difference from the task's first measured candidate, the
+default the tuner measures first; its throughput normalised within its task), and cached as an
 XGBoost JSON file under KILN_CACHE_DIR (default ~/.cache/kiln)/zero_shot, keyed by a hash of
 the database's feature-record counts and id ranges, the ISA, the feature version and the
 training settings. A compile never imports xgboost (its import alone takes seconds): it reads
@@ -47,7 +48,18 @@ N_NEIGHBORS = 16        # mutations of the default ranked per task
 N_SAMPLES = 0           # random configs ranked per task (random ones ranked worse)
 N_DONORS = 8            # best configs of the most similar tasks with records, ranked per task
 PER_TASK = 128          # newest feature rows per (task, target) in the training set
-TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2}
+ALL_ROWS = 1 << 30
+TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2, "rows": "features+delta"}
+
+
+def relative_rows(X: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Each row's features followed by their difference from `reference`'s (the task's
+    default schedule): what a config changes relative to the default is what transfers
+    between tasks; absolute features alone tie a model to the shapes it was trained on
+    (leave-one-model-out, benchmarks/zero_shot_offline.py: its picks were slower than the
+    defaults on 12 of 49 tasks with absolute features, 4 with the differences added)."""
+    X = np.asarray(X, dtype=np.float32)
+    return np.concatenate([X, X - np.asarray(reference, dtype=np.float32)], axis=1)
 
 
 def cache_dir() -> Path:
@@ -83,13 +95,13 @@ def training_rows(db: Database, target: str, exclude_tasks=()):
     Xs, ys, groups = [], [], []
     for tgt in isa_targets(db, target):
         for task_key, (X, seconds) in db.feature_rows(tgt, FEATURE_VERSION,
-                                                      per_task=PER_TASK).items():
+                                                      per_task=ALL_ROWS).items():
             if task_key in exclude:
                 continue
-            y = normalize_throughput(seconds)
+            y = normalize_throughput(seconds[-PER_TASK:])
             if len(y) < 2 or np.ptp(y) == 0:
                 continue
-            Xs.append(X)
+            Xs.append(relative_rows(X[-PER_TASK:], X[0]))   # the first measured: the default
             ys.append(y)
             groups.append(np.full(len(y), len(groups)))
     if not Xs:
@@ -309,7 +321,7 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
     X, ok = featurize.matrix(configs)
     if not ok.any():
         raise KilnError(f"{space.task.name}: no zero-shot candidate could be lowered")
-    scores = forest.predict(X)
+    scores = forest.predict(relative_rows(X, X[0] if ok[0] else X[int(np.argmax(ok))]))
     scores[~ok] = -np.inf
     best = int(np.argmax(scores))           # the first of equal scores: the default wins ties
     if scores[best] <= scores[0] and ok[0]:
