@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     parser.add_argument("--png", default=str(HERE / "tune_budget.png"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    model = regnetx_like(args.image_size)
+    model = regnetx_like(image_size=args.image_size)
     x = np.random.default_rng(0).standard_normal((1, 3, args.image_size, args.image_size)) \
         .astype(np.float32)
     session = ort_session(model, args.threads)
