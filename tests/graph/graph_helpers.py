@@ -44,6 +44,29 @@ def _fill_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def one_node_model(op, feeds, inits=None, opset=18, n_out=1, order=None, ir_version=9,
+                   strict=True, **attrs) -> onnx.ModelProto:
+    """A one-node model `op(feeds..., inits...)` (or the inputs named in `order`): `feeds`
+    become graph inputs, `inits` initializers. Output types come from onnx's inference
+    (`strict`: its strict mode); an output it cannot type takes the first input's type."""
+    inits = inits or {}
+    node = helper.make_node(op, order or list(feeds) + list(inits),
+                            [f"y{k}" for k in range(n_out)], name=f"{op}_0", **attrs)
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                         list(a.shape)) for n, a in feeds.items()]
+    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.UNDEFINED, None)
+            for k in range(n_out)]
+    g = helper.make_graph([node], "t", ins, outs, initializer=[
+        numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir_version
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=strict)
+    for out, src in zip(m.graph.output, inferred.graph.output):
+        typed = src.type.tensor_type.elem_type != TensorProto.UNDEFINED
+        out.type.CopyFrom(src.type if typed else ins[0].type)
+    return m
+
+
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1

@@ -3,34 +3,19 @@ reference evaluator on small one-node models with awkward shapes (1, primes, zer
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
 
+from .graph_helpers import one_node_model
+
 R = np.random.default_rng(23)
 
 
 def one_node(op, feeds, outputs=1, inits=None, opset=24, **attrs):
-    """A one-node model op(feeds..., inits...) with output types from onnx's inference."""
-    inits = inits or {}
-    names = list(feeds) + list(inits)
-    node = helper.make_node(op, names, [f"y{k}" for k in range(outputs)], name=f"{op}_0",
-                            **attrs)
-    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                         list(a.shape)) for n, a in feeds.items()]
-    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.UNDEFINED, None)
-            for k in range(outputs)]
-    g = helper.make_graph([node], "t", ins, outs, initializer=[
-        numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    for out, src in zip(m.graph.output, inferred.graph.output):
-        out.type.CopyFrom(src.type)
-    return m
+    return one_node_model(op, feeds, inits, opset=opset, n_out=outputs, ir_version=10, **attrs)
 
 
 def check(m, feeds, rtol=1e-5, atol=1e-6):

@@ -3,23 +3,16 @@ against onnxruntime, on one-node models with awkward shapes (1, primes) and nega
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import kiln
 from kiln.graph.frontend import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import ModelFormatError
 
-from .graph_helpers import ort_run
+from .graph_helpers import one_node_model, ort_run
 
 R = np.random.default_rng(11)
-ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
-        "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
-        "int32": TensorProto.INT32, "int16": TensorProto.INT16, "int8": TensorProto.INT8,
-        "uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16,
-        "uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64, "bool": TensorProto.BOOL}
 
 
 def f32(*shape, lo=-2.0, hi=2.0):
@@ -30,26 +23,8 @@ def ints(*shape, lo=-9, hi=10, dtype="int64"):
     return R.integers(lo, hi, size=shape).astype(dtype)
 
 
-def model(op, feeds, inits=None, opset=18, n_out=1, order=None, **attrs):
-    """A one-node model `op(feeds..., inits...)` (or the inputs named in `order`); output
-    types come from onnx inference."""
-    inits = inits or {}
-    node = helper.make_node(op, order or list(feeds) + list(inits),
-                            [f"y{k}" for k in range(n_out)],
-                            name=f"{op}_0", **attrs)
-    ins = [helper.make_tensor_value_info(n, ELEM[a.dtype.name], list(a.shape))
-           for n, a in feeds.items()]
-    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.UNDEFINED, None)
-            for k in range(n_out)]
-    g = helper.make_graph([node], "t", ins, outs, initializer=[
-        numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 9
-    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    for out, src in zip(m.graph.output, inferred.graph.output):
-        known = src.type.tensor_type.HasField("shape")
-        out.type.CopyFrom(src.type if known else ins[0].type)  # not inferred: x's type
-    return m, feeds
+def model(op, feeds, inits=None, **kw):
+    return one_node_model(op, feeds, inits, **kw), feeds
 
 
 def check(m, feeds, rtol=1e-5, atol=1e-6):
