@@ -102,13 +102,14 @@ for _name, _fn in _BINARY.items():
 @_lowering("pow")
 def _pow(node, args):
     a, b = args
-    if a.dtype.startswith(("int", "uint")):
+    dtype = node.outputs[0].dtype       # the base's type (the base may be a scalar constant)
+    if dtype.startswith(("int", "uint")):
         # an integer base: numpy's power in float64 (exact below 2**53), truncated back to
         # the base's dtype as ONNX's Pow gives it
         wide = [ops.cast(t, "float64") if isinstance(t, Tensor) else t for t in (a, b)]
-        return [ops.cast(ops.power(*wide), a.dtype)]
-    if isinstance(b, Tensor) and b.dtype != a.dtype:   # ONNX allows an integer exponent
-        b = ops.cast(b, a.dtype)
+        return [ops.cast(ops.power(*wide), dtype)]
+    if isinstance(b, Tensor) and b.dtype != dtype:     # ONNX allows an integer exponent
+        b = ops.cast(b, dtype)
     return [ops.power(a, b)]
 
 

@@ -34,6 +34,16 @@ def test_integer_pow(base, exp):
     check(one_node("Pow", {"x": x, "y": y}, opset=15), {"x": x, "y": y})
 
 
+@pytest.mark.parametrize("base,exp", [(np.float32(2.0), "float32"), (np.float32(1.5), "int64"),
+                                      (np.int32(3), "int32"), (np.int64(2), "float32")])
+def test_pow_of_a_constant_scalar_base(base, exp):
+    """A scalar initializer as the base (it reaches the lowering as a Python number, not a
+    tensor) with an exponent tensor of the same or another type."""
+    y = (R.integers(0, 5, (2, 7)) + (0.25 if exp.startswith("float") else 0)).astype(exp)
+    check(one_node("Pow", {"y": y}, inits={"b": np.array(base)}, order=["b", "y"], opset=15),
+          {"y": y})
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceLogSumExp",
                                 "ReduceL2"])
 def test_reduce_over_an_empty_set_gives_the_identity(op):
