@@ -27,9 +27,10 @@ def _opset_of(model: onnx.ModelProto, domain: str) -> int | None:
     return None
 
 
-def _body(schema, node: NodeProto, opset: int, types: dict[str, onnx.TypeProto]
-          ) -> FunctionProto | None:
-    """The schema's function for `opset` (the newest defined at or below it)."""
+def function_body(schema, node: NodeProto, opset: int, types: dict[str, onnx.TypeProto]
+                  ) -> FunctionProto | None:
+    """The schema's function for `opset` (the newest defined at or below it); None when
+    there is none, or it depends on input types `types` does not give."""
     plain = [v for v in schema.function_opset_versions if v <= opset]
     context = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
     body = FunctionProto()
@@ -48,12 +49,31 @@ def _body(schema, node: NodeProto, opset: int, types: dict[str, onnx.TypeProto]
     return body
 
 
-def _with_defaults(schema, node: NodeProto) -> dict[str, AttributeProto]:
+def attribute_values(schema, node: NodeProto, body: FunctionProto
+                     ) -> dict[str, AttributeProto]:
+    """The node's attributes, then the schema's defaults, then those the function body
+    declares itself: what the body's attribute references resolve to."""
     attrs = {a.name: a for a in node.attribute}
     for name, spec in schema.attributes.items():
         if name not in attrs and spec.default_value.name:
             attrs[name] = spec.default_value
+    for a in body.attribute_proto:
+        attrs.setdefault(a.name, a)
     return attrs
+
+
+def resolve_reference(a: AttributeProto, attrs: dict[str, AttributeProto]
+                      ) -> AttributeProto | None:
+    """`a` itself, or, for a reference to a function attribute, the referenced value under
+    `a`'s name; None for a reference to an optional attribute nobody set."""
+    if not a.ref_attr_name:
+        return a
+    if a.ref_attr_name not in attrs:
+        return None
+    ref = AttributeProto()
+    ref.CopyFrom(attrs[a.ref_attr_name])
+    ref.name = a.name
+    return ref
 
 
 def _inline(node: NodeProto, body: FunctionProto, attrs: dict[str, AttributeProto],
@@ -88,15 +108,9 @@ def _inline(node: NodeProto, body: FunctionProto, attrs: dict[str, AttributeProt
                     _rename_outer(g, name)
                 new.attribute.append(copy)
                 continue
-            if a.ref_attr_name:
-                if a.ref_attr_name not in attrs:
-                    continue            # an optional attribute the node leaves out
-                ref = AttributeProto()
-                ref.CopyFrom(attrs[a.ref_attr_name])
-                ref.name = a.name
-                new.attribute.append(ref)
-            else:
-                new.attribute.append(a)
+            resolved = resolve_reference(a, attrs)
+            if resolved is not None:
+                new.attribute.append(resolved)
         out.append(new)
     return out
 
@@ -160,10 +174,10 @@ def _expand(model: onnx.ModelProto, node: NodeProto, types, prefix: str):
         schema = defs.get_schema(node.op_type, opset, node.domain)
     except defs.SchemaError:
         return None
-    body = _body(schema, node, opset, types)
+    body = function_body(schema, node, opset, types)
     if body is None:
         return None
-    nodes = _inline(node, body, _with_defaults(schema, node), prefix)
+    nodes = _inline(node, body, attribute_values(schema, node, body), prefix)
     return None if nodes is None else (nodes, list(body.opset_import))
 
 
