@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
+from common import (emit_json, interleaved_medians, kiln_threads, ort_session,  # noqa: E402
                     print_table)
 
 import kiln  # noqa: E402
@@ -38,17 +38,19 @@ HERE = Path(__file__).resolve().parent
 
 
 
-def measure(model, db, threads: int, x: np.ndarray, session, repeat: int) -> dict:
-    """Compile with `db`'s records and time Kiln, then onnxruntime, on the same input."""
+def measure(model, db, threads: int, x: np.ndarray, session, rounds: int, repeat: int) -> dict:
+    """Compile with `db`'s records and time Kiln and onnxruntime on the same input, in
+    interleaved rounds (the ratio is the median of the per-round ratios)."""
     start = time.perf_counter()
     compiled = kiln.compile(model, db=db, threads=threads)
     compile_s = time.perf_counter() - start
     ours = compiled.run([x])[0]
     theirs = session.run(None, {"input": x})[0]
-    t_kiln = median_seconds(lambda: compiled.run([x]), repeat)
-    t_ort = median_seconds(lambda: session.run(None, {"input": x}), repeat)
+    t_kiln, t_ort, ratio = interleaved_medians(lambda: compiled.run([x]),
+                                               lambda: session.run(None, {"input": x}),
+                                               rounds, repeat)
     steps = compiled.plan.steps
-    return {"kiln_ms": t_kiln * 1e3, "ort_ms": t_ort * 1e3, "ratio": t_kiln / t_ort,
+    return {"kiln_ms": t_kiln * 1e3, "ort_ms": t_ort * 1e3, "ratio": ratio,
             "max_abs_err": float(np.max(np.abs(ours - theirs))), "compile_s": compile_s,
             "tuned_kernels": sum(s.source != "default" for s in steps), "kernels": len(steps)}
 
@@ -79,7 +81,11 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=5, help="tuning slices (default 5)")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved Kiln/onnxruntime timing rounds (default 5)")
+    parser.add_argument("--repeat", type=int, default=20, help="runs per round (default 20)")
+    parser.add_argument("--db", help="keep the tuning log in this new file (default: a "
+                        "temporary one)")
     parser.add_argument("--png", default=str(HERE / "tune_budget.png"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -90,17 +96,22 @@ def main(argv=None) -> int:
     points = []
     with tempfile.TemporaryDirectory(prefix="kiln-tune-budget-") as tmp, \
             kiln_threads(args.threads):
-        db = Database(Path(tmp) / "tune.db")     # unseen: no record of any other model
+        path = Path(args.db) if args.db else Path(tmp) / "tune.db"
+        if path.exists():
+            parser.error(f"--db {path} exists: the model must start unseen (a new file)")
+        db = Database(path)     # unseen: no record of any other model
         tuned, trials = 0.0, 0
         points.append({"tuning_s": 0.0, "trials": 0,
-                       **measure(model, None, args.threads, x, session, args.repeat)})
+                       **measure(model, None, args.threads, x, session, args.rounds,
+                                   args.repeat)})
         for _ in range(args.points):
             start = time.perf_counter()
             reports = kiln.tune(model, db=db, time_budget=args.time / args.points)
             tuned += time.perf_counter() - start
             trials = sum(r.trials for r in reports)
             points.append({"tuning_s": tuned, "trials": trials,
-                           **measure(model, db, args.threads, x, session, args.repeat)})
+                           **measure(model, db, args.threads, x, session, args.rounds,
+                                   args.repeat)})
             print(f"after {tuned:.0f} s of tuning ({trials} trials): Kiln "
                   f"{points[-1]['kiln_ms']:.3f} ms, onnxruntime {points[-1]['ort_ms']:.3f} ms",
                   flush=True)
