@@ -210,7 +210,8 @@ class DefaultsMixin:
         label = self._stage_label(op)
         target = self.target
         lanes = target.vector_lanes(op.dtype)
-        budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
+        budget = dot4_register_budget(target, op,
+                                      (32 if target.vector_bits >= 512 else 16) * 3 // 4)
         extents = [a.extent for a in op.axis]
         out = dict(values)
         vec = self._by_name[f"{label}/tile/{len(extents) - 1}"]
@@ -234,13 +235,13 @@ class DefaultsMixin:
 
 def _panel_width(op: ComputeOp) -> int | None:
     """The column-panel width of a matmul_prepacked anchor (the last dim of the weight its
-    vector axis indexes), else None."""
+    vector axis indexes: [P, K, block], or int8 pairs [P, K4, 2, block]), else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
     for node in walk(op.body):
-        if (isinstance(node, TensorLoad) and node.tensor.ndim == 3
-                and op.axis[-1].var in set(walk(node.indices[2]))):
-            return node.tensor.shape[2]
+        if (isinstance(node, TensorLoad) and node.tensor.ndim in (3, 4)
+                and op.axis[-1].var in set(walk(node.indices[-1]))):
+            return node.tensor.shape[-1]
     return None
 
 
