@@ -512,8 +512,10 @@ def call(name: str, *args) -> Expr:
     if name in DOT4_INTRINSICS:
         arity = DOT4_ARITY.get(name, 2)
         if len(exprs) != arity or any(e.dtype != "int32" for e in exprs):
-            raise TEError(f"intrinsic {name} takes {arity} int32 words (packed bytes or int16 "
-                          f"pairs), got {', '.join(e.dtype for e in exprs) or 'none'}")
+            what = "two int32 words of 4 packed bytes" if arity == 2 else (
+                "three int32 words (4 packed bytes, then two of int16 pairs)")
+            raise TEError(f"intrinsic {name} takes {what}, got "
+                          f"{', '.join(e.dtype for e in exprs) or 'nothing'}")
         return Call("int32", name, tuple(exprs))
     if len(exprs) == 2:
         exprs = list(_binary_operands(*exprs))
