@@ -13,7 +13,7 @@ from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
-from .space_int8 import dot4_register_budget
+from .space_int8 import dot4_register_budget, dot4_vector_tile, uses_dot4
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -125,6 +125,8 @@ class DefaultsMixin:
         inner, mid = [1] * n, [1] * n
         if n:
             inner[-1] = _vector_tile(extents[-1], lanes, odd=bool(_window_axes(op)))
+            if uses_dot4(op):
+                inner[-1] = dot4_vector_tile(extents[-1], lanes, inner[-1])
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:

@@ -33,7 +33,8 @@ lowering is chosen from the Target's features, never assumed:
   the graph where the target lacks VNNI (graph/passes/int8_widen.py).
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
-A vector wider than the native width is split into native chunks and joined again.
+A vector wider than the native width is split into native chunks and joined again; an odd
+one (7 lanes: a 49-pixel axis) computes as the next whole native count.
 """
 from __future__ import annotations
 
@@ -241,6 +242,14 @@ def _join(bld: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
     return out
 
 
+def _native_sizes(em, name: str) -> list[int]:
+    """int32 lanes of the native vectors `name` lowers to on the module's target."""
+    feats = target_features(getattr(em.mod, "target", None))
+    if name == "dot4_u8s16":
+        return pmaddwd_lanes(feats)
+    return [size for size, _ in dot4_strategies(feats)]
+
+
 def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Value:
     """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym of int32 scalars or vectors `a`, `b` (same
     type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
@@ -251,6 +260,17 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
         a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), v,
                                           ir.Constant(T.I32, 0)) for v in (a, b, *more)]
     lanes = a.type.count
+    native = _native_sizes(em, name)
+    if native and lanes > native[-1] and all(lanes % size for size in native):
+        # an odd vector (7 or 14 lanes: a pixel axis of 49 or 196) computes as the next
+        # whole count of the narrowest native vector, the extra lanes undefined and dropped
+        wide = -(-lanes // native[-1]) * native[-1]
+        grow = ir.Constant(ir.VectorType(T.I32, wide),
+                           list(range(lanes)) + [0] * (wide - lanes))
+        args = [bld.shuffle_vector(v, ir.Constant(v.type, None), grow) for v in (a, b, *more)]
+        out = emit_dot4(em, name, *args)
+        return bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
+            ir.VectorType(T.I32, lanes), list(range(lanes))))
     if name == "dot4_u8s16":
         sizes = [size for size in pmaddwd_lanes(target_features(
             getattr(em.mod, "target", None))) if lanes % size == 0]

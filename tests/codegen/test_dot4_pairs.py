@@ -48,7 +48,7 @@ def _pairs_from_int16(b16: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("target", ["native", "llvm -mcpu=haswell", "llvm -mcpu=x86-64"])
-@pytest.mark.parametrize("lanes", [0, 3, 4, 8, 16, 24])
+@pytest.mark.parametrize("lanes", [0, 3, 4, 7, 8, 14, 16, 24])
 def test_dot4_u8s16_matches_integer_product(target, lanes):
     m, k, n = 5, 28, 37
     rng = np.random.default_rng(8)
