@@ -23,7 +23,7 @@ lowering is chosen from the Target's features, never assumed:
   tile computes it once per weight vector instead of once per (row, weight vector) (and
   the |a'| of a broadcast activation once per row).
 - dot4_u8s16 takes its weights widened to int16 pairs (b_even = (b_0, b_2), b_odd = (b_1,
-  b_3), packed at compile time: te/ops/quantized.py pack_weight_int16x2). Viewed as int16
+  b_3), packed at compile time: te/ops/quantized.py widen_weight_words). Viewed as int16
   lanes, the activation word splits into its even bytes (and 0x00ff) and odd bytes (a 16-bit
   logical shift right by 8), both zero-extended int16, and two `vpmaddwd` (SSE2, AVX2,
   AVX-512BW) multiply them with the pairs and add adjacent products into int32 exactly
