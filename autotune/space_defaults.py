@@ -13,7 +13,7 @@ from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
-from .space_int8 import dot4_register_budget
+from .space_int8 import dot4_register_budget, dot4_vector_tile, uses_dot4
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -125,6 +125,8 @@ class DefaultsMixin:
         inner, mid = [1] * n, [1] * n
         if n:
             inner[-1] = _vector_tile(extents[-1], lanes, odd=bool(_window_axes(op)))
+            if uses_dot4(op):
+                inner[-1] = dot4_vector_tile(extents[-1], lanes, inner[-1])
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:
@@ -210,7 +212,8 @@ class DefaultsMixin:
         label = self._stage_label(op)
         target = self.target
         lanes = target.vector_lanes(op.dtype)
-        budget = (32 if target.vector_bits >= 512 else 16) * 3 // 4
+        budget = dot4_register_budget(target, op,
+                                      (32 if target.vector_bits >= 512 else 16) * 3 // 4)
         extents = [a.extent for a in op.axis]
         out = dict(values)
         vec = self._by_name[f"{label}/tile/{len(extents) - 1}"]
@@ -234,13 +237,13 @@ class DefaultsMixin:
 
 def _panel_width(op: ComputeOp) -> int | None:
     """The column-panel width of a matmul_prepacked anchor (the last dim of the weight its
-    vector axis indexes), else None."""
+    vector axis indexes: [P, K, block], or int8 pairs [P, K4, 2, block]), else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
     for node in walk(op.body):
-        if (isinstance(node, TensorLoad) and node.tensor.ndim == 3
-                and op.axis[-1].var in set(walk(node.indices[2]))):
-            return node.tensor.shape[2]
+        if (isinstance(node, TensorLoad) and node.tensor.ndim in (3, 4)
+                and op.axis[-1].var in set(walk(node.indices[-1]))):
+            return node.tensor.shape[-1]
     return None
 
 

@@ -7,7 +7,10 @@ operands and nothing else, like an fp32 FMA, while the AVX2/AVX-512BW `vpmaddubs
 and per broadcast activation its masked or |a - 128| bytes plus the pmaddwd ones. With 16
 AVX2 registers the fp32 GEMM's 6 x 2-vector tile (12 accumulators) then spills every k:
 1024^3 matmul_int8x4, 1 thread, one run: 6 x 16 63.6 GOPS, 4 x 16 57.0, 2 x 32 55.0
-(noisy: onnxruntime's MatMulInteger 93.4 in the same run).
+(noisy: onnxruntime's MatMulInteger 93.4 in the same run). The int16-pair form
+(dot4_u8s16, graph/passes/int8_widen.py) holds per broadcast row its even and odd halves
+and per weight vector its two pair vectors: 4 x 16 takes all 16 registers without a spill
+(checked in the 1024^3 kernel's assembly).
 """
 from __future__ import annotations
 
@@ -38,3 +41,16 @@ def dot4_register_budget(target: Target, op: ComputeOp, budget: int) -> int:
         return budget
     registers = 32 if target.vector_bits >= 512 else 16
     return min(budget, registers - MADD_TEMPORARIES)
+
+
+def dot4_vector_tile(extent: int, lanes: int, tile: int) -> int:
+    """The vector tile of a dot4 anchor's last axis: `tile` (the fp32 rule's) when it
+    divides the axis, else the widest divisor of at least half a vector and at most one
+    (49 pixels -> 7 lanes, 196 -> 7), so no guard lands in the register tile. A guarded
+    tail kept the int8 conv's accumulators in memory, reloaded and stored on every k
+    (ResNet-18's 7 x 7 im2col GEMMs, 512 -> 512: 5.9 -> 4.8 ms, 1 thread); an odd width
+    past one vector (14 lanes) was scalarised by LLVM (196 pixels: 5 -> 18 ms)."""
+    if extent % tile == 0:
+        return tile
+    fits = [d for d in range(max(2, lanes // 2), lanes + 1) if extent % d == 0]
+    return max(fits) if fits else tile

@@ -9,11 +9,15 @@
   dot4), one and two OS threads: GOPS (2 ops per multiply-add) of the instruction alone.
 - gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
   space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run;
+  Kiln in each weight form of --int8-forms: "pairs" (what the target gets: int16 weight pairs
+  and vpmaddwd where it lacks VNNI, graph/passes/int8_widen.py) and "bytes" (the byte words
+  and dot4_u8s8 / dot4_u8s8sym, as before that pass);
   with int8 weights over the full range and symmetric ones ([-127, 127], onnxruntime's
   quantizer's), which Kiln's AVX2 lowering does with half the split's multiplies.
 - models: the builders of graph/models.py quantized by onnxruntime.quantization (ResNet-18 and
   MobileNetV2 static QDQ per-channel, calibrated on 8 random inputs; the BERT-like encoder
-  dynamic), Kiln int8 vs onnxruntime int8 vs Kiln fp32 latency; accuracy on `samples` random
+  dynamic), Kiln int8 (each of --int8-forms) vs onnxruntime int8 vs Kiln fp32 latency;
+  accuracy (of the first form) on `samples` random
   inputs: max abs error and top-1 agreement of Kiln int8 against onnxruntime int8 and of
   onnxruntime int8 against fp32.
 Prints tables and, as the last line, one JSON object.
@@ -21,6 +25,7 @@ Prints tables and, as the last line, one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import statistics
@@ -42,6 +47,7 @@ from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
+from kiln.graph.passes import int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
 CHAINS = 12
@@ -154,6 +160,26 @@ def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
     return model
 
 
+@contextlib.contextmanager
+def _int8_form(form: str):
+    """Compile int8 kernels with weights as "pairs" (the target's choice) or "bytes" (the
+    widening pass off, and the model cache with it: its key does not see the switch)."""
+    if form not in ("pairs", "bytes"):
+        raise SystemExit(f"--int8-forms: {form!r} is neither pairs nor bytes")
+    saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
+    if form == "bytes":
+        int8_widen.widens_int8 = lambda target: False
+        os.environ["KILN_CACHE_DIR"] = "off"
+    try:
+        yield
+    finally:
+        int8_widen.widens_int8 = saved
+        if saved_dir is None:
+            os.environ.pop("KILN_CACHE_DIR", None)
+        else:
+            os.environ["KILN_CACHE_DIR"] = saved_dir
+
+
 def _session(model: onnx.ModelProto, threads: int, optimize: bool = True):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -165,7 +191,7 @@ def _session(model: onnx.ModelProto, threads: int, optimize: bool = True):
 
 
 def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024,
-               weights: str = "full") -> dict:
+               weights: str = "full", forms: tuple[str, ...] = ("pairs",)) -> dict:
     """MatMulInteger n^3 through Kiln's frontend (-> matmul_int8x4) vs onnxruntime. weights
     "full": int8 weights in [-128, 127] (Kiln's AVX2 split lowering); "symmetric": in
     [-127, 127], what onnxruntime's quantizer makes (the sign-trick lowering)."""
@@ -174,25 +200,31 @@ def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024,
     ops = 2.0 * n ** 3
     rows, out = [], {}
     for t in threads:
-        with kiln_threads(t):
-            compiled = compile_model(model, db=db, threads=t)
-        ours = compiled.run({"a": a})[0]
+        compiled = {}
+        for form in forms:
+            with kiln_threads(t), _int8_form(form):
+                compiled[form] = compile_model(model, db=db, threads=t)
         sess = _session(model, t)
         theirs = sess.run(None, {"a": a})[0]
-        exact = bool(np.array_equal(ours, a.astype(np.int32) @ model_b(model)))
-        timed = _interleaved({"kiln": lambda: compiled.run({"a": a}),
-                              "ort": lambda: sess.run(None, {"a": a})}, repeat)
-        (k_s, k_med), (o_s, o_med) = timed["kiln"], timed["ort"]
-        rows.append([t, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s, ops / k_med / 1e9,
-                     ops / o_med / 1e9, exact, int(np.abs(ours.astype(np.int64) - theirs).max())])
-        out[f"gemm_{weights}_{t}t"] = {"kiln_gops_best": round(ops / k_s / 1e9, 1),
-                             "ort_gops_best": round(ops / o_s / 1e9, 1),
-                             "kiln_gops_median": round(ops / k_med / 1e9, 1),
-                             "ort_gops_median": round(ops / o_med / 1e9, 1), "exact": exact}
+        fns = {form: (lambda c=c: c.run({"a": a})) for form, c in compiled.items()}
+        timed = _interleaved({**fns, "ort": lambda: sess.run(None, {"a": a})}, repeat)
+        o_s, o_med = timed["ort"]
+        for form, c in compiled.items():
+            ours = c.run({"a": a})[0]
+            exact = bool(np.array_equal(ours, a.astype(np.int32) @ model_b(model)))
+            k_s, k_med = timed[form]
+            rows.append([t, form, ops / k_s / 1e9, ops / o_s / 1e9, o_s / k_s,
+                         ops / k_med / 1e9, ops / o_med / 1e9, exact,
+                         int(np.abs(ours.astype(np.int64) - theirs).max())])
+            out[f"gemm_{weights}_{form}_{t}t"] = {
+                "kiln_gops_best": round(ops / k_s / 1e9, 1),
+                "ort_gops_best": round(ops / o_s / 1e9, 1),
+                "kiln_gops_median": round(ops / k_med / 1e9, 1),
+                "ort_gops_median": round(ops / o_med / 1e9, 1), "exact": exact}
     print(f"int8 GEMM {n}^3 (u8 x s8 -> s32, {weights} weights): Kiln matmul_int8x4 vs "
           "onnxruntime MatMulInteger (best of interleaved runs; medians after)")
-    print_table(["threads", "kiln GOPS", "ort GOPS", "ort time / kiln time", "kiln median",
-                 "ort median", "kiln exact", "max |kiln - ort|"], rows)
+    print_table(["threads", "kiln form", "kiln GOPS", "ort GOPS", "ort time / kiln time",
+                 "kiln median", "ort median", "kiln exact", "max |kiln - ort|"], rows)
     return out
 
 
@@ -244,7 +276,8 @@ def _interleaved(fns: dict, repeat: int) -> dict:
     return {k: (min(v), statistics.median(v)) for k, v in times.items()}
 
 
-def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int) -> dict:
+def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int,
+                 forms: tuple[str, ...] = ("pairs",)) -> dict:
     out, rows = {}, []
     for name in names:
         build, mode = MODELS[name]
@@ -257,19 +290,27 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
         feeds = random_inputs(fp32, 1, seed=11)[0]
         entry = {}
         start = time.perf_counter()          # compiled once, run at each thread count
+        variants = {}
         with kiln_threads(max(threads)):
-            ours = compile_model(int8, db=db, threads=max(threads))
+            for form in forms:
+                with _int8_form(form):
+                    variants[form] = compile_model(int8, db=db, threads=max(threads))
             compile_s = time.perf_counter() - start
             ours_fp32 = compile_model(fp32, db=db, threads=max(threads))
-        print(f"{name}: int8 compiled in {compile_s:.0f} s", flush=True)
+        ours = variants[forms[0]]
+        print(f"{name}: int8 compiled in {compile_s:.0f} s ({len(forms)} forms)", flush=True)
         for t in threads:
-            ours.set_num_threads(t)
+            for c in variants.values():
+                c.set_num_threads(t)
             ours_fp32.set_num_threads(t)
             int8_sess, fp32_sess = _session(int8, t), _session(fp32, t)
+            extra = {f"kiln_int8_{form}": (lambda c=c: c.run(feeds))
+                     for form, c in variants.items() if form != forms[0]}
             timed = _interleaved({"kiln_int8": lambda: ours.run(feeds),
                                   "ort_int8": lambda: int8_sess.run(None, feeds),
                                   "kiln_fp32": lambda: ours_fp32.run(feeds),
-                                  "ort_fp32": lambda: fp32_sess.run(None, feeds)}, repeat)
+                                  "ort_fp32": lambda: fp32_sess.run(None, feeds),
+                                  **extra}, repeat)
             entry[f"{t}t"] = {f"{k}_ms_{which}": round(v[i] * 1e3, 3) for k, v in timed.items()
                               for i, which in ((0, "best"), (1, "median"))}
             entry[f"{t}t"]["compile_s"] = round(compile_s, 1)
@@ -277,15 +318,19 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
             rows.append([name, t, best["kiln_int8"], best["ort_int8"],
                          best["kiln_int8"] / best["ort_int8"], best["kiln_fp32"],
                          best["ort_fp32"], timed["kiln_int8"][1] * 1e3,
-                         timed["ort_int8"][1] * 1e3])
+                         timed["ort_int8"][1] * 1e3]
+                        + [f"{best[k]:.2f} ({best[k] / best['ort_int8']:.2f}x ort)"
+                           for k in extra])
             if t == threads[0]:
                 spec = _session(int8, t, optimize=False)
                 entry["accuracy"] = _accuracy({"ort_int8": int8_sess, "spec": spec,
                                                "fp32": fp32_sess}, ours, fp32, samples)
         out[name] = entry
-    print("quantized models: latency in ms (best of the interleaved runs; medians last)")
+    print(f"quantized models: latency in ms (best of the interleaved runs; medians after); "
+          f"kiln int8 = the {forms[0]} form")
     print_table(["model", "threads", "kiln int8", "ort int8", "kiln/ort int8", "kiln fp32",
-                 "ort fp32", "kiln int8 median", "ort int8 median"], rows)
+                 "ort fp32", "kiln int8 median", "ort int8 median"]
+                + [f"kiln int8 {form}" for form in forms[1:]], rows)
     print("accuracy on random inputs: max abs error / top-1 agreement")
     keys = ["kiln_vs_spec", "kiln_vs_ort_int8", "ort_int8_vs_spec", "ort_int8_vs_fp32",
             "kiln_vs_fp32"]
@@ -304,12 +349,16 @@ def main() -> None:
     parser.add_argument("--gemm-weights", default="full,symmetric",
                         help="int8 weight ranges of the GEMM: full [-128, 127], symmetric "
                         "[-127, 127]")
+    parser.add_argument("--int8-forms", default="pairs,bytes",
+                        help="Kiln int8 weight forms to time side by side (the first is the "
+                        "one the models' accuracy is checked for): pairs, bytes")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")
     args = parser.parse_args()
     parts = args.parts.split(",")
     threads = [int(t) for t in args.threads.split(",")]
+    forms = tuple(args.int8_forms.split(","))
     target = Target.native()
     figures = {"cpu": target.cpu}
     if "peak" in parts:
@@ -317,10 +366,11 @@ def main() -> None:
     if "gemm" in parts:
         figures["gemm"] = {}
         for weights in args.gemm_weights.split(","):
-            figures["gemm"].update(bench_gemm(threads, args.db, args.repeat, weights=weights))
+            figures["gemm"].update(bench_gemm(threads, args.db, args.repeat, weights=weights,
+                                              forms=forms))
     if "models" in parts:
         figures["models"] = bench_models(args.models.split(","), threads, args.db,
-                                         args.repeat, args.samples)
+                                         args.repeat, args.samples, forms)
     emit_json(figures)
 
 

@@ -1,4 +1,5 @@
-"""The integer dot-product intrinsics dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym (te.expr) as LLVM IR.
+"""The integer dot-product intrinsics of te.expr (dot4_u8s8, dot4_u8s7, dot4_u8s8sym, dot4_u8s16)
+as LLVM IR.
 
 Each int32 lane holds 4 packed bytes; the result lane is sum_t uint8(a_t) * int8(b_t). The
 lowering is chosen from the Target's features, never assumed:
@@ -21,9 +22,19 @@ lowering is chosen from the Target's features, never assumed:
   vpmaddwd like the split, but the second pair reads only the weight word, so a register
   tile computes it once per weight vector instead of once per (row, weight vector) (and
   the |a'| of a broadcast activation once per row).
+- dot4_u8s16 takes its weights widened to int16 pairs (b_even = (b_0, b_2), b_odd = (b_1,
+  b_3), packed at compile time: te/ops/quantized.py widen_weight_words). Viewed as int16
+  lanes, the activation word splits into its even bytes (and 0x00ff) and odd bytes (a 16-bit
+  logical shift right by 8), both zero-extended int16, and two `vpmaddwd` (SSE2, AVX2,
+  AVX-512BW) multiply them with the pairs and add adjacent products into int32 exactly
+  (|a b| <= 255 * 32768, a pair sum fits): 2 multiplies + 1 add per 8 lanes, no saturation
+  to work around, and the split of a word is shared by every weight vector it meets (LLVM's
+  GVN merges the identical and/shift of a broadcast row or of a vector column). Chosen by
+  the graph where the target lacks VNNI (graph/passes/int8_widen.py).
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
-A vector wider than the native width is split into native chunks and joined again.
+A vector wider than the native width is split into native chunks and joined again; an odd
+one (7 lanes: a 49-pixel axis) computes as the next whole native count.
 """
 from __future__ import annotations
 
@@ -139,6 +150,53 @@ def _maddubs_sym(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return bld.add(main, weight_sums)
 
 
+_PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd",
+            16: "llvm.x86.avx512.pmaddw.d.512"}
+
+
+def pmaddwd_lanes(feats: set[str]) -> list[int]:
+    """int32 lanes of the target's vpmaddwd forms, widest first."""
+    out = []
+    if "avx512bw" in feats:
+        out.append(16)
+    if "avx2" in feats:
+        out.append(8)
+    if "sse2" in feats or "avx" in feats:
+        out.append(4)
+    return out
+
+
+def _madd_pairs(bld: ir.IRBuilder, a: ir.Value, b_even: ir.Value, b_odd: ir.Value) -> ir.Value:
+    """dot4_u8s16 on one native vector: two vpmaddwd (module docstring)."""
+    lanes = a.type.count
+    words_ty, dwords_ty = ir.VectorType(I16, 2 * lanes), ir.VectorType(T.I32, lanes)
+    wd = _declare(bld.module, _PMADDWD[lanes], dwords_ty, [words_ty, words_ty])
+    a16 = bld.bitcast(a, words_ty)
+    even = bld.and_(a16, ir.Constant(words_ty, [0xFF] * (2 * lanes)))
+    odd = bld.lshr(a16, ir.Constant(words_ty, [8] * (2 * lanes)))
+    return bld.add(bld.call(wd, [even, bld.bitcast(b_even, words_ty)]),
+                   bld.call(wd, [odd, bld.bitcast(b_odd, words_ty)]))
+
+
+def _generic_pairs(bld: ir.IRBuilder, a: ir.Value, b_even: ir.Value, b_odd: ir.Value
+                   ) -> ir.Value:
+    lanes = a.type.count
+    bytes_ty, halves_ty = ir.VectorType(I8, 4 * lanes), ir.VectorType(I16, 2 * lanes)
+    wide_ty = ir.VectorType(T.I32, 2 * lanes)
+    a_wide = bld.zext(bld.bitcast(a, bytes_ty), ir.VectorType(T.I32, 4 * lanes))
+    total = None
+    for parity, b in ((0, b_even), (1, b_odd)):
+        b_wide = bld.sext(bld.bitcast(b, halves_ty), wide_ty)
+        a_part = bld.shuffle_vector(a_wide, ir.Constant(a_wide.type, None), ir.Constant(
+            ir.VectorType(T.I32, 2 * lanes), [2 * h + parity for h in range(2 * lanes)]))
+        prods = bld.mul(a_part, b_wide)
+        for h in range(2):
+            part = bld.shuffle_vector(prods, ir.Constant(wide_ty, None), ir.Constant(
+                ir.VectorType(T.I32, lanes), [2 * lane + h for lane in range(lanes)]))
+            total = part if total is None else bld.add(total, part)
+    return total
+
+
 def _generic(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     lanes = a.type.count
     bytes_ty = ir.VectorType(I8, 4 * lanes)
@@ -184,17 +242,45 @@ def _join(bld: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
     return out
 
 
-def emit_dot4(em, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+def _native_sizes(em, name: str) -> list[int]:
+    """int32 lanes of the native vectors `name` lowers to on the module's target."""
+    feats = target_features(getattr(em.mod, "target", None))
+    if name == "dot4_u8s16":
+        return pmaddwd_lanes(feats)
+    return [size for size, _ in dot4_strategies(feats)]
+
+
+def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Value:
     """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym of int32 scalars or vectors `a`, `b` (same
-    type)."""
+    type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
+    (odd)."""
     bld = em.builder
     scalar = not T.is_vector(a)
     if scalar:
-        a = bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), a,
-                               ir.Constant(T.I32, 0))
-        b = bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), b,
-                               ir.Constant(T.I32, 0))
+        a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), v,
+                                          ir.Constant(T.I32, 0)) for v in (a, b, *more)]
     lanes = a.type.count
+    native = _native_sizes(em, name)
+    if native and lanes > native[-1] and all(lanes % size for size in native):
+        # an odd vector (7 or 14 lanes: a pixel axis of 49 or 196) computes as the next
+        # whole count of the narrowest native vector, the extra lanes undefined and dropped
+        wide = -(-lanes // native[-1]) * native[-1]
+        grow = ir.Constant(ir.VectorType(T.I32, wide),
+                           list(range(lanes)) + [0] * (wide - lanes))
+        args = [bld.shuffle_vector(v, ir.Constant(v.type, None), grow) for v in (a, b, *more)]
+        out = emit_dot4(em, name, *args)
+        return bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
+            ir.VectorType(T.I32, lanes), list(range(lanes))))
+    if name == "dot4_u8s16":
+        sizes = [size for size in pmaddwd_lanes(target_features(
+            getattr(em.mod, "target", None))) if lanes % size == 0]
+        if not sizes:
+            out = _generic_pairs(bld, a, b, more[0])
+        else:
+            out = _join(bld, [_madd_pairs(bld, x, y, z) for x, y, z in zip(
+                _chunks(bld, a, sizes[0]), _chunks(bld, b, sizes[0]),
+                _chunks(bld, more[0], sizes[0]))])
+        return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out
     fits = [(size, how) for size, how in dot4_strategies(target_features(
         getattr(em.mod, "target", None))) if lanes % size == 0]
     if not fits:

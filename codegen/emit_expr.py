@@ -496,6 +496,9 @@ class ExprEmitter:
         args = [self._emit(a) for a in e.args]
         if len(args) == 2:
             args = list(self._pair(*args))
+        elif len(args) > 2 and any(T.lanes_of(a) for a in args):   # splat scalars to the vectors
+            lanes = max(T.lanes_of(a) or 0 for a in args)
+            args = [a if T.lanes_of(a) else T.splat(self.builder, a, lanes) for a in args]
         return self.round_half(e.dtype, emit_call(self, e, args))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
-from ..te.expr import DOT4_INTRINSICS
+from ..te.expr import DOT4_ARITY, DOT4_INTRINSICS
 from . import llvm_types as T
 from .dot4 import emit_dot4
 
@@ -21,7 +21,7 @@ for _f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "ata
     _LIBM64[_f], _LIBM32[_f] = _f, _f + "f"
 _POLY32 = ("exp", "log", "tanh", "erf", "sigmoid")
 _ARITY = {"pow": 2, "fmod": 2, "bit_and": 2, "bit_or": 2, "bit_xor": 2, "shl": 2, "shr": 2,
-          **dict.fromkeys(DOT4_INTRINSICS, 2)}
+          **dict.fromkeys(DOT4_INTRINSICS, 2), **DOT4_ARITY}
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -60,7 +60,7 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
         raise CodegenError(f"intrinsic {name} takes {_ARITY.get(name, 1)} argument(s), got "
                            f"{len(args)} in {call}")
     if name in DOT4_INTRINSICS:
-        return emit_dot4(em, name, args[0], args[1])
+        return emit_dot4(em, name, *args)
     x, ty = args[0], args[0].type
     module = bld.module
     if name in _INTEGER_OPS:

@@ -47,8 +47,8 @@ LAYOUTS = ("nchwc", "nchw")
 
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   layout: str = "nchwc", winograd: bool = True,
-                  constants: Mapping[str, np.ndarray] | None = None
-                  ) -> tuple[Graph, list[FusedGroup]]:
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  target: str | None = None) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
@@ -56,7 +56,9 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     layout: "nchwc" keeps conv activations channel-blocked (passes.blocked_layout); "nchw"
     keeps the model's layout (each conv unpacks its channel-blocked result).
     winograd: blocked 3x3 stride-1 convs run as Winograd transforms and batched GEMMs where
-    passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct."""
+    passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct.
+    target: the target string the graph is compiled for (passes.TARGET_PASSES: int8 weights
+    as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
@@ -64,7 +66,7 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
                                                              values=constants)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
-    graph = optimize(graph, skip=skip)
+    graph = optimize(graph, skip=skip, target=target)
     return graph, fuse_operators(graph)
 
 
@@ -218,7 +220,8 @@ def compile_model(model, target: str = "native", db=None,
                  else None)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants)
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
+                                   target)
     tasks, per_group = extract_tasks(graph, groups, target)
     # default schedules are made for `threads` (SearchSpace(task, threads))
     kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads,
@@ -251,7 +254,8 @@ def model_tasks(model, target: str = "native",
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 layout: str = "nchwc", winograd: bool = True) -> list[ModelTask]:
     """The distinct tuning tasks of a model, with their weights (occurrence counts)."""
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd)
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd,
+                                  target=canonical_target(target))
     return extract_tasks(graph, groups, canonical_target(target))[0]
 
 

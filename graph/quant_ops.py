@@ -178,22 +178,34 @@ def _infer_pack(ins, attrs):
     return [(tuple(shape), "int32")]
 
 
+# Either may take its weight as int16 pairs instead of byte words (graph/passes/int8_widen.py:
+# matmul w[K4, 2, N], conv w[F, C4, KH, KW, 2]; te/ops/quantized.py widen_weight_words).
+
 @_op("matmul_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
 def _infer_matmul_int8x4(ins, attrs):
     a, w = ins
-    if len(w.shape) != 2 or a.shape[-1] != w.shape[0] or "int32" != a.dtype or "int32" != w.dtype:
-        raise ValueError(f"expects packed words a[..., M, K4] and w[K4, N], got "
+    pairs = len(w.shape) == 3 and w.shape[1] == 2
+    panels = len(w.shape) == 4 and w.shape[2] == 2 and "n" in attrs
+    k4 = w.shape[1] if panels else w.shape[0]
+    if (len(w.shape) != 2 and not pairs and not panels) or a.shape[-1] != k4 \
+            or "int32" != a.dtype or "int32" != w.dtype:
+        raise ValueError(f"expects packed words a[..., M, K4] and w[K4, N] (or int16 pairs "
+                         f"w[K4, 2, N], or their panels w[P, K4, 2, block] with attr n), got "
                          f"{a.dtype}{list(a.shape)} and {w.dtype}{list(w.shape)}")
-    return [(tuple(a.shape[:-1]) + (w.shape[1],), "int32")]
+    return [(tuple(a.shape[:-1]) + (attrs["n"] if panels else w.shape[-1],), "int32")]
 
 
 @_op("conv2d_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
 def _infer_conv2d_int8x4(ins, attrs):
     x, w = ins
-    if x.shape[1] != w.shape[1] or x.dtype != "int32" or w.dtype != "int32":
-        raise ValueError(f"expects packed words x[N, C4, H, W] and w[F, C4, KH, KW], got "
-                         f"{x.dtype}{list(x.shape)} and {w.dtype}{list(w.shape)}")
-    return [(conv_output_shape(x.shape, w.shape, w.shape, {**attrs, "groups": 1}), "int32")]
+    pairs = len(w.shape) == 5 and w.shape[4] == 2
+    if (len(w.shape) != 4 and not pairs) or x.shape[1] != w.shape[1] \
+            or x.dtype != "int32" or w.dtype != "int32":
+        raise ValueError(f"expects packed words x[N, C4, H, W] and w[F, C4, KH, KW] (or int16 "
+                         f"pairs w[F, C4, KH, KW, 2]), got {x.dtype}{list(x.shape)} and "
+                         f"{w.dtype}{list(w.shape)}")
+    kernel = tuple(w.shape[:4])
+    return [(conv_output_shape(x.shape, kernel, kernel, {**attrs, "groups": 1}), "int32")]
 
 
 def _unpack_words(words: np.ndarray, axis: int, dtype) -> np.ndarray:
@@ -215,9 +227,25 @@ def _pack_reference(node, x):
     return np.ascontiguousarray(np.moveaxis(words, -1, axis))
 
 
+def _unpack_pairs(pairs: np.ndarray, pair_axis: int, axis: int) -> np.ndarray:
+    """int16 weight pairs (te/ops/quantized.py widen_weight_words) -> the int64 weights, 4 a
+    word along `axis` (counted without the pair axis)."""
+    halves = np.ascontiguousarray(pairs, np.int32)[..., None].view(np.int16)  # [..., 2]
+    even = np.take(halves, 0, axis=pair_axis)
+    odd = np.take(halves, 1, axis=pair_axis)
+    b = np.stack([even[..., 0], odd[..., 0], even[..., 1], odd[..., 1]], axis=-1)
+    b = np.moveaxis(b, -1, axis + 1).astype(np.int64)
+    shape = list(even.shape[:-1])
+    shape[axis] *= 4
+    return b.reshape(shape)
+
+
 def _matmul_int8x4_reference(node, a, w):
     a8 = _unpack_words(a, a.ndim - 1, np.uint8).astype(np.int64)
-    w8 = _unpack_words(w, 0, np.int8).astype(np.int64)
+    if w.ndim == 4:        # panels [P, K4, 2, block] -> pairs [K4, 2, n]
+        w = w.transpose(1, 2, 0, 3).reshape(w.shape[1], 2, -1)[..., :node.attrs["n"]]
+    w8 = (_unpack_pairs(w, 1, 0) if w.ndim == 3 else
+          _unpack_words(w, 0, np.int8).astype(np.int64))
     return np.matmul(a8, w8).astype(np.int32)
 
 
@@ -225,7 +253,8 @@ def _conv2d_int8x4_reference(node, x, w):
     attrs = dict(node.attrs)
     word = np.array(attrs["pad_word"], np.int32)
     x8 = _unpack_words(_pad_hw(x, attrs["pads"], word), 1, np.uint8).astype(np.int64)
-    w8 = _unpack_words(w, 1, np.int8).astype(np.int64)
+    w8 = (_unpack_pairs(w, 4, 1) if w.ndim == 5 else
+          _unpack_words(w, 1, np.int8).astype(np.int64))
     attrs.update(pads=(0, 0, 0, 0), groups=1)
     return _conv_nchw(x8, w8, attrs, node.outputs[0].shape[2:4]).astype(np.int32)
 
@@ -236,7 +265,8 @@ IMPLS["conv2d_int8x4"] = _conv2d_int8x4_reference
 LOWERINGS["pack_int8x4"] = lambda node, args: [tq.pack_int8x4(
     args[0], node.attrs["axis"], bool(node.attrs["flip"]))]
 LOWERINGS["matmul_int8x4"] = lambda node, args: [tq.matmul_int8x4(
-    args[0], args[1], bool(node.attrs["seven_bit"]), symmetric=bool(node.attr("symmetric")))]
+    args[0], args[1], bool(node.attrs["seven_bit"]), symmetric=bool(node.attr("symmetric")),
+    n=node.attr("n"))]
 
 
 def _lower_conv2d_int8x4(node, args):

@@ -58,7 +58,7 @@ def _winograd_min_channels(value: int):
 
 
 def _variant_tasks(proto, target: str, skip: tuple) -> list[Task]:
-    graph = optimize(load_onnx(proto), skip=skip)
+    graph = optimize(load_onnx(proto), skip=skip, target=target)
     return [mt.task for mt in extract_tasks(graph, fuse_operators(graph), target)[0]]
 
 

@@ -235,14 +235,19 @@ class Call(Expr):
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
               "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
-              "dot4_u8s7", "dot4_u8s8sym") + INT_INTRINSICS
+              "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
 # use an instruction whose 16-bit pair sums would saturate otherwise (AVX2 vpmaddubsw).
 # dot4_u8s8sym promises every b_t lies in [-127, 127] (symmetric int8 weights, what
 # onnxruntime's quantizer makes), so -b_t is an int8 too (AVX2: a sign trick, codegen/dot4.py).
-DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym")
+# dot4_u8s16(a, b_even, b_odd) = the same sum over the 4 bytes of the word a (uint8) with the
+# weights given widened to int16 pairs: b_even holds (b_0, b_2), b_odd (b_1, b_3) (low half
+# first, any int16 values): a_0 b_0 + a_2 b_2 + a_1 b_1 + a_3 b_3, exact in int32 (two
+# vpmaddwd on AVX2, no saturation; codegen/dot4.py).
+DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16")
+DOT4_ARITY = {"dot4_u8s16": 3}
 
 
 class IterKind(enum.Enum):
@@ -505,9 +510,12 @@ def call(name: str, *args) -> Expr:
         raise TEError(f"unknown intrinsic {name!r}; known: {', '.join(INTRINSICS)}")
     exprs = [_as_expr(a) for a in args]
     if name in DOT4_INTRINSICS:
-        if len(exprs) != 2 or any(e.dtype != "int32" for e in exprs):
-            raise TEError(f"intrinsic {name} takes two int32 words of 4 packed bytes, got "
-                          f"{', '.join(e.dtype for e in exprs)}")
+        arity = DOT4_ARITY.get(name, 2)
+        if len(exprs) != arity or any(e.dtype != "int32" for e in exprs):
+            what = "two int32 words of 4 packed bytes" if arity == 2 else (
+                "three int32 words (4 packed bytes, then two of int16 pairs)")
+            raise TEError(f"intrinsic {name} takes {what}, got "
+                          f"{', '.join(e.dtype for e in exprs) or 'nothing'}")
         return Call("int32", name, tuple(exprs))
     if len(exprs) == 2:
         exprs = list(_binary_operands(*exprs))
@@ -544,6 +552,7 @@ def round(x): return call("round", x)  # noqa: A001 - TVM's name
 def dot4_u8s8(a, b): return call("dot4_u8s8", a, b)
 def dot4_u8s7(a, b): return call("dot4_u8s7", a, b)
 def dot4_u8s8sym(a, b): return call("dot4_u8s8sym", a, b)
+def dot4_u8s16(a, b_even, b_odd): return call("dot4_u8s16", a, b_even, b_odd)
 def sin(x): return call("sin", x)
 def cos(x): return call("cos", x)
 

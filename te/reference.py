@@ -303,7 +303,18 @@ def dot4_u8s8_reference(a, b):
     return (a_bytes * b_bytes).sum(axis=-1, dtype=np.int32)
 
 
+def dot4_u8s16_reference(a, b_even, b_odd):
+    """sum over the 4 bytes t of uint8(a_t) * b_t, with b_0, b_2 the int16 halves of b_even
+    and b_1, b_3 those of b_odd (te.expr's dot4_u8s16)."""
+    a_bytes = np.ascontiguousarray(a, np.int32)[..., None].view(np.uint8).astype(np.int64)
+    even = np.ascontiguousarray(b_even, np.int32)[..., None].view(np.int16).astype(np.int64)
+    odd = np.ascontiguousarray(b_odd, np.int32)[..., None].view(np.int16).astype(np.int64)
+    total = (a_bytes[..., 0::2] * even).sum(axis=-1) + (a_bytes[..., 1::2] * odd).sum(axis=-1)
+    return total.astype(np.int32)
+
+
 _INTRINSICS = {
+    "dot4_u8s16": dot4_u8s16_reference,
     "dot4_u8s8": dot4_u8s8_reference, "dot4_u8s7": dot4_u8s8_reference,
     "dot4_u8s8sym": dot4_u8s8_reference,
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,

@@ -16,6 +16,7 @@ from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
+from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
@@ -24,6 +25,9 @@ from .verify import verify_graph
 from .winograd import to_winograd
 
 log = logging.getLogger(__name__)
+
+# passes that also take the target the graph is compiled for (None: target-neutral, no-op)
+TARGET_PASSES = frozenset({"widen int8 weights"})
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
@@ -35,6 +39,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("im2col int8", im2col_int8_convs),       # windowed packed convs -> columns + 1x1
     ("flatten pointwise int8", flatten_pointwise_int8),  # 1x1 packed convs over H*W pixels
+    ("widen int8 weights", widen_int8_weights),   # AVX2 without VNNI: int16 weight pairs
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
@@ -47,9 +52,11 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
 )
 
 
-def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> Graph:
+def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = (),
+             target=None) -> Graph:
     """Run PIPELINE but the passes named in `skip`; with `verify`, check the graph's
-    invariants after every pass."""
+    invariants after every pass. `target` (a Target or target string) is given to the
+    TARGET_PASSES; without one they leave the graph target-neutral."""
     unknown = set(skip) - {name for name, _ in PIPELINE}
     if unknown:
         raise ValueError(f"optimize(skip=...): no pass named {sorted(unknown)}; the passes are "
@@ -58,7 +65,7 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = ()) -> 
         if name in skip:
             continue
         before = len(graph.nodes)
-        graph = fn(graph)
+        graph = fn(graph, target) if name in TARGET_PASSES else fn(graph)
         log.debug("after %s: %d -> %d nodes", name, before, len(graph.nodes))
         if verify:
             verify_graph(graph)

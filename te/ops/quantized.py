@@ -241,6 +241,38 @@ def pack_weight_int8x4(weight: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(w).view(np.int32)[..., 0]
 
 
+def widen_weight_words(words: np.ndarray, pair_axis: int) -> np.ndarray:
+    """Packed int8 weight words (pack_weight_int8x4) -> the int16 pairs dot4_u8s16 reads: a
+    new axis of 2 at `pair_axis`, index 0 the word's even bytes (b_0, b_2) and 1 its odd bytes
+    (b_1, b_3), each an int32 of two sign-extended int16 (low half first). Done at compile
+    time, so the kernel's inner loop only splits the activation bytes."""
+    w = np.ascontiguousarray(words)
+    if w.dtype != np.int32:
+        raise TEError(f"widen_weight_words(): expects int32 words of 4 packed int8, got "
+                      f"{w.dtype}")
+    b = w[..., None].view(np.int8).astype(np.int16)             # [..., 4]
+    even = np.ascontiguousarray(b[..., 0::2]).view(np.int32)[..., 0]
+    odd = np.ascontiguousarray(b[..., 1::2]).view(np.int32)[..., 0]
+    return np.ascontiguousarray(np.stack([even, odd], axis=pair_axis % (w.ndim + 1)))
+
+
+def panel_weight_pairs(pairs: np.ndarray, block: int) -> np.ndarray:
+    """A matmul's int16 weight pairs [K4, 2, N] (widen_weight_words(words, 1)) as column
+    panels [ceil(N / block), K4, 2, block]: a register tile of `block` columns reads one
+    contiguous run per k (the even and the odd pairs back to back) instead of two rows
+    N words apart, which for N a multiple of 1024 all fall in the same L1 sets. A tail
+    panel is zero-padded."""
+    w = np.asarray(pairs)
+    if w.ndim != 3 or w.shape[1] != 2 or block < 1:
+        raise TEError(f"panel_weight_pairs(): expects pairs[K4, 2, N] and block >= 1, got "
+                      f"shape {list(w.shape)} and block={block}")
+    k4, _, n = w.shape
+    panels = -(-n // block)
+    padded = np.zeros((k4, 2, panels * block), w.dtype)
+    padded[..., :n] = w
+    return np.ascontiguousarray(padded.reshape(k4, 2, panels, block).transpose(2, 0, 1, 3))
+
+
 def _dot4(seven_bit: bool, symmetric: bool = False):
     """The cheapest exact intrinsic the weight range allows: 7-bit weights, then symmetric
     ones (no byte -128), then any."""
@@ -256,24 +288,44 @@ def _check_words(op: str, *tensors: Tensor) -> None:
 
 
 def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
-                  name: str | None = None, symmetric: bool = False) -> Tensor:
+                  name: str | None = None, symmetric: bool = False,
+                  n: int | None = None) -> Tensor:
     """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
     activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
-    K). `seven_bit` promises weight bytes in [-64, 63], `symmetric` in [-127, 127] (cheaper
-    AVX2 lowerings)."""
+    K), its int16 pairs [K4, 2, N] (widen_weight_words(words, 1): dot4_u8s16), or those
+    pairs as column panels [P, K4, 2, block] (panel_weight_pairs; `n` columns, tagged
+    matmul_prepacked for the search space). `seven_bit` promises weight bytes in [-64, 63],
+    `symmetric` in [-127, 127] (cheaper AVX2 lowerings of the byte form)."""
     _check_words("matmul_int8x4", a, b)
-    if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
-        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N], got "
-                      f"'{a.name}'{list(a.shape)} and '{b.name}'{list(b.shape)}")
-    k = reduce_axis(b.shape[0], "k")
+    pairs = b.ndim == 3 and b.shape[1] == 2
+    panels = b.ndim == 4 and b.shape[2] == 2
+    k_extent = b.shape[1] if panels else b.shape[0]
+    if a.ndim < 2 or (b.ndim != 2 and not pairs and not panels) or a.shape[-1] != k_extent:
+        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N] (or int16 pairs "
+                      f"[K4, 2, N] or their panels [P, K4, 2, block]), got '{a.name}'"
+                      f"{list(a.shape)} and '{b.name}'{list(b.shape)}")
+    if panels:
+        block = b.shape[3]
+        if n is None or not (b.shape[0] - 1) * block < n <= b.shape[0] * block:
+            raise TEError(f"matmul_int8x4(): panels '{b.name}'{list(b.shape)} need the column "
+                          f"count n with ceil(n / {block}) = {b.shape[0]}, got n={n}")
+    k = reduce_axis(k_extent, "k")
     dot = _dot4(seven_bit, symmetric)
 
     def body(*idx):
-        return te_sum(dot(a(*idx[:-1], k.var), b(k.var, idx[-1])), axis=k)
+        j = idx[-1]
+        if panels:
+            return te_sum(E.dot4_u8s16(a(*idx[:-1], k.var), b(j // block, k.var, 0, j % block),
+                                       b(j // block, k.var, 1, j % block)), axis=k)
+        if pairs:
+            return te_sum(E.dot4_u8s16(a(*idx[:-1], k.var), b(k.var, 0, j),
+                                       b(k.var, 1, j)), axis=k)
+        return te_sum(dot(a(*idx[:-1], k.var), b(k.var, j)), axis=k)
 
-    shape = a.shape[:-1] + (b.shape[1],)
+    shape = a.shape[:-1] + ((n,) if panels else (b.shape[-1],))
+    tag = MATMUL if len(shape) == 2 else BATCH_MATMUL
     return compute(shape, body, name=name or "matmul_int8x4",
-                   tag=MATMUL if len(shape) == 2 else BATCH_MATMUL)
+                   tag=f"{MATMUL},prepacked" if panels else tag)
 
 
 def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
@@ -281,15 +333,18 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
                   name: str | None = None, symmetric: bool = False) -> Tensor:
     """int32 out[n, f, y, x] = sum over (c4, ry, rx) of dot4(padded[n, c4, ...],
     weight[f, c4, ry, rx]): x the packed uint8 activations [N, C4, H, W] (4 channels per
-    word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C); the padding holds `pad_word`
-    (the zero point in all 4 bytes, so padded taps cancel in the zero-point compensation)."""
+    word), weight [F, C4, KH, KW] (pack_weight_int8x4 along C) or its int16 pairs
+    [F, C4, KH, KW, 2] (widen_weight_words(words, 4): dot4_u8s16); the padding holds
+    `pad_word` (the zero point in all 4 bytes, so padded taps cancel in the zero-point
+    compensation)."""
     _check_words("conv2d_int8x4", x, weight)
-    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
-        raise TEError(f"conv2d_int8x4(): expects x[N, C4, H, W] and weight[F, C4, KH, KW], "
-                      f"got '{x.name}'{list(x.shape)} and '{weight.name}'"
-                      f"{list(weight.shape)}")
+    pairs = weight.ndim == 5 and weight.shape[4] == 2
+    if x.ndim != 4 or (weight.ndim != 4 and not pairs) or x.shape[1] != weight.shape[1]:
+        raise TEError(f"conv2d_int8x4(): expects x[N, C4, H, W] and weight[F, C4, KH, KW] "
+                      f"(or int16 pairs [F, C4, KH, KW, 2]), got '{x.name}'{list(x.shape)} "
+                      f"and '{weight.name}'{list(weight.shape)}")
     n = x.shape[0]
-    f, c4, kh, kw = weight.shape
+    f, c4, kh, kw = weight.shape[:4]
     padded = x
     if any(padding):
         padded = pad_with_zero_point(x, tuple(padding), pad_word, name="conv2d_int8x4_pad")
@@ -299,8 +354,12 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
     dot = _dot4(seven_bit, symmetric)
 
     def body(b, k, y, xx):
-        return te_sum(dot(padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw),
-                          weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
+        word = padded(b, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw)
+        if pairs:
+            return te_sum(E.dot4_u8s16(word, weight(k, rc.var, ry.var, rx.var, 0),
+                                       weight(k, rc.var, ry.var, rx.var, 1)),
+                          axis=[rc, ry, rx])
+        return te_sum(dot(word, weight(k, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
 
     return compute((n, f, oh, ow), body, name=name or "conv2d_int8x4", tag=CONV2D_NCHW)
 

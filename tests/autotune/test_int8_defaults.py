@@ -96,3 +96,10 @@ def test_depthwise_default_takes_a_tail_free_vector(width, stride, xdtype):
     want = _conv_nchw(padded, w8.astype(np.int64), {"pads": (0, 0, 0, 0), "strides": (stride,
                       stride), "dilations": (1, 1), "groups": channels}, y.shape[2:])
     np.testing.assert_array_equal(out, want)
+
+
+def test_dot4_vector_tile_leaves_no_guard():
+    from kiln.autotune.space_int8 import dot4_vector_tile
+    assert dot4_vector_tile(49, 8, 8) == 7 and dot4_vector_tile(196, 8, 8) == 7
+    assert dot4_vector_tile(3136, 8, 16) == 16          # whole vectors stay as they are
+    assert dot4_vector_tile(37, 8, 8) == 8              # a prime: the guarded tail

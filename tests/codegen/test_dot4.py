@@ -60,7 +60,7 @@ def _operands(seven_bit):
 
 
 @pytest.mark.parametrize("target", ["native", "llvm -mcpu=haswell", "llvm -mcpu=x86-64"])
-@pytest.mark.parametrize("lanes", [0, 4, 8, 16, 24])
+@pytest.mark.parametrize("lanes", [0, 4, 7, 8, 16, 24])
 @pytest.mark.parametrize("seven_bit", [False, True, "sym"])
 def test_dot4_matches_integer_product(target, lanes, seven_bit):
     a, b, c = _gemm(seven_bit)
