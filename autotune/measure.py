@@ -16,6 +16,7 @@ import math
 import os
 import pickle
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -59,7 +60,7 @@ class MeasureOptions:
     """How candidates are checked and timed (explicit: nothing comes from the environment)."""
 
     timeout: float = 30.0          # seconds per candidate: build, check and timing together
-    repeat: int = 5                # timed repeats; the cost of a repeat is its mean call time
+    repeat: int = 5                # timed repeats; a repeat costs its median batch's mean call time
     min_repeat_seconds: float = 0.01   # each repeat runs the kernel enough times to last this
     flush_cache: bool = False      # overwrite a large buffer before each repeat
     rtol: float = 1e-3
@@ -147,6 +148,13 @@ def _fault(kind: str | None) -> None:
         raise FloatingPointError("injected failure")
 
 
+# A repeat is timed in this many consecutive batches and costs its median batch's mean call
+# time. On a shared machine the scheduler takes the core away for milliseconds at a time: a
+# repeat's plain mean then swung 2x between repeats of the same kernel (load 5 on 2 cores,
+# 54-107 us), while a batch that ran undisturbed measures the kernel itself.
+SUB_BATCHES = 8
+
+
 def _time_kernel(kernel, arrays, options: MeasureOptions,
                  best_seconds: float = math.inf) -> tuple[float, ...]:
     kernel(*arrays)                                   # warm-up (page faults, thread pool)
@@ -156,15 +164,20 @@ def _time_kernel(kernel, arrays, options: MeasureOptions,
     if once > options.early_stop * best_seconds:
         return (once,)     # clearly slower than the best so far: don't spend repeats on it
     number = max(1, int(math.ceil(options.min_repeat_seconds / once)))
+    batches = min(number, SUB_BATCHES)
+    per_batch = -(-number // batches)
     flush = np.empty(32 << 20, dtype=np.uint8) if options.flush_cache else None
     costs = []
     for _ in range(options.repeat):
         if flush is not None:
             flush[:] = 1
-        start = time.perf_counter()
-        for _ in range(number):
-            kernel(*arrays)
-        costs.append((time.perf_counter() - start) / number)
+        means = []
+        for _ in range(batches):
+            start = time.perf_counter()
+            for _ in range(per_batch):
+                kernel(*arrays)
+            means.append((time.perf_counter() - start) / per_batch)
+        costs.append(statistics.median(means))
     return tuple(costs)
 
 

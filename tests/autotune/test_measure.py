@@ -191,3 +191,23 @@ def test_worker_features_fall_back_when_the_worker_dies(task, data, simple_confi
             runner._process.wait()
         assert runner.features(task, data, [simple_config] * 3, kill_worker) is None
         assert runner.run(task, data, simple_config, "native").status is MeasureStatus.OK
+
+
+def test_a_repeat_costs_its_undisturbed_batches(monkeypatch):
+    """A stall inside a repeat (the scheduler taking the core away) costs that repeat one
+    slow batch, not its mean: on a fake clock, a 100 us kernel stalled 5 ms once per repeat
+    still measures 100 us; a repeat stalled in most of its batches does not hide it."""
+    from kiln.autotune import measure
+    clock = [0.0]
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
+    calls = [0]
+
+    def kernel(stall_every):
+        calls[0] += 1
+        clock[0] += 100e-6 + (5e-3 if calls[0] % stall_every == 0 else 0.0)
+
+    options = MeasureOptions(repeat=3, min_repeat_seconds=0.01)     # 100 calls a repeat
+    costs = measure._time_kernel(kernel, (97,), options)
+    assert len(costs) == 3 and all(c == pytest.approx(100e-6) for c in costs)
+    costs = measure._time_kernel(kernel, (2,), options)             # every other call
+    assert all(c > 1e-3 for c in costs)
