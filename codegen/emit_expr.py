@@ -24,9 +24,11 @@ _FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
 _LEAVES = (E.IntImm, E.FloatImm, E.Var)
 # Element offsets computed in i64 (expr(index=ADDRESS)) cut a ResNet-50 conv's O3 time from
 # 0.86 to 0.25 s (IndVarSimplify and LoopLoadElimination no longer see through sign
-# extensions), but the max pool ran 35% slower with them in A/B runs (bit-identical outputs),
-# so they are off until that is understood: ADDRESS then means index=True.
-WIDE_ADDRESSES = False
+# extensions). The max pool ran 35% slower with them at first: LLVM's loop idiom pass could
+# then see its copy loops and made them memcpy calls; kernels now carry "no-builtin-memcpy"
+# (codegen/attributes.py) and the max pool runs as fast as with i32 offsets (A/B runs in
+# benchmarks/RESULTS.md, session 9). Off (False), ADDRESS means index=True.
+WIDE_ADDRESSES = True
 ADDRESS = "address"   # expr(index=ADDRESS): an element offset, int32 arithmetic done in i64
 _OPAQUE = (BufferLoad, E.Cast, E.Call)  # emitted at their own width, then widened
 

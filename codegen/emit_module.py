@@ -13,6 +13,7 @@ from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
 from . import llvm_types as T
+from .attributes import kernel_function_attributes
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
 from .runtime import backend
@@ -172,7 +173,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.name = symbol_name(buf.name)
         arg.add_attribute("noalias")
         arg.add_attribute("captures(none)")
-    fn.attributes.add("nounwind")
+    kernel_function_attributes(fn)
     body = remove_unit_loops(promote_register_tiles(func.body, register_file_bytes(target)))
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))

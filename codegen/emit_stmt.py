@@ -13,10 +13,10 @@ from ..schedule.visitor import StmtMutator
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
-from ..te.visit import free_vars, substitute
+from ..te.visit import substitute
 from . import fold
 from . import llvm_types as T
-from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, lane_stride
+from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, _free_vars, lane_stride
 from .parallel import emit_parallel
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def is_vectorizable(stmt: Stmt, var: E.Var) -> bool:
     """Whether `stmt` can run with `var` as a lane ramp: only stores (each indexed by the
     lane), conditionals and no-ops; any loop, allocation or lane-invariant store says no."""
     if isinstance(stmt, Store):
-        return var in free_vars(stmt.index)
+        return var in _free_vars(stmt.index)
     if isinstance(stmt, SeqStmt):
         return all(is_vectorizable(s, var) for s in stmt.stmts)
     if isinstance(stmt, IfThenElse):

@@ -23,6 +23,7 @@ from ..te.errors import CodegenError
 from ..te.visit import walk
 from ..te import expr as E
 from . import llvm_types as T
+from .attributes import kernel_function_attributes
 from .runtime import BODY_TYPE, ENTRY_TYPE, call_indirect
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
     mod = fe.mod
     fn = ir.Function(mod.module, BODY_TYPE, mod.fresh_name("par"))
     fn.linkage = "internal"
+    kernel_function_attributes(fn)
     sub = type(fe)(mod, fn, {}, nonneg=fe.nonneg, in_parallel=True)
     bld, arg = sub.builder, fn.args[0]
     for k, b in enumerate(bufs):

@@ -23,6 +23,7 @@ and epilogue keep the guards that bound E.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..schedule.ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, Scope, Stmt,
@@ -32,7 +33,8 @@ from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator, StmtVisitor
 from ..te import dtype as dt
 from ..te import expr as E
-from ..te.visit import ExprMutator, free_vars, walk
+from ..te.visit import ExprMutator, walk
+from .emit_expr import _free_vars as free_vars   # remembered (a frozenset)
 
 MAX_TILE_LANES = 64  # codegen vectorises loops of at most this many lanes (emit_stmt)
 
@@ -185,6 +187,14 @@ class _Plan:
         return body
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _buffer_loads(expr) -> tuple:
+    """The distinct BufferLoad nodes of `expr`, in walk order. Remembered: the access scan
+    below walks every expression of a loop body once per candidate buffer, which was a
+    seventh of a ResNet-50 conv's IR emission."""
+    return tuple(n for n in walk(expr) if isinstance(n, BufferLoad))
+
+
 class _Accesses(StmtVisitor):
     """Every store and load of one buffer under a statement, with the For/If path to each
     store; also notes whether the buffer is allocated inside."""
@@ -198,8 +208,7 @@ class _Accesses(StmtVisitor):
         self.else_branch = False
 
     def visit_expr(self, expr):
-        self.loads += sum(1 for n in walk(expr)
-                          if isinstance(n, BufferLoad) and n.buffer == self.buf)
+        self.loads += sum(1 for n in _buffer_loads(expr) if n.buffer == self.buf)
 
     def visit_For(self, node: For):
         self.visit_expr(node.min)
@@ -255,10 +264,10 @@ def _plan(loop: For, buf: Buffer, max_bytes: int, ranges: dict) -> _Plan | None:
     store, path = acc.stores[0]
     if any(isinstance(f, For) and f.kind is ForKind.PARALLEL for f in path):
         return None
-    reads = [n for n in walk(store.value) if isinstance(n, BufferLoad) and n.buffer == buf]
+    reads = [n for n in _buffer_loads(store.value) if n.buffer == buf]
     if not reads or acc.loads != len(reads) or any(r.index != store.index for r in reads):
         return None
-    if any(isinstance(n, BufferLoad) for n in walk(store.index)):
+    if _buffer_loads(store.index):
         return None
     inside = {loop.loop_var} | {f.loop_var for f in path if isinstance(f, For)}
     coeffs = _linear_coefficients(store.index, inside)
@@ -315,7 +324,7 @@ def _copy_frames(path: list, tile_vars: set, inside: set) -> list | None:
                 frames.append(frame)
             continue
         used = free_vars(frame.cond)
-        if any(isinstance(n, BufferLoad) for n in walk(frame.cond)):
+        if _buffer_loads(frame.cond):
             return None
         reduction_vars = used & (inside - tile_vars)
         if not reduction_vars:

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from ..autotune.dispatch import Selection
 from ..codegen import load_library
-from ..codegen.build import DEFAULT_FASTMATH, param_specs
+from ..codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
 from ..codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from ..codegen.export import FORMAT as LIBRARY_FORMAT
 from ..codegen.export import VERSION as LIBRARY_VERSION
@@ -74,10 +74,11 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
     through the kernel cache when it is on (the same key as codegen.build's)."""
     start = time.perf_counter()
     tgt = Target.from_string(target)
-    module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
-    symbol, params = symbol_name(func.name), param_specs(func)
-    add_python_entry(module, symbol, params)
-    text = str(module)
+    with gc_paused():
+        module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
+        symbol, params = symbol_name(func.name), param_specs(func)
+        add_python_entry(module, symbol, params)
+        text = str(module)
     store = cache.kernel_store()
     key = cache.kernel_key(text, tgt) if store is not None else None
     hit = cache.read_object(store, key) if store is not None else None
@@ -98,8 +99,9 @@ def _work(job: tuple) -> tuple[str, ObjectKernel, str, int, float, float]:
     included)."""
     mt, target, selection, build_task, threads = job
     cpu, wall = time.process_time(), time.perf_counter()
-    obj, kind = build_task(mt, target, selection,
-                           lambda func: compile_object(func, target), threads)
+    with gc_paused():       # scheduling, lowering and emission: see codegen.build.gc_paused
+        obj, kind = build_task(mt, target, selection,
+                               lambda func: compile_object(func, target), threads)
     return (mt.name, obj, kind, os.getpid(), time.process_time() - cpu,
             time.perf_counter() - wall)
 
