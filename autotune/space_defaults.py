@@ -236,8 +236,8 @@ class DefaultsMixin:
             out[knob.name] = list(whole)
             # the parallel loop then needs the column blocks too (the rows' is one iteration)
             par = self._by_name[f"{label}/parallel"]
-            if rows + 2 in par.choices:
-                out[par.name] = max(out[par.name], rows + 2)
+            depth = min(len(extents), max(par.choices))
+            out[par.name] = max(out[par.name], depth)
         return out
 
 
