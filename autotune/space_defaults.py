@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..codegen.target import Target
+from ..te.dtype import itemsize
 from ..te.ops.linalg import MATMUL_PREPACKED
 from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
@@ -22,6 +23,8 @@ MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile lo
 REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
 MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this busy
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
+MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
+WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
 
 
 class DefaultsMixin:
@@ -230,21 +233,66 @@ class DefaultsMixin:
         mid_r, inner_r = values[knob.name]
         cap = max(1, budget // -(-panel // lanes))
         if inner_r > cap:
-            out[knob.name] = _nearest(knob.choices, (mid_r, _rows_tile(extents[rows], cap)))
+            inner_r = _rows_tile(extents[rows], cap)
+            out[knob.name] = _nearest(knob.choices, (mid_r, inner_r))
+        whole = _whole_rows_tile(knob.choices, extents, rows, inner_r, op)
+        if whole is not None:
+            out[knob.name] = list(whole)
+            # the parallel loop then needs the column blocks too (the rows' is one iteration)
+            par = self._by_name[f"{label}/parallel"]
+            depth = min(len(extents), max(par.choices))
+            out[par.name] = max(out[par.name], depth)
         return out
 
 
 
-def _panel_width(op: ComputeOp) -> int | None:
-    """The column-panel width of a matmul_prepacked anchor (the last dim of the weight its
-    vector axis indexes: [P, K, block], or int8 pairs [P, K4, 2, block]), else None."""
+def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
+                     op: ComputeOp) -> tuple | None:
+    """The (mid, inner) rows tile that covers all of a prepacked GEMM's few rows in one
+    cache tile when its weight is too big for L2, else None.
+
+    The outer loops are rows | column blocks: with 12-row cache tiles a 50-row GEMM reads its
+    whole weight 5 times, from DRAM or a shared L3 when the model's weights do not stay
+    cached (in a model; alone, the weight stays in L3 and it does not show). One cache tile
+    over all rows reads each weight panel once and keeps it in L1 for every row. Only when
+    there are few rows (the accumulators, rows x the column tile, fit in L1) and no axis
+    before the rows splits the work. ViT-S/16's 50-token linears (384x1152 .. 1536x384),
+    ConvNeXt's 7x7 and 3x3 stages at 1 thread, in the model: see benchmarks/RESULTS.md."""
+    extent = extents[rows]
+    weight = _panel_weight(op)
+    # (float panels only: the int8 pair panels' tiles were not measured with it)
+    if (weight is None or weight.ndim != 3 or extent > MAX_WHOLE_ROWS
+            or any(e > 1 for e in extents[:rows])
+            or math.prod(weight.shape) * itemsize(weight.dtype) < WHOLE_ROWS_WEIGHT_BYTES):
+        return None
+    # rows per register tile: a divisor of the extent in (inner / 2, inner], so that no
+    # tile has a tail: a guarded row inside the unrolled tile spills its accumulators (49
+    # rows as 9 x 6 ran 5x slower), and 7 rows x 2 vectors spilled too (1.7x); without
+    # such a divisor the default stays as it was
+    exact = [c for c in choices if c[0] * c[1] == extent and inner // 2 < c[1] <= inner]
+    if not exact:
+        return None
+    return max(exact, key=lambda c: c[1])
+
+
+def _panel_weight(op: ComputeOp):
+    """The column-panel weight of a matmul_prepacked anchor ([N / panel, K, panel], or int8
+    pairs [N / panel, K4, 2, panel]: the operand its vector axis indexes in the last dim),
+    else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
     for node in walk(op.body):
         if (isinstance(node, TensorLoad) and node.tensor.ndim in (3, 4)
                 and op.axis[-1].var in set(walk(node.indices[-1]))):
-            return node.tensor.shape[-1]
+            return node.tensor
     return None
+
+
+def _panel_width(op: ComputeOp) -> int | None:
+    """The column-panel width of a matmul_prepacked anchor (the last dim of the weight its
+    vector axis indexes), else None."""
+    weight = _panel_weight(op)
+    return None if weight is None else weight.shape[-1]
 
 
 def _nearest(choices: tuple, want: tuple) -> list:

@@ -2,6 +2,7 @@
 
     python benchmarks/architectures.py [--models regnetx_like,vit_tiny_like] [--rounds 5]
                                        [--repeat 15] [--threads 1] [--profile 8]
+    python benchmarks/architectures.py --onnx /tmp/kiln_tv [--models resnet18,googlenet]
 
 The models (graph/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
 convs), ReXNet-like (depthwise + squeeze-excite + SiLU), MobileNetV3-like (HardSwish,
@@ -16,6 +17,10 @@ max_err is the largest absolute difference from onnxruntime's output (rel err: o
 output's largest magnitude). compile_s is near zero when the compiled model comes from the
 persistent cache (KILN_CACHE_DIR). With --profile N, the N slowest kernels of each model are
 printed (CompiledModel.profile). Prints a table and, last, one JSON object.
+
+With --onnx DIR, the models are the DIR/*.onnx files instead (real exports:
+benchmarks/export_torchvision.py writes torchvision's architectures there), named by file stem;
+a model that fails to compile or run is reported in the table and the JSON, not fatal.
 """
 from __future__ import annotations
 
@@ -36,16 +41,25 @@ import kiln  # noqa: E402
 from kiln.graph.models_zoo import ARCHITECTURES  # noqa: E402
 
 
-def measure(name: str, threads: int, rounds: int, repeat: int, profile: int) -> dict:
-    model = ARCHITECTURES[name]()
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+def load(name: str, onnx_dir: str | None):
+    if onnx_dir is None:
+        return ARCHITECTURES[name]()
+    import onnx
+    return onnx.load(os.path.join(onnx_dir, name + ".onnx"))
+
+
+def measure(name: str, threads: int, rounds: int, repeat: int, profile: int,
+            onnx_dir: str | None = None) -> dict:
+    model = load(name, onnx_dir)
+    shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    input_name = model.graph.input[0].name
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     session = ort_session(model, threads)
     start = time.perf_counter()
     compiled = kiln.compile(model, db=None, threads=threads)
     compile_s = time.perf_counter() - start
     ours = compiled.run([x])[0]
-    theirs = session.run(None, {"input": x})[0]
+    theirs = session.run(None, {input_name: x})[0]
     err = float(np.max(np.abs(ours - theirs)))
     scale = float(np.max(np.abs(theirs))) or 1.0
     kiln_ms, ort_ms, ratios = [], [], []
@@ -53,7 +67,7 @@ def measure(name: str, threads: int, rounds: int, repeat: int, profile: int) -> 
         settle = None if r == 0 else 0.05
         extra = {} if settle is None else {"settle": settle}
         tk = median_seconds(lambda: compiled.run([x]), repeat, **extra)
-        to = median_seconds(lambda: session.run(None, {"input": x}), repeat, **extra)
+        to = median_seconds(lambda: session.run(None, {input_name: x}), repeat, **extra)
         kiln_ms.append(tk * 1e3)
         ort_ms.append(to * 1e3)
         ratios.append(tk / to)
@@ -73,7 +87,11 @@ def measure(name: str, threads: int, rounds: int, repeat: int, profile: int) -> 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(ARCHITECTURES))
+    parser.add_argument("--models", default=None,
+                        help="comma-separated names (default: all of graph/models_zoo.py, "
+                             "or every .onnx file of --onnx)")
+    parser.add_argument("--onnx", default=None, metavar="DIR",
+                        help="benchmark the DIR/*.onnx files instead of the built-in models")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=15)
@@ -81,14 +99,28 @@ def main(argv=None) -> int:
                         help="print the N slowest kernels of each model")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in ARCHITECTURES]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; known: {sorted(ARCHITECTURES)}")
-    results = []
+    if args.onnx is not None:
+        if not os.path.isdir(args.onnx):
+            parser.error(f"--onnx {args.onnx!r} is not a directory")
+        known = sorted(f[:-5] for f in os.listdir(args.onnx) if f.endswith(".onnx"))
+    else:
+        known = list(ARCHITECTURES)
+    names = known if args.models is None else [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"unknown model(s) {unknown}; known: {known}")
+    results, failures = [], {}
     with kiln_threads(args.threads):
         for name in names:
-            results.append(measure(name, args.threads, args.rounds, args.repeat, args.profile))
+            try:
+                results.append(measure(name, args.threads, args.rounds, args.repeat,
+                                       args.profile, args.onnx))
+            except Exception as exc:  # a failure is a result here: report it, go on
+                failures[name] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"-- {name}: FAILED {failures[name]}", flush=True)
+    if not results:
+        emit_json({"bench": "architectures", "failures": failures})
+        return 1
     print(f"default schedules (db=None) vs onnxruntime, {args.threads} thread(s), median of "
           f"{args.rounds} interleaved rounds of {args.repeat} runs; shared machine: compare "
           f"ratios, not absolute ms")
@@ -100,12 +132,16 @@ def main(argv=None) -> int:
     geo = float(np.exp(np.mean(np.log([r["ratio"] for r in results]))))
     worst = max(results, key=lambda r: r["ratio"])
     print(f"geomean kiln/ort {geo:.3f}; worst {worst['model']} {worst['ratio']:.3f}")
-    emit_json({"bench": "architectures", "threads": args.threads, "rounds": args.rounds,
+    for name, why in failures.items():
+        print(f"failed: {name}: {why}")
+    emit_json({"bench": "architectures", "source": args.onnx or "models_zoo",
+               "threads": args.threads, "rounds": args.rounds,
                "repeat": args.repeat, "geomean_ratio": round(geo, 3),
                "worst_ratio": round(worst["ratio"], 3),
                "models": {r["model"]: {k: (float(f"{v:.4g}") if isinstance(v, float) else v)
                                        for k, v in r.items() if k != "model"}
-                          for r in results}})
+                          for r in results},
+               "failures": failures})
     return 0
 
 

@@ -345,8 +345,11 @@ def _flat_index(tile: list[For]) -> E.Expr:
 
 def _one_to_one(terms: list[tuple[int, int]]) -> bool:
     """Whether sum(c * x) with x in [0, extent) is one-to-one: sorted by |c|, each |c| must
-    exceed the span of all the smaller terms (a mixed-radix numbering)."""
+    exceed the span of all the smaller terms (a mixed-radix numbering). A loop of extent 1
+    adds no point: x[M, 1, K] @ W's unit axis has the rows' coefficient, and counting it
+    left the whole register tile in memory (2.6x slower than x[1, M, K] @ W)."""
     span = 0
+    terms = [t for t in terms if t[1] > 1]
     for c, extent in sorted(terms, key=lambda t: abs(t[0])):
         if abs(c) <= span:
             return False

@@ -95,3 +95,29 @@ def test_bert_ffn_group_with_gelu_under_sampled_configs():
     for config in _configs(space, samples=3, mutations=2):
         got = run_config(mt.task, space, config, inputs)[0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+@pytest.mark.parametrize("rows, k, n", [(50, 384, 384), (15, 256, 520)])
+def test_few_rows_over_a_big_weight_take_all_rows_in_one_cache_tile(rows, k, n):
+    # a weight past 512 KB read once: one rows tile covering all of them, no tail, and the
+    # parallel loop reaches the column blocks; the default still computes the product
+    task, a_t, p_t = _task((1, rows, k), n, 16)
+    space = SearchSpace(task)
+    config = space.default_config()
+    mid, inner = config["s0/tile/1"]
+    assert mid * inner == rows and rows % inner == 0
+    assert config["s0/parallel"] == 3
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (1, rows, k)).astype(np.float32)
+    w = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    got = run_config(task, space, config, {a_t: a, p_t: ops.pack_matmul_weight(w, 16)})[0]
+    np.testing.assert_allclose(got, a @ w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("a_shape, n", [((1, 50, 64), 96), ((1, 49, 384), 1536),
+                                        ((1, 128, 384), 1536)])
+def test_small_weights_prime_rows_and_many_rows_keep_row_cache_tiles(a_shape, n):
+    # under 512 KB, no divisor of 49 rows in (3, 6], or more than 64 rows: tiles as before
+    task, _, _ = _task(a_shape, n, 16)
+    mid, inner = SearchSpace(task).default_config()["s0/tile/1"]
+    assert mid * inner < a_shape[1]

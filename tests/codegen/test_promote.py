@@ -213,3 +213,39 @@ def test_a_six_row_gemm_tile_keeps_its_accumulators_in_registers():
     assert k_loops, "no k loop with the tile's 6 multiply-adds found"
     for block in k_loops:
         assert " store " not in block, block
+
+
+def test_a_unit_loop_with_the_rows_coefficient_does_not_stop_the_promotion():
+    # x[M, 1, K] @ W: the unit axis between the rows and the vector indexes the accumulator
+    # with the rows' stride; a loop of extent 1 adds no point, so the tile is still one-to-one
+    acc = buf("acc", "float32", [256], Scope.LOCAL)
+    X = buf("X", "float32", [5])
+    i, u, j, k = E.var("i"), E.var("u"), E.var("j"), E.var("k")
+    idx = i * 8 + u * 8 + j
+    update = Store(acc, idx, load(acc, idx) + load(X, k))
+    nest = loop(k, 5, loop(i, 4, loop(u, 1, loop(j, 8, update, ForKind.VECTORIZED),
+                                      ForKind.SERIAL), ForKind.UNROLLED))
+    text = str(promote_register_tiles(Allocate(acc, nest), AVX2_FILE))
+    assert "acc.reg: float32[32]" in text
+    assert "acc.reg[i * 8 + u * 8 + j] = acc.reg[i * 8 + u * 8 + j] + X[k]" in text
+
+
+def test_a_matmul_over_m_1_k_rows_matches_numpy_with_its_tile_promoted():
+    # the rows on axis 0 and a unit axis before the columns (ViT's seq-first linears)
+    from kiln import te
+    from kiln.te import ops
+    a = te.placeholder((13, 1, 24), "float32", "A")
+    p = te.placeholder((3, 24, 16), "float32", "P")
+    c = ops.matmul_prepacked(a, p, 40, name="C")
+    task = Task("mmp", (c,), (a, p, c))
+    space = SearchSpace(task)
+    config = dict(space.default_config(), **{"s0/tile/0": [2, 6], "s0/unroll": 1,
+                                             "s0/local": 1})
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, (13, 1, 24)).astype(np.float32)
+    w = rng.uniform(-1, 1, (24, 40)).astype(np.float32)
+    got = run_config(task, space, config, {a: x, p: ops.pack_matmul_weight(w, 16)})[0]
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
+    func = lower(*space.apply(config), name="mmu")
+    assert ".reg" not in str(func.body)
+    assert ".reg[" in str(promote_register_tiles(func.body, AVX2_FILE))
