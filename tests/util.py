@@ -78,3 +78,16 @@ def pack_knob(space, stage: str, tensor: str) -> str:
     """The pack knob of input `tensor` (by name) of the stage named `stage`."""
     anchor = next(a for a in space.anchors if a.op.name == stage)
     return next(p.knob for p in anchor.packs if p.tensor.name == tensor)
+
+
+def vector_gemm_schedule(c, lanes: int):
+    """A schedule of the 2-D reduction `c`: columns split by `lanes` and vectorized inside
+    the reduction loop (i, j_outer, k, j_inner); `lanes` 0 leaves the naive loop nest."""
+    import kiln
+    s = kiln.create_schedule(c)
+    if lanes:
+        i, j = c.op.axis
+        jo, ji = s[c].split(j, lanes)
+        s[c].reorder(i, jo, c.op.reduce_axis[0], ji)
+        s[c].vectorize(ji)
+    return s

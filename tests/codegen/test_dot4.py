@@ -20,6 +20,7 @@ from kiln.te.errors import TEError
 from kiln.te.ops.quantized import pack_weight_int8x4
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
+from tests.util import vector_gemm_schedule
 
 M, K, N = 5, 28, 37          # N prime: vector tails; K = 7 words
 
@@ -35,16 +36,6 @@ def _gemm(seven_bit):
     dot = _DOTS[seven_bit]
     c = compute((M, N), lambda i, j: te_sum(dot(a[i, k], b[k, j]), axis=k), name="c")
     return a, b, c
-
-
-def _schedule(a, b, c, lanes: int):
-    s = kiln.create_schedule(c)
-    if lanes:
-        i, j = c.op.axis
-        jo, ji = s[c].split(j, lanes)
-        s[c].reorder(i, jo, c.op.reduce_axis[0], ji)
-        s[c].vectorize(ji)
-    return s
 
 
 def _operands(seven_bit):
@@ -65,7 +56,7 @@ def _operands(seven_bit):
 def test_dot4_matches_integer_product(target, lanes, seven_bit):
     a, b, c = _gemm(seven_bit)
     a8, b8 = _operands(seven_bit)
-    f = kiln.build(_schedule(a, b, c, lanes), [a, b, c], target=target)
+    f = kiln.build(vector_gemm_schedule(c, lanes), [a, b, c], target=target)
     out = np.empty((M, N), np.int32)
     f(a8.view(np.int32), pack_weight_int8x4(b8, 0), out)
     np.testing.assert_array_equal(out, a8.astype(np.int32) @ b8.astype(np.int32))
@@ -73,14 +64,14 @@ def test_dot4_matches_integer_product(target, lanes, seven_bit):
 
 def test_avx2_lowering_uses_vpmaddubsw():
     a, b, c = _gemm(False)
-    f = kiln.build(_schedule(a, b, c, 8), [a, b, c], target="llvm -mcpu=haswell")
+    f = kiln.build(vector_gemm_schedule(c, 8), [a, b, c], target="llvm -mcpu=haswell")
     asm = f.asm()
     assert "vpmaddubsw" in asm and "vpmaddwd" in asm and "vpdpbusd" not in asm
 
 
 def test_avx2_symmetric_lowering_uses_the_sign_trick():
     a, b, c = _gemm("sym")
-    asm = kiln.build(_schedule(a, b, c, 8), [a, b, c], target="llvm -mcpu=haswell").asm()
+    asm = kiln.build(vector_gemm_schedule(c, 8), [a, b, c], target="llvm -mcpu=haswell").asm()
     assert "vpsignb" in asm and "vpabsb" in asm and "vpmaddubsw" in asm
 
 
@@ -92,7 +83,7 @@ def test_symmetric_lowering_on_avx512bw_without_vnni():
 
 def _asm(target: str, lanes: int, kind=False) -> str:
     a, b, c = _gemm(kind)
-    func = lower(_schedule(a, b, c, lanes), [a, b, c], name="dot4_gemm")
+    func = lower(vector_gemm_schedule(c, lanes), [a, b, c], name="dot4_gemm")
     t = Target.from_string(target)
     module = llvm.parse_assembly(str(emit_module(func, t, fastmath_flags(DEFAULT_FASTMATH))))
     return t.create_target_machine().emit_assembly(module)

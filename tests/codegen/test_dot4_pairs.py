@@ -16,6 +16,7 @@ from kiln.te.ops.quantized import (matmul_int8x4, pack_weight_int8x4, panel_weig
                                    widen_weight_words)
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
+from tests.util import vector_gemm_schedule
 
 
 def _pairs_gemm(m: int, k4: int, n: int):
@@ -25,16 +26,6 @@ def _pairs_gemm(m: int, k4: int, n: int):
     c = compute((m, n), lambda i, j: te_sum(E.dot4_u8s16(a[i, k], b[k, 0, j], b[k, 1, j]),
                                             axis=k), name="c")
     return a, b, c
-
-
-def _schedule(c, lanes: int):
-    s = kiln.create_schedule(c)
-    if lanes:
-        i, j = c.op.axis
-        jo, ji = s[c].split(j, lanes)
-        s[c].reorder(i, jo, c.op.reduce_axis[0], ji)
-        s[c].vectorize(ji)
-    return s
 
 
 def _pairs_from_int16(b16: np.ndarray) -> np.ndarray:
@@ -57,7 +48,7 @@ def test_dot4_u8s16_matches_integer_product(target, lanes):
     a8[0] = 255
     b16[:, 0], b16[:, 1] = -32768, 32767             # the largest pair sums there are
     a, b, c = _pairs_gemm(m, k // 4, n)
-    f = kiln.build(_schedule(c, lanes), [a, b, c], target=target)
+    f = kiln.build(vector_gemm_schedule(c, lanes), [a, b, c], target=target)
     out = np.empty((m, n), np.int32)
     f(a8.view(np.int32), _pairs_from_int16(b16), out)
     want = a8.astype(np.int64) @ b16.astype(np.int64)
@@ -66,7 +57,7 @@ def test_dot4_u8s16_matches_integer_product(target, lanes):
 
 def test_avx2_pairs_lowering_is_two_vpmaddwd():
     a, b, c = _pairs_gemm(4, 3, 16)
-    asm = kiln.build(_schedule(c, 8), [a, b, c], target="llvm -mcpu=haswell").asm()
+    asm = kiln.build(vector_gemm_schedule(c, 8), [a, b, c], target="llvm -mcpu=haswell").asm()
     assert asm.count("vpmaddwd") >= 2 and "vpsrlw" in asm
     assert "vpmaddubsw" not in asm and "vpdpbusd" not in asm
 
