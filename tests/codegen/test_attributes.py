@@ -36,6 +36,6 @@ def test_copy_loops_stay_loops(n, kind):
     assert '"no-builtin-memcpy"' in ir_text
 
 
-def test_wide_addresses_are_the_default():
-    # kept on: LLVM's O3 spends a third less time on the tiled convs (benchmarks/RESULTS.md)
-    assert WIDE_ADDRESSES is True
+def test_wide_addresses_are_off_by_default():
+    # off until the O3 hang on a random graph's reduce_max (codegen/emit_expr.py) is cleared
+    assert WIDE_ADDRESSES is False
