@@ -103,15 +103,20 @@ _MADD = {  # int32 lanes -> (pmaddubsw, pmaddwd) intrinsic names
 }
 
 
-def _maddubs(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, seven_bit: bool) -> ir.Value:
-    lanes = a.type.count
+def _madd_intrinsics(bld: ir.IRBuilder, lanes: int):
+    """(byte vector type, vpmaddubsw, vpmaddwd, a word vector of ones) for `lanes` int32
+    lanes: the pieces both byte-word lowerings are made of."""
     bytes_ty, words_ty = ir.VectorType(I8, 4 * lanes), ir.VectorType(I16, 2 * lanes)
-    dwords_ty = ir.VectorType(T.I32, lanes)
     ubsw_name, wd_name = _MADD[lanes]
     ubsw = _declare(bld.module, ubsw_name, words_ty, [bytes_ty, bytes_ty])
-    wd = _declare(bld.module, wd_name, dwords_ty, [words_ty, words_ty])
+    wd = _declare(bld.module, wd_name, ir.VectorType(T.I32, lanes), [words_ty, words_ty])
+    return bytes_ty, ubsw, wd, ir.Constant(words_ty, [1] * (2 * lanes))
+
+
+def _maddubs(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, seven_bit: bool) -> ir.Value:
+    lanes = a.type.count
+    bytes_ty, ubsw, wd, ones = _madd_intrinsics(bld, lanes)
     a8, b8 = bld.bitcast(a, bytes_ty), bld.bitcast(b, bytes_ty)
-    ones = ir.Constant(words_ty, [1] * (2 * lanes))
     if seven_bit:
         return bld.call(wd, [bld.call(ubsw, [a8, b8]), ones])
     low = bld.and_(a8, ir.Constant(bytes_ty, [0x7F] * (4 * lanes)))
@@ -127,12 +132,7 @@ _PSIGN = {4: "llvm.x86.ssse3.psign.b.128", 8: "llvm.x86.avx2.psign.b"}
 def _maddubs_sym(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     """The sign-trick lowering of dot4_u8s8sym (module docstring)."""
     lanes = a.type.count
-    bytes_ty, words_ty = ir.VectorType(I8, 4 * lanes), ir.VectorType(I16, 2 * lanes)
-    dwords_ty = ir.VectorType(T.I32, lanes)
-    ubsw_name, wd_name = _MADD[lanes]
-    ubsw = _declare(bld.module, ubsw_name, words_ty, [bytes_ty, bytes_ty])
-    wd = _declare(bld.module, wd_name, dwords_ty, [words_ty, words_ty])
-    ones = ir.Constant(words_ty, [1] * (2 * lanes))
+    bytes_ty, ubsw, wd, ones = _madd_intrinsics(bld, lanes)
     a8, b8 = bld.bitcast(a, bytes_ty), bld.bitcast(b, bytes_ty)
     centred = bld.xor(a8, ir.Constant(bytes_ty, [0x80] * (4 * lanes)))     # a - 128, signed
     magnitude = bld.call(_declare(bld.module, f"llvm.abs.v{4 * lanes}i8", bytes_ty,
