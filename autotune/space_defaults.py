@@ -14,7 +14,7 @@ from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
-from .space_int8 import dot4_register_budget, dot4_vector_tile, uses_dot4
+from .space_int8 import dot4_register_budget, dot4_vector_tile, is_dot4_gemm, uses_dot4
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -122,12 +122,13 @@ class DefaultsMixin:
                                       (32 if target.vector_bits >= 512 else 16) * 3 // 4)
         extents = [a.extent for a in op.axis]
         n = len(extents)
+        window = _window_axes(op) and not is_dot4_gemm(op)
 
         def knob_choices(pos):
             return self._by_name[f"{label}/tile/{pos}"].choices
         inner, mid = [1] * n, [1] * n
         if n:
-            inner[-1] = _vector_tile(extents[-1], lanes, odd=bool(_window_axes(op)))
+            inner[-1] = _vector_tile(extents[-1], lanes, odd=bool(window))
             if uses_dot4(op):
                 inner[-1] = dot4_vector_tile(extents[-1], lanes, inner[-1])
             mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
@@ -135,7 +136,7 @@ class DefaultsMixin:
             if rows is not None:
                 # with 16 vector registers, rows two vectors wide take the whole budget and
                 # a tail (codegen runs the whole tiles without guards), see _balanced_rows
-                tails = (target.vector_bits < 512 and not _window_axes(op)
+                tails = (target.vector_bits < 512 and not window
                          and not _taps_along_rows(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
                                                         inner[-1], lanes, budget, tails)
@@ -144,14 +145,14 @@ class DefaultsMixin:
             for p in range(n - 1):
                 if p != rows:
                     mid[p] = max(1, min(8, extents[p] // 2))
-            if _window_axes(op) and rows is not None:
+            if window and rows is not None:
                 # memory-bound window (depthwise, pooling): one tile is a whole plane of
                 # the axes before it (channels), which the parallel loop walks
                 mid[rows] = max(1, extents[rows] // inner[rows])
                 mid[-1] = max(1, extents[-1] // inner[-1])
                 for p in range(rows):
                     mid[p] = 1
-            streaming = rows is None and n and extents[-1] > 2 * lanes and not _window_axes(op)
+            streaming = rows is None and n and extents[-1] > 2 * lanes and not window
             depth = min(2, n)
             if streaming:
                 inner[-1], mid[-1] = _streaming_tile(knob_choices(n - 1), extents[-1], lanes,
@@ -159,7 +160,7 @@ class DefaultsMixin:
             else:
                 depth = _parallel_depth(extents, mid, inner, 2 * max(2, target.num_cores))
             _tail_free_middles(extents, mid, inner)
-            if not streaming and not _window_axes(op):
+            if not streaming and not window:
                 _whole_short_axes(extents, mid, inner, rows, depth)
         else:
             streaming, depth = False, 0
@@ -171,7 +172,7 @@ class DefaultsMixin:
         # most MAX_WHOLE_REDUCE long, else blocks of about 128, so its accumulators are
         # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
         # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
-        gemm_k = (not streaming and len(op.reduce_axis) == 1 and not _window_axes(op))
+        gemm_k = (not streaming and len(op.reduce_axis) == 1 and not window)
         nested = (_nested_reduce_tiles(op) if len(op.reduce_axis) > 1 and not streaming
                   else None)
         for pos, axis in enumerate(op.reduce_axis):

@@ -47,6 +47,7 @@ from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
+from kiln.graph import passes  # noqa: E402
 from kiln.graph.passes import int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
@@ -162,18 +163,25 @@ def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
 
 @contextlib.contextmanager
 def _int8_form(form: str):
-    """Compile int8 kernels with weights as "pairs" (the target's choice) or "bytes" (the
-    widening pass off, and the model cache with it: its key does not see the switch)."""
-    if form not in ("pairs", "bytes"):
-        raise SystemExit(f"--int8-forms: {form!r} is neither pairs nor bytes")
+    """Compile int8 kernels with weights as "pairs" (the target's choice), "bytes" (the
+    widening pass off) or "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
+    graph/passes/int8_nhwc.py); the model cache is off for the last two: its key does not
+    see the switch."""
+    if form not in ("pairs", "bytes", "nchw"):
+        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
+    saved_pipeline = passes.PIPELINE
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "nchw":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "pixel-major int8")
         os.environ["KILN_CACHE_DIR"] = "off"
     try:
         yield
     finally:
         int8_widen.widens_int8 = saved
+        passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
         else:
@@ -351,7 +359,8 @@ def main() -> None:
                         "[-127, 127]")
     parser.add_argument("--int8-forms", default="pairs,bytes",
                         help="Kiln int8 weight forms to time side by side (the first is the "
-                        "one the models' accuracy is checked for): pairs, bytes")
+                        "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
+                        "with the convs in NCHW, as before the pixel-major pass)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")

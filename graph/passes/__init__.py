@@ -15,6 +15,7 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
+from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
@@ -37,6 +38,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("cancel transposes", cancel_transposes),
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
+    ("pixel-major int8", to_pixel_major_int8),   # int8 convs as pixel-major GEMMs, NHWC
     ("im2col int8", im2col_int8_convs),       # windowed packed convs -> columns + 1x1
     ("flatten pointwise int8", flatten_pointwise_int8),  # 1x1 packed convs over H*W pixels
     ("widen int8 weights", widen_int8_weights),   # AVX2 without VNNI: int16 weight pairs

@@ -1,7 +1,9 @@
 """1x1 packed int8 convs over flattened pixels (graph/passes/int8_pointwise.py): the conv and
 its elementwise epilogue (offset, requantize, a residual DQ -> Add -> Q) run on [N, C, 1,
 H*W] views and a view restores [N, F, H, W]; the compiled model equals, bit for bit, the numpy
-reference of the same integer graph without the rewrite (exact accumulation)."""
+reference of the same integer graph without the rewrite (exact accumulation). These NCHW forms
+are what the pipeline does with the pixel-major pass (graph/passes/int8_nhwc.py, which takes
+these convs first) skipped: NCHW = ("pixel-major int8",)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +19,7 @@ from kiln.graph.reference import run_reference
 from .graph_helpers import make_model
 
 R = np.random.default_rng(31)
+NCHW = ("pixel-major int8",)
 
 
 def _pointwise_model(xdtype: str, c: int, f: int, h: int, w: int, residual: bool,
@@ -66,7 +69,7 @@ def _pointwise_model(xdtype: str, c: int, f: int, h: int, w: int, residual: bool
 def test_flattened_pointwise_conv_is_exact(xdtype, c, f, h, w, residual):
     model = _pointwise_model(xdtype, c, f, h, w, residual)
     graph = load_onnx(model)
-    plain = optimize(graph, skip=("flatten pointwise int8",))
+    plain = optimize(graph, skip=NCHW + ("flatten pointwise int8",))
     flat = flatten_pointwise_int8(plain)
     assert flat is not plain
     convs = [n for n in flat.nodes if n.op == "conv2d_int8x4"]
@@ -78,14 +81,14 @@ def test_flattened_pointwise_conv_is_exact(xdtype, c, f, h, w, residual):
     np.testing.assert_array_equal(run_reference(flat, feeds)["y"], want)
     got = kiln.compile(model, db=None, jobs=1).run(feeds)[0]
     np.testing.assert_array_equal(got, want)
-    anchor = next(g for g in fuse_operators(optimize(graph))
+    anchor = next(g for g in fuse_operators(optimize(graph, skip=NCHW))
                   if any(n.op == "conv2d_int8x4" for n in g.nodes))
     assert any(n.op == "requantize" for n in anchor.nodes)     # the epilogue stays fused
 
 
 def test_strided_or_padded_convs_are_not_flattened_without_im2col():
     model = _pointwise_model("uint8", 4, 6, 3, 3, False, strides=(2, 2))
-    plain = optimize(load_onnx(model), skip=("flatten pointwise int8", "im2col int8"))
+    plain = optimize(load_onnx(model), skip=NCHW + ("flatten pointwise int8", "im2col int8"))
     assert any(n.op == "conv2d_int8x4" for n in plain.nodes)
     assert flatten_pointwise_int8(plain) is plain
 
@@ -97,8 +100,8 @@ def test_strided_or_padded_convs_are_not_flattened_without_im2col():
 ])
 def test_im2col_conv_is_exact(xdtype, c, f, h, w, strides, kernel, pads, residual):
     model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
-    plain = optimize(load_onnx(model), skip=("flatten pointwise int8", "im2col int8"))
-    rewritten = optimize(load_onnx(model))
+    plain = optimize(load_onnx(model), skip=NCHW + ("flatten pointwise int8", "im2col int8"))
+    rewritten = optimize(load_onnx(model), skip=NCHW)
     ops = rewritten.op_counts()
     assert ops.get("im2col_int8x4") == 1 and ops.get("conv2d_int8x4") == 1
     convs = [n for n in rewritten.nodes if n.op == "conv2d_int8x4"]
@@ -115,5 +118,5 @@ def test_im2col_conv_is_exact(xdtype, c, f, h, w, strides, kernel, pads, residua
 
 def test_convs_with_whole_vector_rows_and_deep_taps_stay_direct():
     model = _pointwise_model("uint8", 32, 5, 8, 8, False, (1, 1), (3, 3), (1, 1, 1, 1))
-    ops = optimize(load_onnx(model)).op_counts()
+    ops = optimize(load_onnx(model), skip=NCHW).op_counts()
     assert "im2col_int8x4" not in ops and ops.get("conv2d_int8x4") == 1

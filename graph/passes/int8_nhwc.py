@@ -1,0 +1,266 @@
+"""int8 convs in pixel-major (NHWC) layout: dense packed convs as GEMMs with the pixels as rows
+and the output channels as the vector axis, depthwise integer convs with the channels innermost.
+
+The NCHW forms vectorise along pixels: a 3x3 conv after im2col took 8 output channels as
+broadcast rows over one 7- or 8-pixel vector, two weight-pair broadcasts per row and k word
+(17 loads per 256 multiply-adds), its 7-lane pixel vectors gathered from scalar loads; the
+depthwise conv ran along rows of 7 to 112 pixels. Here a dense conv2d_int8x4 becomes
+
+    x[N, C, H, W] -transpose-> [N, H, W, C] -pack_int8x4(axis 3)-> words [N, H, W, C4]
+      -im2col_nhwc_int8x4 (a window, stride or padding; a 1x1 conv reads the words as they
+      are)-> [N * OH * OW, KH * KW * C4] -matmul_int8x4 with the weight [KH * KW * C4, F]->
+      int32 [N * OH * OW, F]
+
+which int8_widen.py gives the int16-pair panels of the 1024^3 int8 GEMM; a depthwise
+conv2d_integer becomes depthwise_conv2d_integer_nhwc over the transposed activations. The
+conv's elementwise epilogue (offset adds, requantize, a residual DQ -> add -> Q) follows in
+the same layout (per-channel operands as [F], full-size ones transposed), and a transpose
+back to NCHW ends the chain. Between two rewritten convs the transposes back and forth
+cancel (simplify.cancel_transposes), so the activations stay pixel-major int8 from conv to
+conv; an NCHW reader (a pool, the classifier) gets the transpose.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import FrozenDict, Graph, Node, OpClass, Value
+from ..ops import OPS
+from .dce import eliminate_dead_code
+from .rewrite import Namer
+from .simplify import cancel_transposes
+
+_EPILOGUE = (OpClass.ELEMWISE, OpClass.BROADCAST)
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def nhwc_weight_words(words: np.ndarray) -> np.ndarray:
+    """Packed conv weight words [F, C4, KH, KW] -> the matmul weight [KH * KW * C4, F] whose
+    row (ry * KW + rx) * C4 + c4 meets im2col_nhwc_int8x4's column of the same index."""
+    f, c4, kh, kw = words.shape
+    return np.ascontiguousarray(words.transpose(2, 3, 1, 0).reshape(kh * kw * c4, f))
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.namer = Namer(graph)
+        self.constants = dict(graph.constants)
+        self.producers = graph.producers()
+        self.consumers = graph.consumers()
+        self.outputs = {v.name for v in graph.outputs}
+        self.replaced: dict[str, list[Node]] = {}     # node name -> nodes emitted instead
+        # values that emitted nodes read as they are (NCHW): a chain stops there, so they
+        # stay produced
+        self.pinned: set[str] = set()
+
+    def node(self, op: str, ins, shape, dtype: str, attrs: dict, hint: str,
+             out: Value | None = None) -> tuple[Value, Node]:
+        out = out or Value(self.namer(hint), tuple(shape), dtype)
+        return out, Node(op, tuple(ins), (out,), FrozenDict(attrs), self.namer(hint))
+
+    def const(self, arr: np.ndarray, hint: str) -> Value:
+        v = Value(self.namer(hint), arr.shape, arr.dtype.name)
+        self.constants[v.name] = arr
+        return v
+
+    def to_nhwc(self, v: Value, emitted: list[Node]) -> Value:
+        self.pinned.add(v.name)
+        n, c, h, w = v.shape
+        out, node = self.node("transpose", (v,), (n, h, w, c), v.dtype,
+                              {"perm": TO_NHWC}, f"{v.name}/nhwc")
+        emitted.append(node)
+        return out
+
+    def reshape(self, v: Value, shape, emitted: list[Node], out: Value | None = None) -> Value:
+        out, node = self.node("reshape", (v,), shape, v.dtype, {"shape": tuple(shape)},
+                              f"{v.name}/view", out)
+        emitted.append(node)
+        return out
+
+    # -- the anchors ---------------------------------------------------------------------
+
+    def dense(self, conv: Node) -> None:
+        xp, w = conv.inputs
+        pack = self.producers[xp.name]
+        x = pack.inputs[0]
+        a = conv.attrs
+        f, c4, kh, kw = w.shape
+        n, _, oh, ow = conv.outputs[0].shape
+        emitted: list[Node] = []
+        xt = self.to_nhwc(x, emitted)
+        words, node = self.node("pack_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
+                                {"axis": 3, "flip": pack.attrs["flip"]}, f"{x.name}/words")
+        emitted.append(node)
+        window = (kh, kw) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"])
+        if window:
+            words, node = self.node(
+                "im2col_nhwc_int8x4", (words,), (n, oh, ow, kh * kw, c4), "int32",
+                {"kernel": (kh, kw), "strides": tuple(a["strides"]),
+                 "dilations": tuple(a["dilations"]), "pads": tuple(a["pads"]),
+                 "pad_word": int(a["pad_word"])}, f"{conv.name}/cols")
+            emitted.append(node)
+        rows = n * oh * ow
+        cols = self.reshape(words, (rows, kh * kw * c4), emitted)
+        weight = self.const(nhwc_weight_words(np.asarray(self.graph.constants[w.name])),
+                            f"{w.name}/nhwc")
+        acc, node = self.node("matmul_int8x4", (cols, weight), (rows, f), "int32",
+                              {"seven_bit": a["seven_bit"], "symmetric": a.get("symmetric",
+                                                                                  False)},
+                              conv.name)
+        emitted.append(node)
+        self.replaced[conv.name] = emitted
+        self.epilogue(conv.outputs[0], acc, flat=True)
+
+    def depthwise(self, conv: Node) -> None:
+        x, w = conv.inputs[0], conv.inputs[1]
+        a = conv.attrs
+        emitted: list[Node] = []
+        xt = self.to_nhwc(x, emitted)
+        weight = np.asarray(self.graph.constants[w.name])          # [C, 1, KH, KW]
+        wt = self.const(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0)), f"{w.name}/nhwc")
+        n, c, oh, ow = conv.outputs[0].shape
+        acc, node = self.node("depthwise_conv2d_integer_nhwc", (xt, wt), (n, oh, ow, c),
+                              "int32", {"strides": tuple(a["strides"]),
+                                        "dilations": tuple(a["dilations"]),
+                                        "pads": tuple(a["pads"]),
+                                        "pad_value": _pad_value(conv, self.graph)}, conv.name)
+        emitted.append(node)
+        self.replaced[conv.name] = emitted
+        self.epilogue(conv.outputs[0], acc, flat=False)
+
+    # -- the epilogue --------------------------------------------------------------------
+
+    def _reader(self, v: Value) -> Node | None:
+        readers = self.consumers.get(v.name, [])
+        if len(readers) != 1 or v.name in self.outputs or v.name in self.pinned:
+            return None
+        node = readers[0]
+        ok = (OPS[node.op].opclass in _EPILOGUE and len(node.outputs) == 1
+              and node.name not in self.replaced and node.outputs[0].shape == v.shape)
+        return node if ok else None
+
+    def _operand(self, v: Value, full: tuple[int, ...], flat: bool, emitted: list[Node],
+                 depth: int = 0):
+        """An epilogue operand in the pixel-major layout, or None when it does not follow
+        (it stops the chain): scalars as they are, per-channel [F, 1, 1] as [F], full-size
+        ones transposed (and viewed flat)."""
+        shape = (1,) * (4 - len(v.shape)) + tuple(v.shape) if len(v.shape) <= 4 else None
+        if shape is None:
+            return None
+        if all(d == 1 for d in shape):
+            return v
+        if shape[0] == 1 and shape[2:] == (1, 1) and shape[1] == full[1]:
+            if v.name in self.constants:     # a new constant: views of constants are not
+                return self.const(self.constants[v.name].reshape(full[1]), f"{v.name}/nhwc")
+            return self.reshape(v, (full[1],), emitted)
+        if shape == full:
+            moved = self._through(v, full, flat, emitted, depth)
+            if moved is not None:
+                return moved
+            t = self.to_nhwc(v, emitted)
+            return self.reshape(t, (full[0] * full[2] * full[3], full[1]), emitted) if flat \
+                else t
+        return None
+
+    def _through(self, v: Value, full, flat: bool, emitted: list[Node], depth: int):
+        """A full-size operand made by an elementwise op (a residual branch's DQ): that op
+        again over its operands in the pixel-major layout, so a transpose back from another
+        rewritten conv cancels, and the op follows the anchor in node order (placed
+        before it, as the NCHW op was, it would seed the fused group and leave the GEMM
+        without its epilogue). None when it is not such an op."""
+        node = self.producers.get(v.name)
+        if depth >= 1 or node is None or len(node.outputs) != 1 \
+                or node.name in self.replaced or OPS[node.op].opclass not in _EPILOGUE:
+            return None
+        trial: list[Node] = []
+        ins = []
+        for u in node.inputs:
+            ins.append(None if u is None else self._operand(u, full, flat, trial, depth + 1))
+            if u is not None and ins[-1] is None:
+                return None
+        shape = (full[0] * full[2] * full[3], full[1]) if flat else \
+            (full[0], full[2], full[3], full[1])
+        out, new = self.node(node.op, ins, shape, v.dtype, node.attrs, f"{node.name}/nhwc")
+        emitted.extend(trial + [new])
+        return out
+
+    def epilogue(self, orig: Value, cur: Value, flat: bool) -> None:
+        """Rewrite the single-reader elementwise chain after an anchor whose NCHW output
+        `orig` is now `cur` (pixel-major), ending in a transpose back to NCHW."""
+        full = tuple(orig.shape)
+        last = self.replaced[self.producers[orig.name].name]
+        node = self._reader(orig)
+        while node is not None:
+            emitted, ins = [], []
+            for v in node.inputs:
+                if v is not None and v.name == orig.name:
+                    ins.append(cur)
+                    continue
+                ins.append(None if v is None else self._operand(v, full, flat, emitted))
+                if v is not None and ins[-1] is None:
+                    break
+            else:
+                out = node.outputs[0]
+                cur, new = self.node(node.op, ins, cur.shape, out.dtype, node.attrs,
+                                     node.name)
+                emitted.append(new)
+                self.replaced[node.name] = last = emitted
+                orig = out
+                node = self._reader(orig)
+                continue
+            break
+        n, c, h, w = full
+        if flat:
+            cur = self.reshape(cur, (n, h, w, c), last)
+        last.append(self.node("transpose", (cur,), full, orig.dtype, {"perm": TO_NCHW},
+                              f"{orig.name}/nchw", out=orig)[1])
+
+
+def _pad_value(conv: Node, graph: Graph) -> int:
+    if len(conv.inputs) < 3 or conv.inputs[2] is None:
+        return 0
+    return int(np.asarray(graph.constants[conv.inputs[2].name]).reshape(-1)[0])
+
+
+def _dense(node: Node, graph: Graph, producers) -> bool:
+    if node.op != "conv2d_int8x4" or len(node.inputs[1].shape) != 4 \
+            or node.inputs[1].name not in graph.constants:
+        return False
+    pack = producers.get(node.inputs[0].name)
+    return (pack is not None and pack.op == "pack_int8x4" and pack.attrs["axis"] == 1
+            and len(pack.inputs[0].shape) == 4)
+
+
+def _depthwise(node: Node, graph: Graph) -> bool:
+    if node.op != "conv2d_integer" or len(node.inputs[0].shape) != 4:
+        return False
+    x, w = node.inputs[0], node.inputs[1]
+    zp_ok = len(node.inputs) < 3 or node.inputs[2] is None \
+        or node.inputs[2].name in graph.constants
+    weight = graph.constants.get(w.name)
+    return (weight is not None and weight.dtype == np.int8 and zp_ok
+            and node.attrs["groups"] == x.shape[1] == w.shape[0] and w.shape[1] == 1)
+
+
+def to_pixel_major_int8(graph: Graph) -> Graph:
+    """Rewrite packed dense int8 convs (conv2d_int8x4 fed by an NCHW pack) and depthwise
+    integer convs with a constant int8 weight and zero point into their pixel-major forms
+    (module docstring); other nodes stay as they are."""
+    producers = graph.producers()
+    dense = {n.name for n in graph.nodes if _dense(n, graph, producers)}
+    depthwise = {n.name for n in graph.nodes if _depthwise(n, graph)}
+    if not dense and not depthwise:
+        return graph
+    rewriter = _Rewriter(graph)
+    for node in graph.nodes:
+        if node.name in rewriter.replaced:
+            continue
+        if node.name in dense:
+            rewriter.dense(node)
+        elif node.name in depthwise:
+            rewriter.depthwise(node)
+    nodes = []
+    for node in graph.nodes:
+        nodes.extend(rewriter.replaced.get(node.name, [node]))
+    graph = graph.replace(nodes=tuple(nodes), constants=rewriter.constants)
+    return eliminate_dead_code(cancel_transposes(eliminate_dead_code(graph)))

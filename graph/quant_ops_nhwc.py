@@ -1,0 +1,99 @@
+"""The pixel-major (NHWC) int8 graph ops of graph/passes/int8_nhwc.py: fusion class, shape
+inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
+
+- `im2col_nhwc_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: packed
+  NHWC words x4[N, H, W, C4] -> columns [N, OH, OW, KH * KW, C4].
+- `depthwise_conv2d_integer_nhwc(x, w)`, attrs strides, dilations, pads, pad_value: int32
+  [N, OH, OW, C] of uint8/int8 x[N, H, W, C] and the int8 weight w[KH, KW, C], the padding
+  holding `pad_value` (the activation zero point, a compile-time constant).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..te.ops import quantized_nhwc as tqn
+from .ir import OpClass
+from .lower_te import LOWERINGS
+from .ops import OPS, OpDef, pool_output_dim
+from .reference import IMPLS
+
+
+def _op(name: str, opclass: OpClass):
+    def deco(fn):
+        OPS[name] = OpDef(name, opclass, fn)
+        return fn
+    return deco
+
+
+def _out_hw(h: int, w: int, kernel, attrs) -> tuple[int, int]:
+    s, d, p = attrs["strides"], attrs["dilations"], attrs["pads"]
+    return (pool_output_dim(h, kernel[0], s[0], d[0], p[0], p[2], False),
+            pool_output_dim(w, kernel[1], s[1], d[1], p[1], p[3], False))
+
+
+def _pad_nhwc(x: np.ndarray, pads, fill) -> np.ndarray:
+    t, l, b, r = pads
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=fill)
+
+
+def _taps(xp: np.ndarray, kernel, attrs, out_hw):
+    """(ry, rx, the window's tap of every output pixel [N, OH, OW, C]) over padded xp."""
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    oh, ow = out_hw
+    for ry in range(kernel[0]):
+        for rx in range(kernel[1]):
+            yield ry, rx, xp[:, ry * dh: ry * dh + sh * (oh - 1) + 1: sh,
+                             rx * dw: rx * dw + sw * (ow - 1) + 1: sw, :]
+
+
+@_op("im2col_nhwc_int8x4", OpClass.INJECTIVE)
+def _infer_im2col_nhwc(ins, attrs):
+    x = ins[0]
+    if x.dtype != "int32" or len(x.shape) != 4:
+        raise ValueError(f"im2col_nhwc_int8x4 expects packed words x[N, H, W, C4], got "
+                         f"{x.dtype}{list(x.shape)}")
+    n, h, w, c4 = x.shape
+    kh, kw = attrs["kernel"]
+    return [((n,) + _out_hw(h, w, (kh, kw), attrs) + (kh * kw, c4), "int32")]
+
+
+def _im2col_nhwc_reference(node, x):
+    attrs = node.attrs
+    xp = _pad_nhwc(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
+    taps = [t for _, _, t in _taps(xp, attrs["kernel"], attrs, node.outputs[0].shape[1:3])]
+    return np.ascontiguousarray(np.stack(taps, axis=3)).astype(np.int32)
+
+
+@_op("depthwise_conv2d_integer_nhwc", OpClass.OUT_ELEMWISE_FUSABLE)
+def _infer_depthwise_nhwc(ins, attrs):
+    x, w = ins[0], ins[1]
+    if len(x.shape) != 4 or len(w.shape) != 3 or w.shape[2] != x.shape[3] \
+            or x.dtype not in tqn.QUANT_DTYPES or w.dtype not in tqn.QUANT_DTYPES:
+        raise ValueError(f"depthwise_conv2d_integer_nhwc expects uint8/int8 x[N, H, W, C] and "
+                         f"w[KH, KW, C], got {x.dtype}{list(x.shape)} and "
+                         f"{w.dtype}{list(w.shape)}")
+    n, h, wd, c = x.shape
+    return [((n,) + _out_hw(h, wd, w.shape[:2], attrs) + (c,), "int32")]
+
+
+def _depthwise_nhwc_reference(node, x, w):
+    xp = _pad_nhwc(x, node.attrs["pads"], int(node.attrs["pad_value"])).astype(np.int64)
+    out = np.zeros(node.outputs[0].shape, np.int64)
+    for ry, rx, tap in _taps(xp, w.shape[:2], node.attrs, node.outputs[0].shape[1:3]):
+        out += tap * w[ry, rx].astype(np.int64)
+    return out.astype(np.int32)
+
+
+def _lower_depthwise_nhwc(node, args):
+    a = node.attrs
+    return [tqn.depthwise_conv2d_integer_nhwc(args[0], args[1], int(a["pad_value"]),
+                                              tuple(a["strides"]), tuple(a["pads"]),
+                                              tuple(a["dilations"]))]
+
+
+IMPLS["im2col_nhwc_int8x4"] = _im2col_nhwc_reference
+IMPLS["depthwise_conv2d_integer_nhwc"] = _depthwise_nhwc_reference
+LOWERINGS["im2col_nhwc_int8x4"] = lambda node, args: [tqn.im2col_nhwc_int8x4(
+    args[0], *node.attrs["kernel"], int(node.attrs["pad_word"]), tuple(node.attrs["strides"]),
+    tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]))]
+LOWERINGS["depthwise_conv2d_integer_nhwc"] = _lower_depthwise_nhwc

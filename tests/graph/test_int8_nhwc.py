@@ -1,0 +1,194 @@
+"""int8 convs in pixel-major layout (graph/passes/int8_nhwc.py): dense packed convs become
+im2col_nhwc_int8x4 + matmul_int8x4 over [pixels, K4] columns, depthwise integer convs
+depthwise_conv2d_integer_nhwc, with their epilogues in NHWC. The compiled model equals, bit for
+bit, the numpy reference of the integer graph without the rewrite (exact accumulation, the
+same requantization); the new ops' references agree with the NCHW ops' references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import kiln
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.graph.frontend import load_onnx
+from kiln.graph.ir import FrozenDict, Node, Value
+from kiln.graph.passes import fuse_operators, optimize
+from kiln.graph.passes.int8_nhwc import nhwc_weight_words, to_pixel_major_int8
+from kiln.graph.passes.int8_widen import panel_width
+from kiln.graph.reference import IMPLS, run_reference
+from kiln.te.ops import quantized as tq
+from kiln.te.tensor import placeholder
+
+from .graph_helpers import make_model
+from .test_int8_pointwise import _pointwise_model
+
+R = np.random.default_rng(47)
+SKIP = ("pixel-major int8",)
+
+
+def _depthwise_model(xdtype: str, c: int, h: int, w: int, kernel, strides, pads):
+    """x -> Q -> DQ -> depthwise Conv (per-channel int8 W, int32 bias) -> Clip -> Q -> DQ."""
+    x_zp, y_zp = (129, 7) if xdtype == "uint8" else (-11, -3)
+    ws = R.uniform(0.005, 0.03, c).astype(np.float32)
+    xs = np.float32(0.03)
+    inits = {"xs": xs, "xzp": np.array(x_zp, xdtype),
+             "wq": R.integers(-127, 128, size=(c, 1) + tuple(kernel)).astype(np.int8),
+             "ws": ws, "wzp": np.zeros(c, np.int8), "ys": np.float32(0.04),
+             "yzp": np.array(y_zp, xdtype), "bq": R.integers(-300, 300, c).astype(np.int32),
+             "bs": (xs * ws).astype(np.float32), "bzp": np.zeros(c, np.int32),
+             "lo": np.float32(0.0), "hi": np.float32(2.5)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xzp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xzp"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wzp"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bzp"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["conv"], group=c,
+                              strides=list(strides), pads=list(pads)),
+             helper.make_node("Clip", ["conv", "lo", "hi"], ["act"]),
+             helper.make_node("QuantizeLinear", ["act", "ys", "yzp"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["y"])]
+    return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
+
+
+def _check_exact(model, feeds, want_ops: set[str]):
+    graph = load_onnx(model)
+    plain = optimize(graph, skip=SKIP)
+    nhwc = optimize(graph)
+    ops = nhwc.op_counts()
+    assert want_ops <= set(ops), ops
+    assert not {"conv2d_int8x4", "conv2d_integer"} & set(ops), ops
+    want = run_reference(plain, feeds)["y"]
+    np.testing.assert_array_equal(run_reference(nhwc, feeds)["y"], want)
+    got = kiln.compile(model, db=None, jobs=1).run(feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    return nhwc
+
+
+@pytest.mark.parametrize("xdtype,c,f,h,w,strides,kernel,pads,residual", [
+    ("uint8", 7, 13, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0), False),   # 1x1, primes
+    ("int8", 9, 8, 3, 7, (1, 1), (1, 1), (0, 0, 0, 0), True),      # int8 x, a residual
+    ("uint8", 5, 7, 9, 6, (2, 2), (3, 3), (1, 1, 1, 1), False),    # zero point in the pads
+    ("int8", 3, 17, 7, 7, (1, 1), (3, 2), (1, 0, 1, 1), True),     # uneven window and pads
+    ("uint8", 8, 5, 1, 1, (1, 1), (3, 3), (1, 1, 1, 1), False),    # 1x1 spatial
+    ("uint8", 12, 24, 4, 5, (2, 1), (1, 1), (0, 0, 0, 0), True),   # strided 1x1, 24 -> 8-panels
+])
+def test_dense_conv_as_pixel_major_gemm_is_exact(xdtype, c, f, h, w, strides, kernel, pads,
+                                                 residual):
+    model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 2}
+    if residual:
+        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+        ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    window = kernel != (1, 1) or strides != (1, 1) or any(pads)
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4"} | ({"im2col_nhwc_int8x4"} if window
+                                                           else set()))
+    anchor = next(g for g in fuse_operators(nhwc)
+                  if any(n.op == "matmul_int8x4" for n in g.nodes))
+    assert any(n.op == "requantize" for n in anchor.nodes)     # the epilogue stays fused
+    if residual:   # the residual DQ -> Add -> Q too
+        assert any(n.op == "quantize_linear" for n in anchor.nodes)
+
+
+@pytest.mark.parametrize("xdtype,c,h,w,kernel,strides,pads", [
+    ("uint8", 13, 7, 5, (3, 3), (1, 1), (1, 1, 1, 1)),     # prime channels
+    ("int8", 8, 9, 9, (3, 3), (2, 2), (1, 1, 1, 1)),       # stride 2, int8 activations
+    ("uint8", 3, 1, 6, (3, 2), (1, 1), (1, 0, 1, 1)),      # one row, uneven window
+])
+def test_depthwise_conv_nhwc_is_exact(xdtype, c, h, w, kernel, strides, pads):
+    model = _depthwise_model(xdtype, c, h, w, kernel, strides, pads)
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 2}
+    _check_exact(model, feeds, {"depthwise_conv2d_integer_nhwc"})
+
+
+def _two_conv_model(c: int, f: int, h: int, w: int):
+    """x -> Q -> DQ -> Conv 3x3 (pads 1) -> Relu -> Q -> DQ -> Conv 1x1 -> Q -> DQ -> y."""
+    inits = {"xs": np.float32(0.02), "xzp": np.array(128, np.uint8), "ys": np.float32(0.03),
+             "yzp": np.array(3, np.uint8), "zs": np.float32(0.05),
+             "zzp": np.array(121, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xzp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xzp"], ["xf"])]
+    for k, (src, dst, cin, cout, kernel, scale) in enumerate(
+            [("xf", "yq", c, f, 3, "ys"), ("yf", "zq", f, f + 3, 1, "zs")]):
+        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
+        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
+        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
+        nodes += [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
+                                   [f"wf{k}"], axis=0),
+                  helper.make_node("Conv", [src, f"wf{k}"], [f"conv{k}"],
+                                   pads=[kernel // 2] * 4),
+                  helper.make_node("Relu", [f"conv{k}"], [f"act{k}"]),
+                  helper.make_node("QuantizeLinear", [f"act{k}", scale, scale[0] + "zp"],
+                                   [dst])]
+        if k == 0:
+            nodes.append(helper.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["yf"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["zq", "zs", "zzp"], ["y"]))
+    return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
+
+
+def test_chained_convs_keep_activations_pixel_major():
+    """Two pixel-major convs in a row: the transposes back and forth between them cancel,
+    so the second packs the first's NHWC output directly; one transpose into NHWC at the
+    input and one back at the output remain."""
+    model = _two_conv_model(5, 8, 6, 5)
+    feeds = {"x": R.standard_normal((1, 5, 6, 5)).astype(np.float32)}
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "im2col_nhwc_int8x4"})
+    ops = nhwc.op_counts()
+    assert ops["matmul_int8x4"] == 2 and ops.get("transpose") == 2, ops
+
+
+def _node(op, ins, out_shape, out_dtype, **attrs):
+    return Node(op, tuple(ins), (Value("out", out_shape, out_dtype),), FrozenDict(attrs), op)
+
+
+def test_im2col_nhwc_reference_matches_the_nchw_columns():
+    x = R.integers(-2 ** 31, 2 ** 31, size=(2, 3, 7, 5), dtype=np.int64).astype(np.int32)
+    attrs = dict(kernel=(3, 2), strides=(2, 1), dilations=(1, 2), pads=(1, 2, 0, 1),
+                 pad_word=-77)
+    nchw = IMPLS["im2col_int8x4"](_node("im2col_int8x4", [], (2, 18, 3, 5), "int32",
+                                        **attrs), x)
+    out = IMPLS["im2col_nhwc_int8x4"](_node("im2col_nhwc_int8x4", [], (2, 3, 5, 6, 3),
+                                            "int32", **attrs), x.transpose(0, 2, 3, 1))
+    np.testing.assert_array_equal(out.reshape(2, 3, 5, 18).transpose(0, 3, 1, 2), nchw)
+
+
+def test_depthwise_nhwc_reference_matches_the_nchw_conv():
+    x = R.integers(0, 256, size=(1, 5, 6, 7)).astype(np.uint8)
+    w = R.integers(-128, 128, size=(5, 1, 3, 3)).astype(np.int8)
+    attrs = dict(strides=(2, 1), dilations=(1, 1), pads=(1, 1, 1, 0))
+    want = IMPLS["conv2d_integer"](_node("conv2d_integer", [], (1, 5, 3, 5), "int32",
+                                         groups=5, **attrs), x, w, np.uint8(201))
+    got = IMPLS["depthwise_conv2d_integer_nhwc"](
+        _node("depthwise_conv2d_integer_nhwc", [], (1, 3, 5, 5), "int32", pad_value=201,
+              **attrs), x.transpose(0, 2, 3, 1), w[:, 0].transpose(1, 2, 0))
+    np.testing.assert_array_equal(got.transpose(0, 3, 1, 2), want)
+
+
+def test_nhwc_weight_words_meet_the_columns():
+    words = R.integers(-2 ** 31, 2 ** 31, size=(5, 3, 2, 3), dtype=np.int64).astype(np.int32)
+    w = nhwc_weight_words(words)
+    assert w.shape == (2 * 3 * 3, 5)
+    assert w[(1 * 3 + 2) * 3 + 1, 4] == words[4, 1, 1, 2]      # row (ry * KW + rx) * C4 + c4
+
+
+def test_no_int8_convs_is_identity():
+    model = _pointwise_model("uint8", 4, 4, 3, 3, False)
+    plain = optimize(load_onnx(model), skip=SKIP + ("pack integer kernels",))
+    assert to_pixel_major_int8(plain) is plain
+
+
+def test_panels_follow_the_column_count():
+    assert (panel_width(24), panel_width(144), panel_width(20), panel_width(32)) == \
+        (8, 16, 16, 16)
+
+
+def test_short_k_int8_gemm_default_tiles_divide_the_rows():
+    """A pixel-major 1x1 conv over 24 channels sums 6 words: a GEMM, not a window, so the
+    default cache tile divides the 3136 rows (no guard in the register tile)."""
+    a = placeholder((3136, 6), "int32", "a")
+    w = placeholder((9, 6, 2, 16), "int32", "w")
+    out = tq.matmul_int8x4(a, w, n=144)
+    config = SearchSpace(Task("mm", (out,), (a, w, out)), threads=1).default_config()
+    mid, inner = config["s0/tile/0"]
+    assert 3136 % (mid * inner) == 0 and inner > 1
