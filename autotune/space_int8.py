@@ -35,7 +35,8 @@ def is_dot4_gemm(op: ComputeOp) -> bool:
     conv as a pixel-major GEMM sums 6 words) but it is a GEMM, not a memory-bound window
     reduction: it takes the GEMM's cache tiles (rows dividing the axis, no guard inside the
     register tile), not a whole plane per tile. 3136 x 6 words x 144, 1 thread: 1.9 ms as
-    a window (64 x 4-row tiles over 3136 rows, the accumulators in memory), XX ms as a GEMM."""
+    a window (64 x 4-row tiles over 3136 rows, the accumulators in memory), 0.36 ms as a
+    GEMM (8 x 4-row tiles)."""
     return kind_of(op.tag) == MATMUL and uses_dot4(op)
 
 
