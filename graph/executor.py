@@ -181,8 +181,8 @@ class CompiledModel:
         if spec.kind == "arena":
             nbytes = int(np.prod(spec.shape, dtype=np.int64)) * dtype.itemsize
             return self.arena[spec.offset:spec.offset + nbytes].view(dtype).reshape(spec.shape)
-        if spec.kind == "alias":
-            return self.buffers[spec.of].reshape(spec.shape)
+        if spec.kind == "alias":     # a view; of another dtype for a bitcast (tasks.py)
+            return self.buffers[spec.of].view(dtype).reshape(spec.shape)
         raise InternalError(f"buffer '{spec.name}' has unknown kind {spec.kind!r}; this is a "
                             "bug in Kiln")
 

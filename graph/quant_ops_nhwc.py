@@ -3,6 +3,11 @@ inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
 
 - `im2col_nhwc_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: packed
   NHWC words x4[N, H, W, C4] -> columns [N, OH, OW, KH * KW, C4].
+- `bitcast_int8x4(x)`: uint8/int8 x[..., C] (C a multiple of 4) -> its bytes read as int32
+  words [..., C / 4], byte t of word k being x[..., 4k + t]: pack_int8x4 along the last axis,
+  which for a buffer in memory is a view (graph/tasks.py ALIAS_OPS), no kernel. OPAQUE, so
+  fusion leaves it alone and never inlines it into a consumer, which would assemble every word
+  from four byte loads.
 - `depthwise_conv2d_integer_nhwc(x, w)`, attrs strides, dilations, pads, pad_value: int32
   [N, OH, OW, C] of uint8/int8 x[N, H, W, C] and the int8 weight w[KH, KW, C], the padding
   holding `pad_value` (the activation zero point, a compile-time constant).
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..te.ops import quantized as tq
 from ..te.ops import quantized_nhwc as tqn
 from .ir import OpClass
 from .lower_te import LOWERINGS
@@ -44,6 +50,19 @@ def _taps(xp: np.ndarray, kernel, attrs, out_hw):
         for rx in range(kernel[1]):
             yield ry, rx, xp[:, ry * dh: ry * dh + sh * (oh - 1) + 1: sh,
                              rx * dw: rx * dw + sw * (ow - 1) + 1: sw, :]
+
+
+@_op("bitcast_int8x4", OpClass.OPAQUE)
+def _infer_bitcast(ins, attrs):
+    x = ins[0]
+    if x.dtype not in tqn.QUANT_DTYPES or not x.shape or x.shape[-1] % 4:
+        raise ValueError(f"bitcast_int8x4 reads uint8/int8 x[..., C] with C a multiple of 4, "
+                         f"got {x.dtype}{list(x.shape)}")
+    return [(tuple(x.shape[:-1]) + (x.shape[-1] // 4,), "int32")]
+
+
+def _bitcast_reference(node, x):
+    return np.ascontiguousarray(x).view(np.int32)
 
 
 @_op("im2col_nhwc_int8x4", OpClass.INJECTIVE)
@@ -91,6 +110,9 @@ def _lower_depthwise_nhwc(node, args):
                                               tuple(a["dilations"]))]
 
 
+IMPLS["bitcast_int8x4"] = _bitcast_reference
+# compiled only when it cannot be a view (a graph output): the pack along the last axis
+LOWERINGS["bitcast_int8x4"] = lambda node, args: [tq.pack_int8x4(args[0], -1)]
 IMPLS["im2col_nhwc_int8x4"] = _im2col_nhwc_reference
 IMPLS["depthwise_conv2d_integer_nhwc"] = _depthwise_nhwc_reference
 LOWERINGS["im2col_nhwc_int8x4"] = lambda node, args: [tqn.im2col_nhwc_int8x4(

@@ -15,7 +15,10 @@ from .lower_te import GroupDAG, lower_group
 from .passes.fusion import FusedGroup
 
 # single-node groups that are a no-op on contiguous data: their output is a view of the input
-ALIAS_OPS = frozenset({"reshape", "identity"})
+ALIAS_OPS = frozenset({"reshape", "identity", "bitcast_int8x4"})
+# alias ops whose output reinterprets the input's bytes as another dtype (the executor views
+# the buffer with the output's dtype)
+BITCAST_OPS = frozenset({"bitcast_int8x4"})
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def is_alias(group: FusedGroup, graph: Graph) -> bool:
     out = node.outputs[0]
     graph_outputs = {v.name for v in graph.outputs}
     return (out.name not in graph_outputs and node.inputs[0] is not None
-            and node.inputs[0].dtype == out.dtype)
+            and (node.inputs[0].dtype == out.dtype or node.op in BITCAST_OPS))
 
 
 def _dedup_key(dag: GroupDAG) -> tuple:

@@ -6,7 +6,8 @@ broadcast rows over one 7- or 8-pixel vector, two weight-pair broadcasts per row
 (17 loads per 256 multiply-adds), its 7-lane pixel vectors gathered from scalar loads; the
 depthwise conv ran along rows of 7 to 112 pixels. Here a dense conv2d_int8x4 becomes
 
-    x[N, C, H, W] -transpose-> [N, H, W, C] -pack_int8x4(axis 3)-> words [N, H, W, C4]
+    x[N, C, H, W] -transpose-> [N, H, W, C] -bitcast_int8x4 (a view; pack_int8x4 along axis 3
+      for int8 x or C not a multiple of 4)-> words [N, H, W, C4]
       -im2col_nhwc_int8x4 (a window, stride or padding; a 1x1 conv reads the words as they
       are)-> [N * OH * OW, KH * KW * C4] -matmul_int8x4 with the weight [KH * KW * C4, F]->
       int32 [N * OH * OW, F]
@@ -88,8 +89,12 @@ class _Rewriter:
         n, _, oh, ow = conv.outputs[0].shape
         emitted: list[Node] = []
         xt = self.to_nhwc(x, emitted)
-        words, node = self.node("pack_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
-                                {"axis": 3, "flip": pack.attrs["flip"]}, f"{x.name}/words")
+        if pack.attrs["flip"] or x.shape[1] % 4:     # int8 x is stored as x + 128
+            words, node = self.node("pack_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
+                                    {"axis": 3, "flip": pack.attrs["flip"]}, f"{x.name}/words")
+        else:           # 4 channels of a pixel are a word already: a view, no kernel
+            words, node = self.node("bitcast_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
+                                    {}, f"{x.name}/words")
         emitted.append(node)
         window = (kh, kw) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"])
         if window:

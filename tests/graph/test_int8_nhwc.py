@@ -136,6 +136,12 @@ def test_chained_convs_keep_activations_pixel_major():
     nhwc = _check_exact(model, feeds, {"matmul_int8x4", "im2col_nhwc_int8x4"})
     ops = nhwc.op_counts()
     assert ops["matmul_int8x4"] == 2 and ops.get("transpose") == 2, ops
+    # the 8-channel uint8 activation is read as words in place: a view, no kernel
+    assert ops.get("bitcast_int8x4") == 1
+    words = next(n for n in nhwc.nodes if n.op == "bitcast_int8x4").outputs[0]
+    compiled = kiln.compile(model, db=None, jobs=1)
+    spec = next(b for b in compiled.plan.buffers if b.name == words.name)
+    assert spec.kind == "alias" and spec.dtype == "int32"
 
 
 def _node(op, ins, out_shape, out_dtype, **attrs):
