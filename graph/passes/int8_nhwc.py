@@ -98,8 +98,9 @@ class _Rewriter:
         emitted.append(node)
         window = (kh, kw) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"])
         if window:
+            op = "im2col_nhwc_int8x4" if c4 > 1 else "im2col_nhwc_int8x4_inline"
             words, node = self.node(
-                "im2col_nhwc_int8x4", (words,), (n, oh, ow, kh * kw, c4), "int32",
+                op, (words,), (n, oh, ow, kh * kw, c4), "int32",
                 {"kernel": (kh, kw), "strides": tuple(a["strides"]),
                  "dilations": tuple(a["dilations"]), "pads": tuple(a["pads"]),
                  "pad_word": int(a["pad_word"])}, f"{conv.name}/cols")
