@@ -31,6 +31,7 @@ from .rewrite import Namer
 from .simplify import cancel_transposes
 
 _EPILOGUE = (OpClass.ELEMWISE, OpClass.BROADCAST)
+_INTS = ("uint8", "int8")
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
 
@@ -53,6 +54,7 @@ class _Rewriter:
         # values that emitted nodes read as they are (NCHW): a chain stops there, so they
         # stay produced
         self.pinned: set[str] = set()
+        self.ends: set[str] = set()     # NCHW values a rewritten chain transposes back to
 
     def node(self, op: str, ins, shape, dtype: str, attrs: dict, hint: str,
              out: Value | None = None) -> tuple[Value, Node]:
@@ -133,6 +135,25 @@ class _Rewriter:
         emitted.append(node)
         self.replaced[conv.name] = emitted
         self.epilogue(conv.outputs[0], acc, flat=False)
+
+    def max_pool(self, pool: Node) -> None:
+        """An integer max pool of a rewritten conv's output, pooled in NHWC: viewed as the
+        channel-blocked [N, 1, H, W, C] that max_pool2d takes (one block of all channels),
+        so the transposes around it cancel (ResNet-18's stem: 112 x 112 x 64 went to NCHW
+        and back for the pool)."""
+        x, out = pool.inputs[0], pool.outputs[0]
+        n, c, h, w = x.shape
+        _, _, oh, ow = out.shape
+        emitted: list[Node] = []
+        blocked = self.reshape(self.to_nhwc(x, emitted), (n, 1, h, w, c), emitted)
+        pooled, node = self.node("max_pool2d", (blocked,), (n, 1, oh, ow, c), out.dtype,
+                                 pool.attrs, pool.name)
+        emitted.append(node)
+        flat = self.reshape(pooled, (n, oh, ow, c), emitted)
+        emitted.append(self.node("transpose", (flat,), out.shape, out.dtype,
+                                 {"perm": TO_NCHW}, f"{out.name}/nchw", out=out)[1])
+        self.replaced[pool.name] = emitted
+        self.ends.add(out.name)
 
     # -- the epilogue --------------------------------------------------------------------
 
@@ -215,6 +236,7 @@ class _Rewriter:
                 node = self._reader(orig)
                 continue
             break
+        self.ends.add(orig.name)
         n, c, h, w = full
         if flat:
             cur = self.reshape(cur, (n, h, w, c), last)
@@ -265,6 +287,9 @@ def to_pixel_major_int8(graph: Graph) -> Graph:
             rewriter.dense(node)
         elif node.name in depthwise:
             rewriter.depthwise(node)
+        elif (node.op == "max_pool2d" and len(node.inputs[0].shape) == 4
+              and node.inputs[0].name in rewriter.ends and node.outputs[0].dtype in _INTS):
+            rewriter.max_pool(node)
     nodes = []
     for node in graph.nodes:
         nodes.extend(rewriter.replaced.get(node.name, [node]))

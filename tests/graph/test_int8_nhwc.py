@@ -103,8 +103,9 @@ def test_depthwise_conv_nhwc_is_exact(xdtype, c, h, w, kernel, strides, pads):
     _check_exact(model, feeds, {"depthwise_conv2d_integer_nhwc"})
 
 
-def _two_conv_model(c: int, f: int, h: int, w: int):
-    """x -> Q -> DQ -> Conv 3x3 (pads 1) -> Relu -> Q -> DQ -> Conv 1x1 -> Q -> DQ -> y."""
+def _two_conv_model(c: int, f: int, h: int, w: int, pool: bool = False):
+    """x -> Q -> DQ -> Conv 3x3 (pads 1) -> Relu -> Q -> DQ [-> MaxPool 3x3/2 (pads 1) -> Q ->
+    DQ] -> Conv 1x1 -> Q -> DQ -> y."""
     inits = {"xs": np.float32(0.02), "xzp": np.array(128, np.uint8), "ys": np.float32(0.03),
              "yzp": np.array(3, np.uint8), "zs": np.float32(0.05),
              "zzp": np.array(121, np.uint8)}
@@ -122,7 +123,13 @@ def _two_conv_model(c: int, f: int, h: int, w: int):
                   helper.make_node("Relu", [f"conv{k}"], [f"act{k}"]),
                   helper.make_node("QuantizeLinear", [f"act{k}", scale, scale[0] + "zp"],
                                    [dst])]
-        if k == 0:
+        if k == 0 and pool:
+            nodes += [helper.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["yd"]),
+                      helper.make_node("MaxPool", ["yd"], ["pooled"], kernel_shape=[3, 3],
+                                       strides=[2, 2], pads=[1, 1, 1, 1]),
+                      helper.make_node("QuantizeLinear", ["pooled", "ys", "yzp"], ["pq"]),
+                      helper.make_node("DequantizeLinear", ["pq", "ys", "yzp"], ["yf"])]
+        elif k == 0:
             nodes.append(helper.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["yf"]))
     nodes.append(helper.make_node("DequantizeLinear", ["zq", "zs", "zzp"], ["y"]))
     return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
@@ -143,6 +150,15 @@ def test_chained_convs_keep_activations_pixel_major():
     compiled = kiln.compile(model, db=None, jobs=1)
     spec = next(b for b in compiled.plan.buffers if b.name == words.name)
     assert spec.kind == "alias" and spec.dtype == "int32"
+
+
+def test_max_pool_between_convs_pools_in_nhwc():
+    model = _two_conv_model(3, 12, 9, 7, pool=True)
+    feeds = {"x": R.standard_normal((1, 3, 9, 7)).astype(np.float32)}
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "max_pool2d"})
+    pool = next(n for n in nhwc.nodes if n.op == "max_pool2d")
+    assert pool.inputs[0].shape == (1, 1, 9, 7, 12)      # [N, 1, H, W, C]: NHWC as a block
+    assert nhwc.op_counts().get("transpose") == 2
 
 
 def _node(op, ins, out_shape, out_dtype, **attrs):
