@@ -167,8 +167,8 @@ def _node(op, ins, out_shape, out_dtype, **attrs):
 
 def test_im2col_nhwc_reference_matches_the_nchw_columns():
     x = R.integers(-2 ** 31, 2 ** 31, size=(2, 3, 7, 5), dtype=np.int64).astype(np.int32)
-    attrs = dict(kernel=(3, 2), strides=(2, 1), dilations=(1, 2), pads=(1, 2, 0, 1),
-                 pad_word=-77)
+    attrs = {"kernel": (3, 2), "strides": (2, 1), "dilations": (1, 2), "pads": (1, 2, 0, 1),
+             "pad_word": -77}
     nchw = IMPLS["im2col_int8x4"](_node("im2col_int8x4", [], (2, 18, 3, 5), "int32",
                                         **attrs), x)
     out = IMPLS["im2col_nhwc_int8x4"](_node("im2col_nhwc_int8x4", [], (2, 3, 5, 6, 3),
@@ -179,7 +179,7 @@ def test_im2col_nhwc_reference_matches_the_nchw_columns():
 def test_depthwise_nhwc_reference_matches_the_nchw_conv():
     x = R.integers(0, 256, size=(1, 5, 6, 7)).astype(np.uint8)
     w = R.integers(-128, 128, size=(5, 1, 3, 3)).astype(np.int8)
-    attrs = dict(strides=(2, 1), dilations=(1, 1), pads=(1, 1, 1, 0))
+    attrs = {"strides": (2, 1), "dilations": (1, 1), "pads": (1, 1, 1, 0)}
     want = IMPLS["conv2d_integer"](_node("conv2d_integer", [], (1, 5, 3, 5), "int32",
                                          groups=5, **attrs), x, w, np.uint8(201))
     got = IMPLS["depthwise_conv2d_integer_nhwc"](
