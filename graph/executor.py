@@ -37,7 +37,7 @@ ARENA_ALIGNMENT = 64
 class BufferSpec:
     """Where a value lives at run time. kind: "input" (copied in per call), "constant",
     "output" (own array), "arena" (`offset` bytes into the arena), "alias" (a reshaped view
-    of buffer `of`)."""
+    of buffer `of`, read as this spec's dtype: a bitcast_int8x4 views uint8 bytes as int32)."""
 
     name: str
     shape: tuple[int, ...]
