@@ -1,6 +1,7 @@
 """Where a cold model compile's CPU time goes, per distinct kernel and per phase.
 
     python benchmarks/model_compile_phases.py [--model resnet50_like] [--image 224] [--top 12]
+                                              [--onnx PATH]
 
 One process, no kernel cache, no tuning database (default schedules), kernels compiled one
 after another as a compile worker does: schedule (search space default + apply), lower (loop
@@ -82,8 +83,12 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="resnet50_like")
     parser.add_argument("--image", type=int, default=224)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--onnx", help="an ONNX file to compile instead of --model")
     args = parser.parse_args(argv)
-    proto = getattr(models, args.model)(image_size=args.image)
+    if args.onnx:
+        proto, args.model = onnx.load(args.onnx), Path(args.onnx).stem
+    else:
+        proto = getattr(models, args.model)(image_size=args.image)
     if not isinstance(proto, onnx.ModelProto):
         raise SystemExit(f"{args.model} did not build an ONNX model")
     res = measure(proto, num_threads_from_env())

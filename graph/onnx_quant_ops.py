@@ -311,3 +311,6 @@ def _renamed(ctx, value: Value, name: str) -> Value:
         return ctx.emit("identity", [value], final=True)
     finally:
         ctx.output_names = saved
+
+
+from . import onnx_quant_contrib  # noqa: E402,F401 - registers onnxruntime's other QOperator ops

@@ -2,8 +2,10 @@
 
 Integer Add/Sub/Mul trees become sum(coef * atom) + const with atoms in first-appearance
 order, which cancels terms like (io*32 + ii) - io*32 -> ii. Rules that need no range facts:
-  floordiv(c*x + k, c) -> x + floordiv(k, c)      (every coefficient divisible by c > 0)
+  floordiv(c*x + r, c) -> x + floordiv(r, c)       (the terms divisible by c > 0 move out)
   floormod(c*x + r, c) -> floormod(r, c)           (drop terms divisible by c > 0)
+  m*c*floordiv(x, c) + m*floormod(x, c) -> m*x     (a split index joined again: a reshape
+                                                    of a reshape reads contiguous memory)
   min(a, b) / max(a, b) -> a or b                  (sign of a - b known)
   a < b -> true/false                              (sign of a - b known from constants or
                                                     the loop ranges given to simplify)
@@ -64,6 +66,23 @@ def _rebuild(terms: dict, k: int, dtype: str) -> Expr:
     return result
 
 
+def _join_div_mod(terms: dict, k: int, simp) -> Linear:
+    """m*c*floordiv(x, c) + m*floormod(x, c) -> m*x, for every such pair in `terms`."""
+    mods = [(a, v) for a, v in terms.items() if type(a) is FloorMod and
+            isinstance(a.b, IntImm) and a.b.value > 0]
+    for mod, m in mods:
+        div = FloorDiv(mod.dtype, mod.a, mod.b)
+        if terms.get(div) != m * mod.b.value or terms.get(mod) != m:
+            continue
+        del terms[div], terms[mod]
+        x_terms, x_k = _linear(mod.a, simp)
+        k += m * x_k
+        for a, v in x_terms.items():
+            terms[a] = terms.get(a, 0) + m * v
+        terms = {a: v for a, v in terms.items() if v != 0}
+    return terms, k
+
+
 class _Simplifier(ExprMutator):
     """`ranges` maps loop variables to inclusive integer bounds, enabling range-based rules."""
 
@@ -78,7 +97,7 @@ class _Simplifier(ExprMutator):
     def _linear_visit(self, e: Expr) -> Expr:
         if not dt.is_int(e.dtype):
             return self.generic_visit(e)
-        terms, k = _linear(e, self)
+        terms, k = _join_div_mod(*_linear(e, self), self)
         return _rebuild(terms, k, e.dtype)
 
     visit_Add = visit_Sub = visit_Mul = _linear_visit
@@ -97,6 +116,15 @@ class _Simplifier(ExprMutator):
             split = self._split_remainder(terms, k, c, e.dtype)
             if split is not None:
                 return split[0]
+            outside = {t: v // c for t, v in terms.items() if v % c == 0}
+            if outside or k // c:       # floor((c*q + r) / c) = q + floor(r / c), any r
+                rest = {t: v for t, v in terms.items() if v % c != 0}
+                inner = FloorDiv(e.dtype, _rebuild(rest, k % c, e.dtype), b)
+                inner_terms, inner_k = _linear(self.visit(inner), self)
+                for atom, v in inner_terms.items():
+                    outside[atom] = outside.get(atom, 0) + v
+                return _rebuild({t: v for t, v in outside.items() if v}, k // c + inner_k,
+                                e.dtype)
         return e if (a is e.a and b is e.b) else FloorDiv(e.dtype, a, b)
 
     def _split_remainder(self, terms: dict, k: int, c: int, dtype: str):

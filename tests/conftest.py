@@ -5,6 +5,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("KILN_NUM_THREADS", "2")
 # the default tuning database's writable layer (kiln.autotune.default_db): never the user's
@@ -21,6 +22,14 @@ if _CACHE is None:
     os.environ["KILN_TEST_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["KILN_CACHE_DIR"] = _CACHE
+
+
+# Property tests draw the same examples on every run (seeded from each test), so a commit
+# that passed stays green in CI. KILN_HYPOTHESIS=explore draws fresh examples each run: use it
+# when hunting bugs, and turn what it finds into a fixed regression test.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("KILN_HYPOTHESIS", "repeatable"))
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ CASES = [
     (maximum(x + 1, x + 3), "x + 3"),
     ((x + 2) * 3 - (x * 3 + 6), "0"),
     (select(x < x + 1, x, y), "x"),                     # provable comparison folds
+    (floordiv(x * 8 + y + 17, 8), "x + floordiv(y + 1, 8) + 2"),   # multiples of c move out
+    (floordiv(x, 4) * 12 + floormod(x, 4) * 3 + y, "y + x * 3"),   # a split index joined
 ]
 
 
@@ -67,6 +69,28 @@ def int_exprs(draw, depth=3):
 def test_simplify_preserves_value(expr, xv, yv):
     env = {x: xv, y: yv}
     assert _evaluate(simplify(expr), env) == _evaluate(expr, env)
+
+
+@settings(max_examples=200, deadline=None)
+@given(int_exprs(), st.integers(0, 6), st.integers(0, 6))
+def test_simplify_with_ranges_preserves_value(expr, xhi, yhi):
+    """The range rules (a remainder known to lie in [0, c)) hold on every point."""
+    simplified = simplify(expr, {x: (0, xhi), y: (0, yhi)})
+    for xv in range(xhi + 1):
+        for yv in range(yhi + 1):
+            env = {x: xv, y: yv}
+            assert _evaluate(simplified, env) == _evaluate(expr, env)
+
+
+def test_reshape_of_a_reshape_reads_contiguously():
+    """[4, 3136] read through a [4, 56, 56] view with a 64-wide split of the 3136 axis:
+    the div/mod pairs of the two reshapes cancel to a plain linear index."""
+    i1, io, ii = Var("int32", "i1"), Var("int32", "io"), Var("int32", "ii")
+    flat = io * 64 + ii
+    index = (i1 * 12544 + floormod(floordiv(i1 * 3136 + flat, 56), 56) * 56
+             + floormod(flat, 56))
+    assert str(simplify(index, {i1: (0, 3), io: (0, 48), ii: (0, 63)})) == \
+        "i1 * 12544 + io * 64 + ii"
 
 
 @settings(max_examples=200, deadline=None)
