@@ -236,12 +236,23 @@ class DefaultsMixin:
             inner_r = _rows_tile(extents[rows], cap)
             out[knob.name] = _nearest(knob.choices, (mid_r, inner_r))
         whole = _whole_rows_tile(knob.choices, extents, rows, inner_r, op)
-        if whole is not None:
+        leading = None if whole is None else _whole_leading_axes(self, label, extents, rows)
+        par = self._by_name[f"{label}/parallel"]
+        depth = min(len(extents), max(par.choices))
+        # rows over several axes: only where the parallel loop still reaches the column
+        # blocks (the outer loops fused up to the vector axis), or on one thread
+        if leading and depth < len(extents) and _kernel_threads(target, self.threads) > 1:
+            leading = None
+        if leading is not None:
             out[knob.name] = list(whole)
+            out.update(leading)
             # the parallel loop then needs the column blocks too (the rows' is one iteration)
-            par = self._by_name[f"{label}/parallel"]
-            depth = min(len(extents), max(par.choices))
             out[par.name] = max(out[par.name], depth)
+            # the weight streams panel after panel, in address order: one prefetch stream,
+            # not four interleaved (4 kernels of ViT-S and ConvNeXt-T, weights from DRAM,
+            # 1 thread: 1.04-1.14x faster with one-panel cache tiles)
+            if (1, panel) in vec.choices:
+                out[vec.name] = [1, panel]
         return out
 
 
@@ -255,14 +266,14 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
     whole weight 5 times, from DRAM or a shared L3 when the model's weights do not stay
     cached (in a model; alone, the weight stays in L3 and it does not show). One cache tile
     over all rows reads each weight panel once and keeps it in L1 for every row. Only when
-    there are few rows (the accumulators, rows x the column tile, fit in L1) and no axis
-    before the rows splits the work. ViT-S/16's 50-token linears (384x1152 .. 1536x384),
+    there are few rows (the accumulators, rows x the column tile, fit in L1), counting those
+    of every axis before the register tile's (an NHWC activation's H x W pixels), which the
+    cache tile then takes whole too (`_whole_leading_axes`). ViT-S/16's 50-token linears (384x1152 .. 1536x384),
     ConvNeXt's 7x7 and 3x3 stages at 1 thread, in the model: see benchmarks/RESULTS.md."""
     extent = extents[rows]
     weight = _panel_weight(op)
     # (float panels only: the int8 pair panels' tiles were not measured with it)
-    if (weight is None or weight.ndim != 3 or extent > MAX_WHOLE_ROWS
-            or any(e > 1 for e in extents[:rows])
+    if (weight is None or weight.ndim != 3 or math.prod(extents[:rows + 1]) > MAX_WHOLE_ROWS
             or math.prod(weight.shape) * itemsize(weight.dtype) < WHOLE_ROWS_WEIGHT_BYTES):
         return None
     # rows per register tile: a divisor of the extent in (inner / 2, inner], so that no
@@ -273,6 +284,23 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
     if not exact:
         return None
     return max(exact, key=lambda c: c[1])
+
+
+def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dict | None:
+    """Tiles that put every axis before the register tile's rows whole into the cache tile,
+    so the rows spread over several axes (an NHWC activation's few pixels, H x W) share one
+    read of each weight panel too; None when a knob lacks the (extent, 1) choice. The rows
+    of ConvNeXt-T's last stage (3 x 3 pixels, 768 x 3072 weights from DRAM): each of the 3
+    image rows re-read the whole 9.4 MB weight, 2.4 -> 1.5 ms a GEMM, 1 thread."""
+    values = {}
+    for pos in range(rows):
+        if extents[pos] == 1:
+            continue
+        knob = space._by_name[f"{label}/tile/{pos}"]
+        if (extents[pos], 1) not in knob.choices:
+            return None
+        values[knob.name] = [extents[pos], 1]
+    return values
 
 
 def _panel_weight(op: ComputeOp):
