@@ -25,6 +25,7 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
+MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 
 
 class DefaultsMixin:
@@ -137,8 +138,11 @@ class DefaultsMixin:
                 # a tail (codegen runs the whole tiles without guards), see _balanced_rows
                 tails = (target.vector_bits < 512 and not _window_axes(op)
                          and not _taps_along_rows(op, rows))
+                broadcast = (target.vector_bits < 512 and not tails
+                             and _rows_broadcast(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
-                                                        inner[-1], lanes, budget, tails)
+                                                        inner[-1], lanes, budget, tails,
+                                                        broadcast)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
@@ -434,14 +438,19 @@ def _core_balance(count: int, cores: int) -> float:
 
 
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
-                   budget: int, tails: bool = False) -> tuple[int, int]:
+                   budget: int, tails: bool = False, broadcast: bool = False
+                   ) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
     vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
     `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
     rows with a tail made an NCHW conv 0.75x); ties keep the wider vector. One vector wide
     can win for short rows when rows must divide: 7 rows x 1 vector beats 2 rows x 2
     vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
-    > 16 registers)."""
+    > 16 registers). With `broadcast` (rows that must divide the axis and read an operand as
+    one broadcast per row, `_rows_broadcast`), tiles of at least MIN_BROADCAST_ACCUMULATORS
+    accumulators rank by multiply-adds per load instead: SqueezeNet's 3x3/2 stem over 3 NCHW
+    channels to 63 x 63 x 64 (63 = 7 x 9), 3 rows x 2 vectors instead of 9 x 1 (each input
+    broadcast once per 16 output channels, not twice): 0.50 -> 0.32 ms at 1 thread."""
     widths = [width]
     if width == 2 * lanes or (width > lanes and width % lanes == 0):
         widths.append(lanes)
@@ -456,11 +465,30 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
         if rows > cap:                      # _rows_tile may take one more row than asked
             rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
         score = rows * vectors
+        if broadcast and score >= MIN_BROADCAST_ACCUMULATORS:
+            # per reduce step the tile loads one broadcast per row and one vector per
+            # vector column: rank by multiply-adds per load (ahead of any tile with fewer
+            # accumulators than MIN_BROADCAST_ACCUMULATORS)
+            score = budget + rows * vectors / (rows + vectors)
         if best is None or score > best[0]:
             best = (score, rows, w)
     if vec_extent % best[2]:
         return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
     return best[1], best[2]
+
+
+def _rows_broadcast(op: ComputeOp, rows: int) -> bool:
+    """Whether an operand is read per register-tile row as one scalar broadcast to every
+    lane: it is indexed by the rows axis and not by the vectorised (last) one (a GEMM's A,
+    an NCHW-input conv's x; a depthwise conv's or a pool's input, indexed by the channel
+    lanes too, is a vector load)."""
+    row, vec = op.axis[rows].var, op.axis[-1].var
+    for node in walk(op.body):
+        if isinstance(node, TensorLoad):
+            used = set().union(*(set(walk(i)) for i in node.indices)) if node.indices else set()
+            if row in used and vec not in used:
+                return True
+    return False
 
 
 def _balanced_rows(extent: int, cap: int) -> int:
