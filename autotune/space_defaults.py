@@ -25,6 +25,7 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
+MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 
 
 class DefaultsMixin:
@@ -138,8 +139,11 @@ class DefaultsMixin:
                 # a tail (codegen runs the whole tiles without guards), see _balanced_rows
                 tails = (target.vector_bits < 512 and not window
                          and not _taps_along_rows(op, rows))
+                broadcast = (target.vector_bits < 512 and not tails
+                             and _rows_broadcast(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
-                                                        inner[-1], lanes, budget, tails)
+                                                        inner[-1], lanes, budget, tails,
+                                                        broadcast)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
@@ -237,12 +241,23 @@ class DefaultsMixin:
             inner_r = _rows_tile(extents[rows], cap)
             out[knob.name] = _nearest(knob.choices, (mid_r, inner_r))
         whole = _whole_rows_tile(knob.choices, extents, rows, inner_r, op)
-        if whole is not None:
+        leading = None if whole is None else _whole_leading_axes(self, label, extents, rows)
+        par = self._by_name[f"{label}/parallel"]
+        depth = min(len(extents), max(par.choices))
+        # rows over several axes: only where the parallel loop still reaches the column
+        # blocks (the outer loops fused up to the vector axis), or on one thread
+        if leading and depth < len(extents) and _kernel_threads(target, self.threads) > 1:
+            leading = None
+        if leading is not None:
             out[knob.name] = list(whole)
+            out.update(leading)
             # the parallel loop then needs the column blocks too (the rows' is one iteration)
-            par = self._by_name[f"{label}/parallel"]
-            depth = min(len(extents), max(par.choices))
             out[par.name] = max(out[par.name], depth)
+            # the weight streams panel after panel, in address order: one prefetch stream,
+            # not four interleaved (4 kernels of ViT-S and ConvNeXt-T, weights from DRAM,
+            # 1 thread: 1.04-1.14x faster with one-panel cache tiles)
+            if (1, panel) in vec.choices:
+                out[vec.name] = [1, panel]
         return out
 
 
@@ -256,14 +271,14 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
     whole weight 5 times, from DRAM or a shared L3 when the model's weights do not stay
     cached (in a model; alone, the weight stays in L3 and it does not show). One cache tile
     over all rows reads each weight panel once and keeps it in L1 for every row. Only when
-    there are few rows (the accumulators, rows x the column tile, fit in L1) and no axis
-    before the rows splits the work. ViT-S/16's 50-token linears (384x1152 .. 1536x384),
+    there are few rows (the accumulators, rows x the column tile, fit in L1), counting those
+    of every axis before the register tile's (an NHWC activation's H x W pixels), which the
+    cache tile then takes whole too (`_whole_leading_axes`). ViT-S/16's 50-token linears (384x1152 .. 1536x384),
     ConvNeXt's 7x7 and 3x3 stages at 1 thread, in the model: see benchmarks/RESULTS.md."""
     extent = extents[rows]
     weight = _panel_weight(op)
     # (float panels only: the int8 pair panels' tiles were not measured with it)
-    if (weight is None or weight.ndim != 3 or extent > MAX_WHOLE_ROWS
-            or any(e > 1 for e in extents[:rows])
+    if (weight is None or weight.ndim != 3 or math.prod(extents[:rows + 1]) > MAX_WHOLE_ROWS
             or math.prod(weight.shape) * itemsize(weight.dtype) < WHOLE_ROWS_WEIGHT_BYTES):
         return None
     # rows per register tile: a divisor of the extent in (inner / 2, inner], so that no
@@ -274,6 +289,23 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
     if not exact:
         return None
     return max(exact, key=lambda c: c[1])
+
+
+def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dict | None:
+    """Tiles that put every axis before the register tile's rows whole into the cache tile,
+    so the rows spread over several axes (an NHWC activation's few pixels, H x W) share one
+    read of each weight panel too; None when a knob lacks the (extent, 1) choice. The rows
+    of ConvNeXt-T's last stage (3 x 3 pixels, 768 x 3072 weights from DRAM): each of the 3
+    image rows re-read the whole 9.4 MB weight, 2.4 -> 1.5 ms a GEMM, 1 thread."""
+    values = {}
+    for pos in range(rows):
+        if extents[pos] == 1:
+            continue
+        knob = space._by_name[f"{label}/tile/{pos}"]
+        if (extents[pos], 1) not in knob.choices:
+            return None
+        values[knob.name] = [extents[pos], 1]
+    return values
 
 
 def _panel_weight(op: ComputeOp):
@@ -407,14 +439,19 @@ def _core_balance(count: int, cores: int) -> float:
 
 
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
-                   budget: int, tails: bool = False) -> tuple[int, int]:
+                   budget: int, tails: bool = False, broadcast: bool = False
+                   ) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
     vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
     `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
     rows with a tail made an NCHW conv 0.75x); ties keep the wider vector. One vector wide
     can win for short rows when rows must divide: 7 rows x 1 vector beats 2 rows x 2
     vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
-    > 16 registers)."""
+    > 16 registers). With `broadcast` (rows that must divide the axis and read an operand as
+    one broadcast per row, `_rows_broadcast`), tiles of at least MIN_BROADCAST_ACCUMULATORS
+    accumulators rank by multiply-adds per load instead: SqueezeNet's 3x3/2 stem over 3 NCHW
+    channels to 63 x 63 x 64 (63 = 7 x 9), 3 rows x 2 vectors instead of 9 x 1 (each input
+    broadcast once per 16 output channels, not twice): 0.50 -> 0.32 ms at 1 thread."""
     widths = [width]
     if width == 2 * lanes or (width > lanes and width % lanes == 0):
         widths.append(lanes)
@@ -429,11 +466,30 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
         if rows > cap:                      # _rows_tile may take one more row than asked
             rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
         score = rows * vectors
+        if broadcast and score >= MIN_BROADCAST_ACCUMULATORS:
+            # per reduce step the tile loads one broadcast per row and one vector per
+            # vector column: rank by multiply-adds per load (ahead of any tile with fewer
+            # accumulators than MIN_BROADCAST_ACCUMULATORS)
+            score = budget + rows * vectors / (rows + vectors)
         if best is None or score > best[0]:
             best = (score, rows, w)
     if vec_extent % best[2]:
         return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
     return best[1], best[2]
+
+
+def _rows_broadcast(op: ComputeOp, rows: int) -> bool:
+    """Whether an operand is read per register-tile row as one scalar broadcast to every
+    lane: it is indexed by the rows axis and not by the vectorised (last) one (a GEMM's A,
+    an NCHW-input conv's x; a depthwise conv's or a pool's input, indexed by the channel
+    lanes too, is a vector load)."""
+    row, vec = op.axis[rows].var, op.axis[-1].var
+    for node in walk(op.body):
+        if isinstance(node, TensorLoad):
+            used = set().union(*(set(walk(i)) for i in node.indices)) if node.indices else set()
+            if row in used and vec not in used:
+                return True
+    return False
 
 
 def _balanced_rows(extent: int, cap: int) -> int:

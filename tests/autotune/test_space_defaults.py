@@ -8,12 +8,13 @@ import pytest
 
 from kiln import te
 from kiln.autotune.space import SearchSpace, _balanced_rows, _taps_along_rows
+from kiln.autotune.space_defaults import _rows_broadcast
 from kiln.autotune.task import Task
 from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind
 from kiln.te.reference import evaluate
-from tests.util import knob
+from tests.util import knob, run_config
 
 AVX2 = "llvm -mcpu=haswell"
 AVX512 = "llvm -mcpu=skylake-avx512"
@@ -159,6 +160,34 @@ def test_rows_that_taps_run_along_divide_the_axis(width, rows, vector):
     space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
     tile = _register_tile(space, "Oc")
     assert (tile[3], tile[4]) == (rows, vector)
+
+
+@pytest.mark.parametrize("size,rows,vector", [(128, 3, 16), (32, 5, 16), (20, 3, 16),
+                                              (15, 7, 8)])
+def test_broadcast_rows_that_must_divide_rank_tiles_by_loads(size, rows, vector):
+    """A 3x3/2 stem over 3 NCHW channels (a window anchor: rows divide the axis) reads its
+    input as one broadcast per row: 63 = 7 x 9 pixels take 3 rows x 2 vectors, not 9 x 1
+    (1.56x at 1 thread), 15 take 5 x 2 and 9 take 3 x 2; 7 keep 7 x 1 vector (1 x 2 vectors
+    is too few accumulators). The default computes the conv (checked against numpy)."""
+    task = Task.from_op("conv2d_nchwc", (1, 3, size, size, 64, 3, 3, 2, 0, 1, 16),
+                        target=AVX2)
+    space = SearchSpace(task)
+    assert _register_tile(space, "conv")[3:] == [rows, vector]
+    rng = np.random.default_rng(1)
+    inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
+    (want,) = evaluate(list(task.outputs), inputs)
+    (got,) = run_config(task, SearchSpace(task.retargeted("native")),
+                        SearchSpace(task).default_config(), inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_rows_broadcast_only_for_operands_the_lanes_do_not_index():
+    stem = SearchSpace(Task.from_op("conv2d_nchwc", (1, 3, 32, 32, 64, 3, 3, 2, 0, 1, 16)))
+    assert _rows_broadcast(stem.anchors[0].op, 3)              # x[.., 2 * xx + rx]
+    dw = SearchSpace(Task.from_op("depthwise_conv2d_nchwc", (1, 32, 14, 14, 3, 3, 1, 1, 16)))
+    assert not _rows_broadcast(dw.anchors[0].op, 3)            # x[.., xx + rx, lanes]
+    gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
+    assert _rows_broadcast(gemm.anchors[0].op, 0)              # A[i, k]
 
 
 def test_taps_along_rows_only_when_the_innermost_long_tap_shares_the_rows_index():

@@ -121,3 +121,31 @@ def test_small_weights_prime_rows_and_many_rows_keep_row_cache_tiles(a_shape, n)
     task, _, _ = _task(a_shape, n, 16)
     mid, inner = SearchSpace(task).default_config()["s0/tile/1"]
     assert mid * inner < a_shape[1]
+
+
+@pytest.mark.parametrize("a_shape, n", [((1, 3, 3, 256), 520), ((1, 2, 5, 263), 500)])
+def test_few_rows_over_several_axes_share_one_read_of_a_big_weight(a_shape, n):
+    # NHWC pixels (H x W, here 9 and 10 rows) over a weight past 512 KB, one thread: every
+    # axis before the register tile's rows is whole in the cache tile and the columns are
+    # walked one panel at a time; the default still computes the product (tail panels,
+    # prime K and row counts)
+    task, a_t, p_t = _task(a_shape, n, 16)
+    space = SearchSpace(task, threads=1)
+    config = space.default_config()
+    assert config["s0/tile/1"] == [a_shape[1], 1]
+    mid, inner = config["s0/tile/2"]
+    assert mid * inner == a_shape[2]
+    assert config["s0/tile/3"] == [1, 16]
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, a_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, (a_shape[-1], n)).astype(np.float32)
+    got = run_config(task, space, config, {a_t: a, p_t: ops.pack_matmul_weight(w, 16)})[0]
+    np.testing.assert_allclose(got, a @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_rows_over_several_axes_keep_their_tiles_when_threads_need_the_columns():
+    # with two threads, a fused parallel loop of at most 3 axes cannot reach the columns of
+    # a 4-d activation: the image rows stay outside the cache tile, as before
+    task, _, _ = _task((1, 3, 3, 256), 520, 16)
+    config = SearchSpace(task, threads=2).default_config()
+    assert config["s0/tile/1"] == [1, 1]

@@ -145,3 +145,23 @@ def test_channel_concats_and_average_pools_run_blocked_when_blocks_line_up(growt
     assert all((len(n.outputs[0].shape) == 5) == blocked for n in concats)
     pool = next(n for n in graph.nodes if n.op == "avg_pool2d")
     assert len(pool.inputs[0].shape) == 5
+
+
+@pytest.mark.parametrize("c,h,w", [(520, 5, 3), (1000, 1, 7)])
+def test_wide_channels_that_16_does_not_divide_take_padded_blocks_of_16(c, h, w):
+    # a classifier-like head: 1x1 conv 24 -> c (8 divides c, 16 does not), relu, global
+    # average pool: from 512 channels on, blocks of 16 with a padded last one (8 zero lanes)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("GlobalAveragePool", ["ar"], ["y"])]
+    inits = {"w1": f32(c, 24, 1, 1), "b1": f32(c)}
+    model = make_model(nodes, {"x": ((1, 24, h, w), "float32")}, ["y"], inits)
+    graph = _check(model, {"x": f32(1, 24, h, w)})
+    (conv,) = [n for n in graph.nodes if n.op == "conv2d_nchwc"]
+    assert conv.outputs[0].shape == (1, -(-c // 16), h, w, 16)
+
+
+def test_channel_block_pads_to_16_only_for_wide_channels():
+    from kiln.graph.passes.blocked_layout import channel_block
+    assert [channel_block(c) for c in (8, 24, 440, 504, 512, 520, 1000, 27, 600, 1001)] == \
+        [8, 8, 8, 8, 16, 16, 16, 8, 16, 16]
