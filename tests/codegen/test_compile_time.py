@@ -1,10 +1,12 @@
 """Compile-time measures in codegen: loops of extent 1 never reach LLVM, the pipeline
 variants and the pass-timing hook of jit.optimize. (Speed is measured only in
 benchmarks/kernel_compile_time.py.)"""
+import multiprocessing
+
 import numpy as np
 import pytest
 
-from .cg_util import buf, load, loop, rand
+from .cg_util import buf, load, loop, rand, seq
 from kiln.codegen import Target, build, jit
 from kiln.codegen.emit_module import emit_module, remove_unit_loops
 from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store
@@ -44,11 +46,48 @@ def test_remove_unit_loops_is_identity_without_unit_loops():
     assert remove_unit_loops(body) is body
 
 
-def test_parallel_unit_loop_is_kept():
+def test_parallel_unit_loop_is_removed():
     A, C = buf("A", "float32", [4]), buf("C", "float32", [4])
     i, j = E.var("i"), E.var("j")
     body = loop(i, 1, loop(j, 4, Store(C, i * 4 + j, load(A, j))), ForKind.PARALLEL)
-    assert remove_unit_loops(body) is body
+    assert stmt_str(remove_unit_loops(body)).strip() == "\n".join([
+        "for j in range(4):",
+        "  C[j] = A[j]"])
+
+
+def _max_chain_kernel(n: int) -> PrimFunc:
+    """C[i] = max over all n elements of A, as the default schedule of a ReduceMax of a whole
+    small tensor leaves it: a PARALLEL loop of one iteration around the unrolled chain of
+    max steps on the output (whose loads do not depend on the loop variable)."""
+    A, C = buf("A", "float32", [n]), buf("C", "float32", [1])
+    i, r = E.var("i"), E.var("r")
+    body = seq(Store(C, i, E.const(float("-inf"))),
+               loop(r, n, Store(C, i, E.maximum(load(C, i), load(A, r))), ForKind.UNROLLED))
+    return PrimFunc("max_chain", (A, C), loop(i, 1, body, ForKind.PARALLEL))
+
+
+def _build_and_check_max_chain(n: int) -> None:
+    a = rand((n,), "float32", np.random.default_rng(n))
+    c = np.zeros(1, np.float32)
+    build(_max_chain_kernel(n), cache_kernel=False)(a, c)
+    assert c[0] == a.max(), (c, a.max())
+
+
+@pytest.mark.parametrize("n", [25, 49])
+def test_whole_tensor_max_chain_compiles_in_seconds(n):
+    """Regression: with its unit parallel loop kept, this kernel took LLVM's loop vectoriser
+    time exponential in n (n=20: 22 s, n=25: 25+ minutes, a hung CI run). Built in a forked
+    child so that a regression fails here instead of hanging the suite."""
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_build_and_check_max_chain, args=(n,))
+    child.start()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung, f"compiling a {n}-step max chain took over 60 s"
+    assert child.exitcode == 0
 
 
 def test_kernel_with_unit_loops_matches_numpy():
