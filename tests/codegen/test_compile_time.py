@@ -2,6 +2,7 @@
 variants and the pass-timing hook of jit.optimize. (Speed is measured only in
 benchmarks/kernel_compile_time.py.)"""
 import multiprocessing
+import time
 
 import numpy as np
 import pytest
@@ -115,3 +116,26 @@ def test_unknown_pipeline_names_the_choices():
     module = emit_module(_unit_loop_kernel(), Target.native(), ("contract",), parallel="serial")
     with pytest.raises(CodegenError, match=r"unknown LLVM pipeline 'o4'.*o3.*o1"):
         jit.optimize(module, Target.native(), pipeline="o4")
+
+
+def test_slow_llvm_compile_is_logged_with_its_ir(monkeypatch, caplog, tmp_path):
+    """A kernel that stays in LLVM past jit.SLOW_LLVM_SECONDS is named in a warning, and its
+    module is saved to replay (here the limit is 0 s, so every compile is 'slow')."""
+    monkeypatch.setattr(jit, "SLOW_LLVM_SECONDS", 0.0)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with caplog.at_level("WARNING", logger="kiln.codegen.jit"):
+        kernel = build(_max_chain_kernel(4), cache_kernel=False)
+        time.sleep(0.2)    # the timer thread logs concurrently with the compile
+    a, c = np.arange(4, dtype=np.float32), np.zeros(1, np.float32)
+    kernel(a, c)
+    assert c[0] == 3.0
+    messages = [r.getMessage() for r in caplog.records if "in LLVM for" in r.getMessage()]
+    assert messages and "'max_chain'" in messages[0], caplog.text
+    saved = list(tmp_path.glob("kiln-slow-max_chain-*.ll"))
+    assert len(saved) == 1 and 'ModuleID = "max_chain"' in saved[0].read_text()
+
+
+def test_fast_compile_logs_nothing(caplog):
+    with caplog.at_level("WARNING", logger="kiln.codegen.jit"):
+        build(_max_chain_kernel(4), cache_kernel=False)
+    assert "in LLVM for" not in caplog.text
