@@ -211,6 +211,9 @@ class ExprEmitter:
         return self._widen(value) if e.dtype == "int32" else value
 
     def _widen(self, value: ir.Value) -> ir.Value:
+        if (isinstance(value, ir.CastInstr) and value.opname == "trunc"
+                and value.operands[0].type == T.I64):
+            return value.operands[0]    # a loop counter (emit_stmt.loop), i64 already
         start = fold.int_value(value)
         if start is not None:
             return ir.Constant(T.I64, start)
