@@ -3,7 +3,7 @@
 emitted module optimised and turned into machine code in a forked child with a timeout.
 
     python benchmarks/llvm_hang_hunt.py --graphs 300 --mix reductions \
-        --targets native "llvm -mcpu=znver4" --timeout 30 [--wide] [--only reduce]
+        --targets native "llvm -mcpu=znver4" --timeout 30 [--wide on|off] [--only reduce]
 
 Prints the slowest kernels and writes every module that timed out (or took longer than
 --slow seconds) to --out, with the graph's ops, so it can be replayed.
@@ -109,13 +109,15 @@ def main(argv=None) -> int:
                     "('' for every kernel)")
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--slow", type=float, default=5.0)
-    ap.add_argument("--wide", action="store_true", help="WIDE_ADDRESSES on")
+    ap.add_argument("--wide", choices=("on", "off"), default=None,
+                    help="force 64-bit element offsets (WIDE_ADDRESSES) on or off")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=None,
                     help="draw random graphs (default: hypothesis' derandomized stream)")
     ap.add_argument("--out", default="/tmp/kiln_hang_hunt")
     args = ap.parse_args(argv)
-    emit_expr.WIDE_ADDRESSES = args.wide
+    if args.wide is not None:
+        emit_expr.WIDE_ADDRESSES = args.wide == "on"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
