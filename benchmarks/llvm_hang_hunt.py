@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, seed as hypothesis_seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import InvalidArgument  # noqa: E402
 
@@ -96,6 +96,8 @@ def collect(n_graphs: int, mix: str, targets, only, threads, seed):
             for name, text in kernel_texts(model, target, only, threads):
                 key = hashlib.sha256((target + text).encode()).hexdigest()[:16]
                 found.setdefault(key, (target, name, text, f"inputs {shapes}: {desc}"))
+    if seed is not None:
+        gen = hypothesis_seed(seed)(gen)
     gen()
     return found
 
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
                     help="force 64-bit element offsets (WIDE_ADDRESSES) on or off")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=None,
-                    help="draw random graphs (default: hypothesis' derandomized stream)")
+                    help="hypothesis seed of the graphs drawn (default: its derandomized stream)")
     ap.add_argument("--out", default="/tmp/kiln_hang_hunt")
     args = ap.parse_args(argv)
     if args.wide is not None:
