@@ -28,11 +28,13 @@ _LEAVES = (E.IntImm, E.FloatImm, E.Var)
 # then see its copy loops and made them memcpy calls; kernels now carry "no-builtin-memcpy"
 # (codegen/attributes.py) and the max pool runs as fast as with i32 offsets (A/B runs in
 # benchmarks/RESULTS.md, session 9). Off (False), ADDRESS means index=True.
-# Off again: a fresh-clone CI run (session 9) spent 25+ minutes in LLVM's O3 pipeline on one
-# reduce_max kernel of a random ONNX graph (tests/graph/test_random_onnx_graphs.py,
-# "reductions"), a hang never seen with i32 offsets; it did not recur in ~2,000 local random
-# graphs, so it is not pinned down. Turn it back on once that kernel is found and cleared.
-WIDE_ADDRESSES = False
+# Off for a while after a fresh-clone CI run spent 25+ minutes in LLVM's O3 pipeline on one
+# reduce_max kernel of a random ONNX graph: the cause was not the offsets (the kernel hangs
+# with i32 offsets too) but a PARALLEL loop of extent 1 around a whole-tensor max chain,
+# which LLVM's loop vectoriser walked in exponential time; such loops are now inlined
+# (codegen/emit_module.remove_unit_loops). benchmarks/llvm_hang_hunt.py over 700 random
+# reduction graphs for znver3 and znver4 with the offsets on: slowest kernel 1.5 s.
+WIDE_ADDRESSES = True
 ADDRESS = "address"   # expr(index=ADDRESS): an element offset, int32 arithmetic done in i64
 _OPAQUE = (BufferLoad, E.Cast, E.Call)  # emitted at their own width, then widened
 
@@ -209,6 +211,9 @@ class ExprEmitter:
         return self._widen(value) if e.dtype == "int32" else value
 
     def _widen(self, value: ir.Value) -> ir.Value:
+        if (isinstance(value, ir.CastInstr) and value.opname == "trunc"
+                and value.operands[0].type == T.I64):
+            return value.operands[0]    # a loop counter (emit_stmt.loop), i64 already
         start = fold.int_value(value)
         if start is not None:
             return ir.Constant(T.I64, start)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
-from ..schedule.ir import For, ForKind, PrimFunc, Stmt, Store
+from ..schedule.ir import For, PrimFunc, Stmt, Store
 from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator, StmtVisitor
 from ..te import expr as E
@@ -96,11 +96,19 @@ def register_file_bytes(target: Target) -> int:
 
 
 class _UnitLoopRemover(StmtMutator):
-    """Inlines the body of every non-parallel loop of extent 1, its variable bound to the
-    loop's start. Tiling leaves many such loops (a split by the whole extent, a fused axis of
-    one point); emitted as LLVM loops they deepen the nest that every SCEV-based loop pass
+    """Inlines the body of every loop of extent 1, its variable bound to the loop's start.
+    Tiling leaves many such loops (a split by the whole extent, a fused axis of one point);
+    emitted as LLVM loops they deepen the nest that every SCEV-based loop pass
     (IndVarSimplify, LICM, LoopIdiomRecognize, full unrolling) walks per level, for code that
-    runs once."""
+    runs once.
+
+    PARALLEL ones too: kept, such a loop became an outlined body looping over the runtime's
+    [begin, end) range, whose buffer pointers (loaded from the closure) carry no noalias. A
+    reduction of a whole small tensor (ReduceMax of 5x5 to 1x1, fully unrolled) then sat in
+    that loop as a chain of loop-invariant compare/select steps that LICM could not hoist
+    past the output's store, and LLVM's loop vectoriser (VPlan's vputils::isSingleScalar,
+    which revisits shared operands) walked it in time exponential in its length: 16 elements
+    0.8 s, 20 elements 22 s, 25 elements 25+ minutes (tests/codegen/test_compile_time.py)."""
 
     def __init__(self):
         self.mapping: dict[E.Var, E.Expr] = {}
@@ -112,8 +120,7 @@ class _UnitLoopRemover(StmtMutator):
         return expr if new is expr else simplify(new)
 
     def visit_For(self, loop: For) -> Stmt:
-        if (loop.kind is ForKind.PARALLEL or not isinstance(loop.extent, E.IntImm)
-                or loop.extent.value != 1):
+        if not isinstance(loop.extent, E.IntImm) or loop.extent.value != 1:
             return self.generic_visit(loop)
         self.mapping[loop.loop_var] = self.visit_expr(loop.min)
         try:
@@ -138,7 +145,7 @@ def _stored_buffers(stmt: Stmt) -> set:
 
 
 def remove_unit_loops(stmt: Stmt) -> Stmt:
-    """`stmt` without its serial/unrolled/vectorized loops of extent 1 (see _UnitLoopRemover);
+    """`stmt` without its loops of extent 1, of any kind (see _UnitLoopRemover);
     the same object when it has none."""
     return _UnitLoopRemover()(stmt)
 

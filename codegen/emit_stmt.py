@@ -14,7 +14,7 @@ from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
-from . import fold
+from . import emit_expr, fold
 from . import llvm_types as T
 from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, _free_vars, lane_stride
 from .parallel import emit_parallel
@@ -102,18 +102,22 @@ class FunctionEmitter(ExprEmitter):
         header = self.fn.append_basic_block("for.header")
         inner = self.fn.append_basic_block("for.body")
         done = self.fn.append_basic_block("for.end")
+        wide = emit_expr.WIDE_ADDRESSES
+        ty = T.I64 if wide else T.I32
+        if wide:    # an i64 counter: element offsets use it as is (see _widen)
+            start, end = self._widen(start), self._widen(end)
         bld.branch(header)
         bld.position_at_end(header)
-        i = bld.phi(T.I32, name="i")
+        i = bld.phi(ty, name="i")
         i.add_incoming(start, pre)
         bld.cbranch(bld.icmp_signed("<", i, end), inner, done)
         bld.position_at_end(inner)
         scope = self.push_scope()
         try:
-            body(i)
+            body(bld.trunc(i, T.I32) if wide else i)
         finally:
             self.pop_scope(scope)
-        nxt = bld.add(i, ir.Constant(T.I32, 1), flags=("nsw",))
+        nxt = bld.add(i, ir.Constant(ty, 1), flags=("nsw",))
         i.add_incoming(nxt, bld.block)
         bld.branch(header)
         bld.position_at_end(done)

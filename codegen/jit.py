@@ -1,7 +1,12 @@
 """LLVM IR -> optimized module -> machine code in an MCJIT engine (one engine per kernel)."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -77,7 +82,7 @@ def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as exc:
-        name = "?" if isinstance(module, str) else module.name
+        name = _module_name(text)
         raise InternalError(f"codegen produced invalid LLVM IR for module {name!r}: "
                             f"{exc}; this is a bug in Kiln") from exc
     tm = target.create_target_machine()
@@ -96,14 +101,51 @@ def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
     return mod
 
 
+# A kernel still in LLVM after this many seconds is logged (a warning naming it, with its IR
+# saved to a file to replay): no kernel should take more than a few seconds, and LLVM cannot
+# be interrupted, so a pathological one (an exponential pass, as the unit parallel loop of
+# codegen/emit_module.remove_unit_loops was) would otherwise hang its process silently.
+SLOW_LLVM_SECONDS = 60.0
+
+
+def _module_name(text: str) -> str:
+    found = re.match(r'; ModuleID = "([^"]*)"', text)
+    return found.group(1) if found else "?"
+
+
+def _report_slow(name: str, text: str, seconds: float) -> None:
+    fd, path = tempfile.mkstemp(prefix=f"kiln-slow-{name[:40]}-", suffix=".ll")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    log.warning("kernel %r has been in LLVM for %.0f s (%d lines of IR); LLVM cannot be "
+                "interrupted: its module is saved in %s to replay (codegen.jit.optimize) and "
+                "report as a Kiln bug", name, seconds, text.count("\n"), path)
+
+
+@contextlib.contextmanager
+def slow_compile_watch(text: str, seconds: float | None = None):
+    """Logs a warning (see _report_slow) if the block is still running after `seconds`
+    (default SLOW_LLVM_SECONDS): wraps LLVM's work on the module whose IR is `text`."""
+    seconds = SLOW_LLVM_SECONDS if seconds is None else seconds
+    timer = threading.Timer(seconds, _report_slow, (_module_name(text), text, seconds))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def compile_module(module: ir.Module, target: Target) -> Compiled:
     """Optimize and JIT `module` for `target` (which must run on this host)."""
     _check_host(target)
     start = time.perf_counter()
-    mod = optimize(module, target)
-    optimized = str(mod)
-    engine = llvm.create_mcjit_compiler(mod, target.create_target_machine())
-    engine.finalize_object()
+    text = str(module)
+    with slow_compile_watch(text):
+        mod = optimize(text, target)
+        optimized = str(mod)
+        engine = llvm.create_mcjit_compiler(mod, target.create_target_machine())
+        engine.finalize_object()
     seconds = time.perf_counter() - start
     log.debug("compiled %s in %.1f ms", module.name, seconds * 1e3)
     return Compiled(engine, optimized, seconds)
@@ -121,9 +163,11 @@ def compile_object(module: ir.Module | str, target: Target) -> tuple[str, bytes,
     export and the kernel cache store it: (optimized IR, object code, seconds)."""
     _check_host(target)
     start = time.perf_counter()
-    mod = optimize(module, target)
-    optimized = str(mod)          # before code generation, whose IR passes change `mod`
-    code = target.create_target_machine(for_object=True).emit_object(mod)
+    text = module if isinstance(module, str) else str(module)
+    with slow_compile_watch(text):
+        mod = optimize(text, target)
+        optimized = str(mod)      # before code generation, whose IR passes change `mod`
+        code = target.create_target_machine(for_object=True).emit_object(mod)
     return optimized, code, time.perf_counter() - start
 
 
