@@ -85,7 +85,8 @@ def _binary(b: _Builder):
     name, shape = b.pick()
     op = b.draw(st.sampled_from(["Add", "Sub", "Mul"]))
     fits = [v for v in b.pool if _broadcastable(v[1], shape)]
-    kind = b.draw(st.sampled_from(["pool", "broadcast_const", "broadcast_input"]))
+    kinds = ["pool"] * bool(fits) + ["broadcast_const", "broadcast_input"]
+    kind = b.draw(st.sampled_from(kinds))   # a value over MAX_SIZE fits nothing: no "pool"
     if kind == "pool":      # any computed value that broadcasts with it (an SE gate, ...)
         other, other_shape = b.draw(st.sampled_from(fits))
     else:   # a broadcastable operand: trailing dims, some set to 1
