@@ -91,3 +91,18 @@ def vector_gemm_schedule(c, lanes: int):
         s[c].reorder(i, jo, c.op.reduce_axis[0], ji)
         s[c].vectorize(ji)
     return s
+
+
+def finishes_in_child(target, args: tuple, seconds: float) -> bool:
+    """Run target(*args) in a forked child; True if it exited cleanly within `seconds`
+    (a child still running is killed). For regressions that used to hang the process (an
+    LLVM pass in exponential time): such a test fails instead of hanging the suite."""
+    import multiprocessing
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join(seconds)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return False
+    return child.exitcode == 0

@@ -1,13 +1,13 @@
 """Compile-time measures in codegen: loops of extent 1 never reach LLVM, the pipeline
 variants and the pass-timing hook of jit.optimize. (Speed is measured only in
 benchmarks/kernel_compile_time.py.)"""
-import multiprocessing
 import time
 
 import numpy as np
 import pytest
 
 from .cg_util import buf, load, loop, rand, seq
+from ..util import finishes_in_child
 from kiln.codegen import Target, build, jit
 from kiln.codegen.emit_module import emit_module, remove_unit_loops
 from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store
@@ -79,16 +79,8 @@ def test_whole_tensor_max_chain_compiles_in_seconds(n):
     """Regression: with its unit parallel loop kept, this kernel took LLVM's loop vectoriser
     time exponential in n (n=20: 22 s, n=25: 25+ minutes, a hung CI run). Built in a forked
     child so that a regression fails here instead of hanging the suite."""
-    ctx = multiprocessing.get_context("fork")
-    child = ctx.Process(target=_build_and_check_max_chain, args=(n,))
-    child.start()
-    child.join(60)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-        child.join()
-    assert not hung, f"compiling a {n}-step max chain took over 60 s"
-    assert child.exitcode == 0
+    assert finishes_in_child(_build_and_check_max_chain, (n,), 60), \
+        f"compiling a {n}-step max chain failed or took over 60 s"
 
 
 def test_kernel_with_unit_loops_matches_numpy():

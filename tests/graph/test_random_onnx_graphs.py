@@ -3,7 +3,6 @@ onnxruntime's outputs: shapes exactly, values to fp32 rounding. One test per op 
 failure names the family; the example counts keep the file under a minute."""
 from __future__ import annotations
 
-import multiprocessing
 
 import numpy as np
 import onnx
@@ -13,6 +12,7 @@ from onnx import TensorProto, helper
 
 import kiln
 
+from ..util import finishes_in_child
 from .graph_helpers import ort_run
 from .onnx_strategies import onnx_graphs
 
@@ -77,13 +77,5 @@ def test_whole_tensor_reductions_compile_in_seconds(op, shape, axes):
     ReduceMax/ReduceMin covers every element hung a CI run in LLVM (exponential in the
     element count; see codegen/emit_module.remove_unit_loops). Compiled in a forked child,
     so that a regression fails instead of hanging the suite."""
-    child = multiprocessing.get_context("fork").Process(target=_compile_and_check,
-                                                         args=(op, shape, axes))
-    child.start()
-    child.join(120)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-        child.join()
-    assert not hung, f"{op} of {shape} over {axes}: compile took over 120 s"
-    assert child.exitcode == 0
+    assert finishes_in_child(_compile_and_check, (op, shape, axes), 120), \
+        f"{op} of {shape} over {axes}: the compile failed or took over 120 s"
