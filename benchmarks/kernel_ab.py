@@ -2,6 +2,7 @@
 
     python benchmarks/kernel_ab.py --base /path/to/other/checkout [--rounds 7] [--repeat 5]
                                    [--model resnet50_like] [--image 224] [--threads 1]
+                                   [--onnx PATH]
 
 Two server processes, one importing Kiln from `--base` (a checkout of another commit, e.g.
 `git worktree add --detach /tmp/base main`), one from this checkout, each compile the same
@@ -50,7 +51,12 @@ def _serve(args) -> None:
     from kiln.schedule import lower
 
     target = canonical_target("native")
-    graph, groups = prepare_graph(getattr(models, args.model)(image_size=args.image))
+    if args.onnx:
+        import onnx
+        model = onnx.load(args.onnx)
+    else:
+        model = getattr(models, args.model)(image_size=args.image)
+    graph, groups = prepare_graph(model)
     tasks = [mt.task for mt in extract_tasks(graph, groups, target)[0]]
     mm = Task.from_op("matmul", (1024, 1024, 1024), target=target)
     entries = [(t.name, t, None) for t in tasks] + [("matmul 1024^3", mm, None)]
@@ -123,6 +129,8 @@ class _Server:
                "--repo", str(args.base if base else HERE.parent.parent)]
         if args.kernels:
             cmd += ["--kernels", args.kernels]
+        if args.onnx:
+            cmd += ["--onnx", args.onnx]
         if base:
             cmd += ["--serve-base", "--base-pkg", pkg]
         env = {**os.environ, "KILN_NUM_THREADS": str(args.threads), "KILN_CACHE_DIR": "off"}
@@ -150,6 +158,7 @@ def main(argv=None) -> int:
     parser.add_argument("--image", type=int, default=224)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--kernels", help="comma-separated names (default: all)")
+    parser.add_argument("--onnx", help="an ONNX file's kernels instead of --model's")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-base", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--base-pkg", help=argparse.SUPPRESS)
