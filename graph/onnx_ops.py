@@ -179,8 +179,7 @@ def _explicit_pads(ctx, auto_pad: str, pads, in_hw, kernel, strides, dilations):
 
 def _require_2d(ctx, x: Value) -> None:
     if len(x.shape) != 4:
-        raise _unsupported(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)}); "
-                                "only 2-D NCHW")
+        raise _unsupported(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)})")
 
 
 @converter("Conv")

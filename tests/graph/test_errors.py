@@ -71,11 +71,11 @@ def test_dynamic_reshape_target_is_reported():
 
 
 def test_unsupported_conv_rank_names_node():
-    # 1-D convs run as 2-D ones over [N, C, 1, L]; 3-D windows are not supported
-    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv3d")],
-                   {"x": ((1, 2, 4, 4, 4), "float32")}, ["y"],
-                   {"w": np.ones((3, 2, 2, 2, 2), np.float32)})
-    with pytest.raises(UnsupportedOperatorError, match=r"node 'conv3d' \(Conv.*3-D window"):
+    # 1-D and 3-D convs run as 2-D ones; 4-D windows are not supported
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv4d")],
+                   {"x": ((1, 2, 4, 4, 4, 4), "float32")}, ["y"],
+                   {"w": np.ones((3, 2, 2, 2, 2, 2), np.float32)})
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'conv4d' \(Conv.*4-D window"):
         load_onnx(m)
 
 
