@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
+from .conv_taps import trimmed_window
 from .ir import Value
 from ..te.ops import phase_weight_block
 
@@ -190,6 +191,12 @@ def _conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))
     p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
+    trim = trimmed_window(x.shape[2:], kernel, strides, dilations, p)
+    if trim is not None:        # taps that read only padding: a smaller window, same result
+        (r0, c0), (kh, kw), p = trim
+        w = ctx.emit("slice", [w], {"starts": (0, 0, r0, c0),
+                                    "ends": (w.shape[0], w.shape[1], r0 + kh, c0 + kw),
+                                    "steps": (1, 1, 1, 1)})
     attrs = {"strides": strides, "dilations": dilations, "pads": p, "groups": int(group)}
     y = ctx.emit("conv2d", [x, w], attrs, final=b is None)
     if b is None:
