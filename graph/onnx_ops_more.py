@@ -374,12 +374,92 @@ def _einsum_diagonal(ctx, x: Value, term: str) -> tuple[Value, str]:
     return x, term
 
 
+def _einsum_sum_out(ctx, x: Value, term: str, labels) -> tuple[Value, str]:
+    """Sum `x` over the axes of `labels` (labels no later operand or the output needs)."""
+    axes = tuple(a for a, c in enumerate(term) if c in labels)
+    if not axes:
+        return x, term
+    y = ctx.emit("reduce_sum", [x], {"axes": axes, "keepdims": 0})
+    return y, "".join(c for c in term if c not in labels)
+
+
+def _einsum_contract(ctx, a: Value, ta: str, b: Value, tb: str, keep: set
+                     ) -> tuple[Value, str]:
+    """Two operands as one batched matmul: labels of both that are kept are the batch,
+    labels of both that are not are contracted (K), the rest are a's rows (M) and b's
+    columns (N); [batch.., M.., N..] comes out (_einsum_contractible: something is
+    contracted, at equal sizes)."""
+    a, ta = _einsum_sum_out(ctx, a, ta, set(ta) - set(tb) - keep)
+    b, tb = _einsum_sum_out(ctx, b, tb, set(tb) - set(ta) - keep)
+    batch = [c for c in ta if c in tb and c in keep]
+    summed = [c for c in ta if c in tb and c not in keep]
+    rows = [c for c in ta if c not in tb]
+    cols = [c for c in tb if c not in ta]
+    size_a = dict(zip(ta, a.shape))
+    size_b = dict(zip(tb, b.shape))
+
+    def arrange(x, term, order, sizes, tail):
+        perm = tuple(term.index(c) for c in order)
+        if perm != tuple(range(len(term))):
+            x = ctx.emit("transpose", [x], {"perm": perm})
+        shape = tuple(sizes[c] for c in batch) + tail
+        return x if shape == x.shape else ctx.emit("reshape", [x], {"shape": shape})
+
+    prod = lambda labels, sizes: int(np.prod([sizes[c] for c in labels], dtype=np.int64))
+    k = prod(summed, size_a)
+    lhs = arrange(a, ta, batch + rows + summed, size_a, (prod(rows, size_a), k))
+    rhs = arrange(b, tb, batch + summed + cols, size_b, (k, prod(cols, size_b)))
+    y = ctx.emit("matmul", [lhs, rhs])
+    shape = (y.shape[:len(batch)] + tuple(size_a[c] for c in rows)
+             + tuple(size_b[c] for c in cols))
+    if shape != y.shape:
+        y = ctx.emit("reshape", [y], {"shape": shape})
+    return y, "".join(batch + rows + cols)
+
+
+def _einsum_contractible(xs, terms, out: str) -> bool:
+    """Whether every left-to-right pair contracts some label of equal sizes (the labels
+    each operand sums away alone are gone by then), in a float type; otherwise the
+    broadcast product is the whole work (an outer or elementwise product)."""
+    if any(x.dtype not in ("float32", "float64") for x in xs):
+        return False
+    term, sizes = terms[0], dict(zip(terms[0], xs[0].shape))
+    for k in range(1, len(xs)):
+        keep = set(out).union(*terms[k + 1:])
+        other = dict(zip(terms[k], xs[k].shape))
+        summed = [c for c in term if c in other and c not in keep]
+        if not summed or any(sizes[c] != other[c] for c in summed):
+            return False
+        term = "".join([c for c in term if c in other and c in keep]
+                       + [c for c in term if c not in other and c in keep]
+                       + [c for c in other if c not in term and c in keep])
+        sizes = {c: max(sizes.get(c, 1), other.get(c, 1)) for c in {*sizes, *other}}
+    return True
+
+
+def _einsum_matmuls(ctx, xs, terms, out: str) -> Value:
+    """Operands contracted pairwise, left to right, as batched matmuls: what attention's
+    einsums are (a broadcast product would hold [B, H, I, J, D] in memory)."""
+    acc, term = xs[0], terms[0]
+    for k in range(1, len(xs)):
+        keep = set(out).union(*terms[k + 1:])
+        acc, term = _einsum_contract(ctx, acc, term, xs[k], terms[k], keep)
+    acc, term = _einsum_sum_out(ctx, acc, term, set(term) - set(out))
+    if term != out:
+        acc = ctx.emit("transpose", [acc], {"perm": tuple(term.index(c) for c in out)})
+    return ctx.emit("identity", [acc], final=True)
+
+
 @converter("Einsum")
 def _einsum(ctx, *xs, equation):
-    """Every operand transposed and reshaped onto all labels (output labels first, then the
-    summed ones), multiplied with broadcasting, and summed over the trailing labels."""
+    """Two or more operands that contract labels: batched matmuls (_einsum_matmuls).
+    Otherwise every operand transposed and reshaped onto all labels (output labels first,
+    then the summed ones), multiplied with broadcasting, and summed over the trailing
+    labels."""
     terms, out = _einsum_terms(ctx, equation, [len(x.shape) for x in xs])
     xs, terms = zip(*(_einsum_diagonal(ctx, x, t) for x, t in zip(xs, terms)))
+    if len(xs) > 1 and _einsum_contractible(xs, terms, out):
+        return _einsum_matmuls(ctx, list(xs), list(terms), out)
     summed = sorted({c for t in terms for c in t} - set(out))
     labels = list(out) + summed
     size = {}
