@@ -25,6 +25,8 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
+GUARDED_ROWS = 4          # register rows of such a GEMM when its last row tile is guarded:
+                          # 2 x 11 rows, 6-row tiles (6 + 5 guarded): 1.7x slower than 4
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 
 
@@ -240,8 +242,9 @@ class DefaultsMixin:
         if inner_r > cap:
             inner_r = _rows_tile(extents[rows], cap)
             out[knob.name] = _nearest(knob.choices, (mid_r, inner_r))
-        whole = _whole_rows_tile(knob.choices, extents, rows, inner_r, op)
-        leading = None if whole is None else _whole_leading_axes(self, label, extents, rows)
+        few = _few_rows_big_weight(extents, rows, op)
+        whole = _whole_rows_tile(knob.choices, extents, rows, inner_r) if few else None
+        leading = _whole_leading_axes(self, label, extents, rows) if few else None
         par = self._by_name[f"{label}/parallel"]
         depth = min(len(extents), max(par.choices))
         # rows over several axes: only where the parallel loop still reaches the column
@@ -249,7 +252,9 @@ class DefaultsMixin:
         if leading and depth < len(extents) and _kernel_threads(target, self.threads) > 1:
             leading = None
         if leading is not None:
-            out[knob.name] = list(whole)
+            out[knob.name] = list(whole or _most_rows_tile(knob.choices, extents[rows],
+                                                           min(out[knob.name][1],
+                                                               GUARDED_ROWS)))
             out.update(leading)
             # the parallel loop then needs the column blocks too (the rows' is one iteration)
             out[par.name] = max(out[par.name], depth)
@@ -262,33 +267,44 @@ class DefaultsMixin:
 
 
 
-def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int,
-                     op: ComputeOp) -> tuple | None:
-    """The (mid, inner) rows tile that covers all of a prepacked GEMM's few rows in one
-    cache tile when its weight is too big for L2, else None.
+def _few_rows_big_weight(extents: list[int], rows: int, op: ComputeOp) -> bool:
+    """Whether a prepacked GEMM has few rows (counting those of every axis before the
+    register tile's: an NHWC activation's H x W pixels) over a weight too big for L2.
 
     The outer loops are rows | column blocks: with 12-row cache tiles a 50-row GEMM reads its
     whole weight 5 times, from DRAM or a shared L3 when the model's weights do not stay
     cached (in a model; alone, the weight stays in L3 and it does not show). One cache tile
-    over all rows reads each weight panel once and keeps it in L1 for every row. Only when
-    there are few rows (the accumulators, rows x the column tile, fit in L1), counting those
-    of every axis before the register tile's (an NHWC activation's H x W pixels), which the
-    cache tile then takes whole too (`_whole_leading_axes`). ViT-S/16's 50-token linears (384x1152 .. 1536x384),
-    ConvNeXt's 7x7 and 3x3 stages at 1 thread, in the model: see benchmarks/RESULTS.md."""
-    extent = extents[rows]
+    over all rows reads each weight panel once and keeps it in L1 for every row, while the
+    accumulators (rows x the column tile) fit in L1. ViT-S/16's 50-token linears (384x1152 ..
+    1536x384), ConvNeXt's 7x7 and 3x3 stages at 1 thread, in the model: see
+    benchmarks/RESULTS.md. (Float panels only: the int8 pair panels' tiles were not measured
+    with it.)"""
     weight = _panel_weight(op)
-    # (float panels only: the int8 pair panels' tiles were not measured with it)
-    if (weight is None or weight.ndim != 3 or math.prod(extents[:rows + 1]) > MAX_WHOLE_ROWS
-            or math.prod(weight.shape) * itemsize(weight.dtype) < WHOLE_ROWS_WEIGHT_BYTES):
-        return None
-    # rows per register tile: a divisor of the extent in (inner / 2, inner], so that no
-    # tile has a tail: a guarded row inside the unrolled tile spills its accumulators (49
-    # rows as 9 x 6 ran 5x slower), and 7 rows x 2 vectors spilled too (1.7x); without
-    # such a divisor the default stays as it was
+    return (weight is not None and weight.ndim == 3
+            and math.prod(extents[:rows + 1]) <= MAX_WHOLE_ROWS
+            and math.prod(weight.shape) * itemsize(weight.dtype) >= WHOLE_ROWS_WEIGHT_BYTES)
+
+
+def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int
+                     ) -> tuple | None:
+    """The (mid, inner) rows tile that covers all of a few-row GEMM's rows in one cache tile
+    with no tail: rows per register tile a divisor of the extent in (inner / 2, inner] (a
+    guarded row inside the unrolled tile spills its accumulators: 49 rows as 9 x 6 ran 5x
+    slower, and 7 rows x 2 vectors spilled too, 1.7x); None without such a divisor."""
+    extent = extents[rows]
     exact = [c for c in choices if c[0] * c[1] == extent and inner // 2 < c[1] <= inner]
     if not exact:
         return None
     return max(exact, key=lambda c: c[1])
+
+
+def _most_rows_tile(choices: tuple, extent: int, inner: int) -> tuple:
+    """The register tile `inner` (at most GUARDED_ROWS rows: the last tile is guarded)
+    repeated over as many rows as fit the extent: 49 rows as 12 x 4 (one cache tile of 48
+    rows, then the last row), not 4 x 6 (the weight read 3 times). Swin-T's 7x7-pixel
+    stage (768 x 3072 weights), 1 thread: benchmarks/RESULTS.md."""
+    fits = [c for c in choices if c[1] == inner and c[0] * c[1] <= extent]
+    return max(fits, key=lambda c: c[0], default=(1, inner))
 
 
 def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dict | None:

@@ -114,10 +114,9 @@ def test_few_rows_over_a_big_weight_take_all_rows_in_one_cache_tile(rows, k, n):
     np.testing.assert_allclose(got, a @ w, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("a_shape, n", [((1, 50, 64), 96), ((1, 49, 384), 1536),
-                                        ((1, 128, 384), 1536)])
-def test_small_weights_prime_rows_and_many_rows_keep_row_cache_tiles(a_shape, n):
-    # under 512 KB, no divisor of 49 rows in (3, 6], or more than 64 rows: tiles as before
+@pytest.mark.parametrize("a_shape, n", [((1, 50, 64), 96), ((1, 128, 384), 1536)])
+def test_small_weights_and_many_rows_keep_row_cache_tiles(a_shape, n):
+    # under 512 KB, or more than 64 rows: tiles as before
     task, _, _ = _task(a_shape, n, 16)
     mid, inner = SearchSpace(task).default_config()["s0/tile/1"]
     assert mid * inner < a_shape[1]
@@ -137,6 +136,29 @@ def test_few_rows_over_several_axes_share_one_read_of_a_big_weight(a_shape, n):
     assert mid * inner == a_shape[2]
     assert config["s0/tile/3"] == [1, 16]
     rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, a_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, (a_shape[-1], n)).astype(np.float32)
+    got = run_config(task, space, config, {a_t: a, p_t: ops.pack_matmul_weight(w, 16)})[0]
+    np.testing.assert_allclose(got, a @ w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("a_shape, n", [((1, 49, 384), 1536), ((1, 7, 7, 256), 1024),
+                                        ((1, 2, 11, 263), 500), ((1, 3, 13, 128), 1024)])
+def test_few_rows_without_an_exact_tile_still_read_the_weight_once(a_shape, n):
+    # no divisor of 49, 7, 11 or 13 in (3, 6]: the register tile keeps at most 4 rows (its
+    # last, guarded tile must not spill), the cache tile as many of them as fit, the axes
+    # before it whole and the columns one panel at a time; the default still computes the
+    # product (guarded rows, tail panels, prime K)
+    task, a_t, p_t = _task(a_shape, n, 16)
+    space = SearchSpace(task, threads=1)
+    config = space.default_config()
+    rows = len(a_shape) - 2
+    mid, inner = config[f"s0/tile/{rows}"]
+    assert inner <= 4 and mid * inner <= a_shape[rows] < (mid + 1) * inner
+    for pos in range(1, rows):
+        assert config[f"s0/tile/{pos}"] == [a_shape[pos], 1]
+    assert config[f"s0/tile/{rows + 1}"] == [1, 16]
+    rng = np.random.default_rng(7)
     a = rng.uniform(-1, 1, a_shape).astype(np.float32)
     w = rng.uniform(-1, 1, (a_shape[-1], n)).astype(np.float32)
     got = run_config(task, space, config, {a_t: a, p_t: ops.pack_matmul_weight(w, 16)})[0]
