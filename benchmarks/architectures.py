@@ -23,7 +23,9 @@ persistent cache (KILN_CACHE_DIR). With --profile N, the N slowest kernels of ea
 printed (CompiledModel.profile). Prints a table and, last, one JSON object.
 
 With --onnx DIR, the models are the DIR/*.onnx files instead (real exports:
-benchmarks/export_torchvision.py writes torchvision's architectures there), named by file stem;
+benchmarks/export_torchvision.py writes torchvision's architectures there,
+benchmarks/export_transformers.py Hugging Face ones), named by file stem; every graph input
+gets an example (`example_feeds`: token ids, all-ones masks, dynamic dims --dynamic-size);
 a model that fails to compile or run is reported in the table and the JSON, not fatal.
 """
 from __future__ import annotations
@@ -52,26 +54,52 @@ def load(name: str, onnx_dir: str | None):
     return onnx.load(os.path.join(onnx_dir, name + ".onnx"))
 
 
+def example_feeds(model, dynamic_size: int) -> dict:
+    """An input per graph input: a dynamic dim is 1 first (the batch), `dynamic_size`
+    elsewhere (sequence length, audio samples); integer inputs are token ids in [0, 100),
+    masks (a name with "mask") all ones, float inputs standard normal."""
+    import onnx
+    rng = np.random.default_rng(0)
+    initializers = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in initializers:
+            continue
+        tensor = inp.type.tensor_type
+        shape = [d.dim_value or (1 if k == 0 else dynamic_size)
+                 for k, d in enumerate(tensor.shape.dim)]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        if "mask" in inp.name.lower():
+            feeds[inp.name] = np.ones(shape, dtype)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[inp.name] = rng.integers(0, 100, shape).astype(dtype)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
 def measure(name: str, threads: int, rounds: int, repeat: int, profile: int,
-            onnx_dir: str | None = None, clock=time.perf_counter) -> dict:
+            onnx_dir: str | None = None, clock=time.perf_counter,
+            dynamic_size: int = 32) -> dict:
     model = load(name, onnx_dir)
-    shape = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
-    input_name = model.graph.input[0].name
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    feeds = example_feeds(model, dynamic_size)
+    x = list(feeds.values())
     session = ort_session(model, threads)
     start = time.perf_counter()
-    compiled = kiln.compile(model, db=None, threads=threads)
+    # a model with dynamic dims is compiled for the example's shapes
+    compiled = kiln.compile(model, db=None, threads=threads,
+                            input_shapes={n: a.shape for n, a in feeds.items()})
+    ours = compiled.run(x)[0]
     compile_s = time.perf_counter() - start
-    ours = compiled.run([x])[0]
-    theirs = session.run(None, {input_name: x})[0]
+    theirs = session.run(None, feeds)[0]
     err = float(np.max(np.abs(ours - theirs)))
     scale = float(np.max(np.abs(theirs))) or 1.0
     kiln_ms, ort_ms, ratios = [], [], []
     for r in range(rounds):
         settle = None if r == 0 else 0.05
         extra = {"clock": clock} if settle is None else {"settle": settle, "clock": clock}
-        tk = median_seconds(lambda: compiled.run([x]), repeat, **extra)
-        to = median_seconds(lambda: session.run(None, {input_name: x}), repeat, **extra)
+        tk = median_seconds(lambda: compiled.run(x), repeat, **extra)
+        to = median_seconds(lambda: session.run(None, feeds), repeat, **extra)
         kiln_ms.append(tk * 1e3)
         ort_ms.append(to * 1e3)
         ratios.append(tk / to)
@@ -81,7 +109,7 @@ def measure(name: str, threads: int, rounds: int, repeat: int, profile: int,
            "max_abs_err": err, "rel_err": err / scale, "compile_s": compile_s,
            "kernels": len(compiled.plan.steps)}
     if profile:
-        rows = sorted(compiled.profile([x], repeat=repeat), key=lambda r: -r["ms"])[:profile]
+        rows = sorted(compiled.profile(x, repeat=repeat), key=lambda r: -r["ms"])[:profile]
         print(f"-- {name}: slowest kernels (of {out['kernels']}, "
               f"kiln {out['kiln_ms']:.3f} ms, ort {out['ort_ms']:.3f} ms)")
         print_table(["group", "kernel", "ms", "share"],
@@ -99,6 +127,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--dynamic-size", type=int, default=32,
+                        help="the size of an input's dynamic dims past the first (1)")
     parser.add_argument("--profile", type=int, default=0,
                         help="print the N slowest kernels of each model")
     parser.add_argument("--cpu", action="store_true",
@@ -125,7 +155,8 @@ def main(argv=None) -> int:
             try:
                 results.append(measure(name, args.threads, args.rounds, args.repeat,
                                        args.profile, args.onnx,
-                                       time.thread_time if args.cpu else time.perf_counter))
+                                       time.thread_time if args.cpu else time.perf_counter,
+                                       args.dynamic_size))
             except Exception as exc:  # a failure is a result here: report it, go on
                 failures[name] = f"{type(exc).__name__}: {exc}"[:300]
                 print(f"-- {name}: FAILED {failures[name]}", flush=True)

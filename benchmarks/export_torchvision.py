@@ -1,7 +1,7 @@
 """Export torchvision architectures (random weights, batch 1) to ONNX for benchmarks/architectures.py.
 
     /path/to/torch-venv/bin/python benchmarks/export_torchvision.py [--out /tmp/kiln_tv]
-                                   [--models resnet18,convnext_tiny] [--size 128]
+                                   [--models resnet18,convnext_tiny] [--size 128] [--more]
 
 Needs torch and torchvision (not Kiln's dependencies: run it with a Python that has them).
 Each model is built with its default constructor (random initialisation, seeded), put in eval
@@ -38,6 +38,25 @@ MODELS = {
     "googlenet": 128,
     "vit_s_16": 112,
 }
+# More architectures (`--more`): video (3-D convs over 8 frames), windowed and block/grid
+# attention, segmentation heads (dilated convs, resize), larger CNNs.
+MORE = {
+    "r3d_18": 56,
+    "r2plus1d_18": 56,
+    "swin_t": 224,
+    "maxvit_t": 224,
+    "inception_v3": 160,
+    "deeplabv3_mobilenet_v3_large": 128,
+    "lraspp_mobilenet_v3_large": 128,
+    "efficientnet_v2_s": 128,
+    "mobilenet_v3_large": 128,
+    "regnet_y_800mf": 96,
+    "mnasnet0_5": 96,
+    "shufflenet_v2_x0_5": 96,
+    "alexnet": 224,
+}
+VIDEO = ("r3d_18", "r2plus1d_18")
+SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large")
 # vit_s_16 is ViT-Small/16 (12 layers of width 384, 6 heads), built from torchvision's
 # VisionTransformer class: vit_b_16 at 224 is 350 MB and ~17 GFLOPs, too slow to time often.
 
@@ -71,9 +90,24 @@ def build(torchvision, name: str, side: int):
         from torchvision.models.vision_transformer import VisionTransformer
         return VisionTransformer(image_size=side, patch_size=16, num_layers=12,
                                  num_heads=6, hidden_dim=384, mlp_dim=1536).eval()
+    if name in VIDEO:
+        return getattr(torchvision.models.video, name)(weights=None).eval()
+    if name in SEGMENTATION:
+        import torch
+
+        class Logits(torch.nn.Module):      # the heads return a dict; export its "out"
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def forward(self, x):
+                return self.net(x)["out"]
+        net = getattr(torchvision.models.segmentation, name)(weights=None,
+                                                             weights_backbone=None)
+        return Logits(net).eval()
     ctor = getattr(torchvision.models, name)
     kwargs = {}
-    if name == "googlenet":
+    if name in ("googlenet", "inception_v3"):
         kwargs = {"aux_logits": False, "init_weights": True}
     return ctor(weights=None, **kwargs).eval()
 
@@ -81,7 +115,11 @@ def build(torchvision, name: str, side: int):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/kiln_tv")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=None,
+                        help=f"comma-separated (default: {','.join(MODELS)}; with --more: "
+                             f"{','.join(MORE)})")
+    parser.add_argument("--more", action="store_true",
+                        help="the MORE set: video, windowed attention, segmentation")
     parser.add_argument("--size", type=int, default=0, help="input side for every model")
     parser.add_argument("--opset", type=int, default=17)
     args = parser.parse_args(argv)
@@ -91,8 +129,9 @@ def main(argv=None) -> int:
     torch.backends.mha.set_fastpath_enabled(False)
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    for name in [n for n in args.models.split(",") if n]:
-        side = args.size or MODELS.get(name, 128)
+    names = args.models.split(",") if args.models else list(MORE if args.more else MODELS)
+    for name in [n for n in names if n]:
+        side = args.size or {**MODELS, **MORE}.get(name, 128)
         path = os.path.join(args.out, f"{name}.onnx")
         start = time.perf_counter()
         try:
@@ -103,7 +142,7 @@ def main(argv=None) -> int:
                 for p in net.parameters():
                     if p.ndim >= 2 and not p.any():
                         p.normal_(0.0, 0.02)
-            x = torch.randn(1, 3, side, side)
+            x = torch.randn((1, 3, 8, side, side) if name in VIDEO else (1, 3, side, side))
             with torch.no_grad():
                 torch.onnx.export(net, (x,), path, input_names=["input"],
                                   output_names=["output"], opset_version=args.opset,

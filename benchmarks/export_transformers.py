@@ -1,0 +1,136 @@
+"""Export small Hugging Face transformer architectures (random weights) to ONNX for
+benchmarks/architectures.py.
+
+    /path/to/torch-venv/bin/python benchmarks/export_transformers.py [--out /tmp/kiln_hf]
+                                   [--models bert,gpt2,whisper_enc]
+
+Needs torch and transformers (not Kiln's dependencies: run it with a Python that has them;
+torchvision is not imported). Each architecture is built from its config class at a reduced
+size (2 layers, width 128: no download, random initialisation, seeded), in eval mode with
+eager attention, and exported with the TorchScript exporter (opset 17); text models get
+dynamic batch and sequence axes, wav2vec2 a dynamic sample count. Then
+
+    python benchmarks/architectures.py --onnx /tmp/kiln_hf --cpu
+
+compares Kiln's default schedules with onnxruntime on them (audio needs
+`--dynamic-size 4000`: wav2vec2's feature convs need at least 400 samples).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+TEXT = ["input_ids", "attention_mask"]
+TEXT_AXES = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+
+
+def architectures(T):
+    """name -> (model, example input shapes by name, dynamic axes)."""
+    small = dict(attn_implementation="eager")
+    text = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    image = {"pixel_values": (1, 3, 64, 64)}
+    return {
+        "bert": (lambda: T.BertModel(T.BertConfig(
+            vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=512, **small)), text, TEXT_AXES),
+        "gpt2": (lambda: T.GPT2Model(T.GPT2Config(
+            vocab_size=1000, n_embd=128, n_layer=2, n_head=4, use_cache=False, **small)),
+            text, TEXT_AXES),
+        "llama": (lambda: T.LlamaModel(T.LlamaConfig(
+            vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, use_cache=False, **small)),
+            text, TEXT_AXES),
+        "t5enc": (lambda: T.T5EncoderModel(T.T5Config(
+            vocab_size=1000, d_model=128, num_layers=2, num_heads=4, d_ff=512, d_kv=32,
+            **small)), text, TEXT_AXES),
+        "bart_enc": (lambda: T.BartModel(T.BartConfig(
+            vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=1,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+            decoder_ffn_dim=256, **small)).encoder, text, TEXT_AXES),
+        "deberta": (lambda: T.DebertaV2Model(T.DebertaV2Config(
+            vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=256)), text, None),
+        "whisper_enc": (lambda: T.WhisperModel(T.WhisperConfig(
+            vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=1,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+            decoder_ffn_dim=256, num_mel_bins=80, max_source_positions=100, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, **small)).encoder,
+            {"input_features": (1, 80, 200)}, None),
+        "wav2vec2": (lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(
+            hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+            conv_dim=(64, 64, 64), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **small)),
+            {"input_values": (1, 4000)}, {"input_values": {1: "samples"}}),
+        "hf_vit": (lambda: T.ViTModel(T.ViTConfig(
+            image_size=64, patch_size=8, hidden_size=128, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=512, **small)), image, None),
+        "clip_vision": (lambda: T.CLIPVisionModel(T.CLIPVisionConfig(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+            image_size=64, patch_size=8, **small)), image, None),
+        "swin_hf": (lambda: T.SwinModel(T.SwinConfig(
+            image_size=64, patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+            window_size=4, **small)), image, None),
+        "mobilevit": (lambda: T.MobileViTModel(T.MobileViTConfig(image_size=64, **small)),
+                      image, None),
+        "segformer": (lambda: T.SegformerModel(T.SegformerConfig(image_size=64, **small)),
+                      image, None),
+        "convnext_hf": (lambda: T.ConvNextModel(T.ConvNextConfig(
+            image_size=64, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])),
+            image, None),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/kiln_hf")
+    parser.add_argument("--models", default=None, help="comma-separated (default: all)")
+    args = parser.parse_args(argv)
+    sys.modules["torchvision"] = None   # transformers imports it when present; not needed
+    import torch
+    import transformers
+
+    class FirstOutput(torch.nn.Module):
+        """The model called with keyword inputs, its first output (the hidden states)."""
+
+        def __init__(self, net, names):
+            super().__init__()
+            self.net, self.names = net, names
+
+        def forward(self, *inputs):
+            out = self.net(**dict(zip(self.names, inputs)))
+            return out[0]
+
+    torch.manual_seed(0)
+    known = architectures(transformers)
+    names = args.models.split(",") if args.models else list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {list(known)}")
+    os.makedirs(args.out, exist_ok=True)
+    failed = []
+    for name in names:
+        build, shapes, axes = known[name]
+        path = os.path.join(args.out, f"{name}.onnx")
+        start = time.perf_counter()
+        try:
+            net = build().eval()
+            inputs = tuple(torch.ones(s, dtype=torch.long) if n == "attention_mask" else
+                           torch.randint(0, 1000, s) if n == "input_ids" else torch.randn(s)
+                           for n, s in shapes.items())
+            with torch.no_grad():
+                torch.onnx.export(FirstOutput(net, list(shapes)), inputs, path,
+                                  input_names=list(shapes), output_names=["output"],
+                                  dynamic_axes=axes, opset_version=17, dynamo=False)
+        except Exception as exc:  # report and go on with the others
+            failed.append(name)
+            print(f"{name}: export failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        print(f"{name}: -> {path} ({os.path.getsize(path) / 2**20:.1f} MB, "
+              f"{time.perf_counter() - start:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
