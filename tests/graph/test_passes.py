@@ -45,6 +45,24 @@ def test_fold_constants_evaluates_initializer_only_subgraph():
     assert fold_constants(folded) is folded
 
 
+def test_fold_constants_size_limit_stops_growth_not_big_weights():
+    # past the limit, a transpose of a weight still folds (same bytes); a broadcast that
+    # would materialise more than its inputs does not
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"]),
+             helper.make_node("Expand", ["one", "shape"], ["big"]),
+             helper.make_node("Add", ["y", "big"], ["z"])]
+    w = f32(64, 32)
+    g = load_onnx(make_model(nodes, {"x": ((4, 32), "float32")}, ["z"],
+                             {"w": w, "one": np.ones((1, 1), np.float32),
+                              "shape": np.array([4, 64], np.int64)}))
+    folded = fold_constants(g, max_bytes=256)
+    ops = [n.op for n in folded.nodes]
+    assert "transpose" not in ops and "broadcast_to" in ops, ops
+    np.testing.assert_array_equal(folded.constants["wt"], w.T)
+    same_outputs(g, folded, {"x": f32(4, 32)})
+
+
 def test_dce_drops_unused_nodes_and_constants():
     x = Value("x", (3,), "float32")
     used, dead = Value("u", (3,), "float32"), Value("d", (3,), "float32")
