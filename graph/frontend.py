@@ -284,11 +284,14 @@ class ConvertContext:
         key = converter_key(node.domain, node.op_type)
         formats = self._lowbit_guard(node, key, inputs)
         attrs = {}
+        made = None     # the low-bit format of a Constant/ConstantOfShape's value
         for a in node.attribute:
             val = helper.get_attribute_value(a)
             if isinstance(val, bytes):
                 val = val.decode()
             elif isinstance(val, onnx.TensorProto):
+                if val.data_type in lowbit.ONNX_FORMATS:
+                    made = lowbit.ONNX_FORMATS[val.data_type][0]
                 val = _array(val, f"attribute '{a.name}' of node '{self.node_name}'")
             elif isinstance(val, list):
                 val = tuple(v.decode() if isinstance(v, bytes) else v for v in val)
@@ -305,6 +308,8 @@ class ConvertContext:
             if name:
                 self.values[name] = val
                 fmt = self._lowbit_format(name)
+                if fmt is None and key in ("Constant", "ConstantOfShape"):
+                    fmt = made
                 if fmt is None and key in _LOWBIT_MOVES and formats:
                     fmt = formats[0]     # data movement keeps its input's format
                 if fmt is not None and val is not None:

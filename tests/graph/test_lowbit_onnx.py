@@ -233,3 +233,24 @@ def test_benchmark_and_export_keep_the_boundary(tmp_path):
     x = np.array([[1.5, -2.0, 7.5], [0.0, -8.0, 100.0]], np.float32).astype(
         ml_dtypes.float8_e4m3fn)
     _check(model, {"x": x}, compiled=loaded)
+
+
+def test_low_bit_constants_inside_an_if_branch():
+    """A float8 Constant and an int4 initializer inside If branches (renamed when inlined)
+    keep their formats: Cast and DequantizeLinear read them as such."""
+    c8 = numpy_helper.from_array(np.array([1.5, -448, 0.0625], ml_dtypes.float8_e4m3fn), "c")
+    w4 = numpy_helper.from_array(np.array([-8, 7, 3], ml_dtypes.int4), "w")
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=c8),
+         helper.make_node("Cast", ["k"], ["o"], to=T.FLOAT)], "then", [],
+        [helper.make_tensor_value_info("o", T.FLOAT, [3])])
+    other = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w", "s"], ["o2"])], "else", [],
+        [helper.make_tensor_value_info("o2", T.FLOAT, [3])], initializer=[w4])
+    for flag in (True, False):
+        model = _model([helper.make_node("If", ["cond"], ["y"], then_branch=then,
+                                         else_branch=other),
+                        helper.make_node("Add", ["y", "x"], ["z"])],
+                       [("x", T.FLOAT, [3])], [("z", T.FLOAT, [3])],
+                       [("cond", np.array(flag)), ("s", np.array(0.5, np.float32))])
+        _check(model, {"x": np.ones(3, np.float32)})
