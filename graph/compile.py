@@ -240,7 +240,8 @@ def compile_model(model, target: str = "native", db=None,
                       [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
                       naive, {"target": target, "threads": threads, "compile": {
                           "seconds": round(time.perf_counter() - start, 3), **build_stats},
-                          **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {})})
+                          **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {}),
+                          **({"io_formats": graph.io_formats} if graph.io_formats else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
     if cache_key is not None and model_cache.still_valid(cache_key, model, *options):

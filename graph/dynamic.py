@@ -25,6 +25,7 @@ from .executor import CompiledModel
 from .frontend import (InputValueNeeded, _onnx_dtype, _read_model, check_supported,
                        model_opset)
 from .ir import Graph
+from .lowbit import ONNX_FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ def input_specs(proto: onnx.ModelProto,
     specs = []
     for inp in real:
         tt = inp.type.tensor_type
-        dtype = _onnx_dtype(tt.elem_type, f"input '{inp.name}'")
+        dtype = (ONNX_FORMATS[tt.elem_type][0] if tt.elem_type in ONNX_FORMATS  # ml_dtypes'
+                 else _onnx_dtype(tt.elem_type, f"input '{inp.name}'"))
         dims = None
         if tt.HasField("shape"):
             dims = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")

@@ -146,6 +146,11 @@ class CompiledModel:
         # inputs whose values decided shapes at compile time: run checks them (and fills them
         # in when they are left out)
         self._pinned = pinned_arrays(plan.meta.get("pinned", {}))
+        # low-bit element formats at the boundary (graph/lowbit.py): run takes and returns
+        # the ml_dtypes arrays onnx uses and converts them from/to Kiln's storage
+        formats = plan.meta.get("io_formats") or ((), ())
+        self._in_formats = dict(zip(plan.inputs, formats[0]))
+        self._out_formats = list(formats[1])
         self._steps = []
         for step in plan.steps:
             kernel = self._kernel(step)
@@ -222,6 +227,15 @@ class CompiledModel:
                     f"({', '.join(self.plan.inputs)}), got {len(values)}")
         for value, (name, buf, spec) in zip(values, self._inputs):
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if self._in_formats.get(name):
+                from .lowbit import np_dtype, to_storage
+                fmt = self._in_formats[name]
+                if arr.dtype != np_dtype(fmt):
+                    raise KernelArgumentError(
+                        f"input '{name}' of model '{self.plan.name}': expected an array of "
+                        f"{np_dtype(fmt)} (ml_dtypes){list(spec.shape)}, got {arr.dtype}"
+                        f"{list(arr.shape)}")
+                arr = to_storage(arr, fmt)
             if arr.dtype != buf.dtype or arr.shape != buf.shape:
                 raise KernelArgumentError(
                     f"input '{name}' of model '{self.plan.name}': expected {spec.dtype}"
@@ -243,6 +257,10 @@ class CompiledModel:
         else:
             for fn, args in self._steps:
                 fn(*args)
+        if any(self._out_formats):
+            from .lowbit import from_storage
+            return [out.copy() if not fmt else from_storage(out.copy(), fmt)
+                    for out, fmt in zip(self._outputs, self._out_formats)]
         return [out.copy() for out in self._outputs]
 
     __call__ = run
@@ -264,6 +282,9 @@ class CompiledModel:
                 out.append(rng.standard_normal(spec.shape).astype(buf.dtype))
             else:
                 out.append(np.zeros(spec.shape, buf.dtype))  # valid for indices, masks, ids
+            if self._in_formats.get(name):           # a low-bit input: as ml_dtypes
+                from .lowbit import from_storage
+                out[-1] = from_storage(out[-1], self._in_formats[name])
         return out
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:

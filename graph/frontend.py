@@ -21,7 +21,8 @@ from onnx import helper, numpy_helper
 
 from ..te import dtype as _dt
 from ..te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
-from . import ops
+from . import lowbit, ops
+from . import onnx_lowbit  # noqa: F401 - Cast/CastLike/Q/DQ of the low-bit element types
 from .ir import Graph, Node, Value
 from .onnx_functions import expand_functions
 from .onnx_ops import CONVERTERS
@@ -113,6 +114,9 @@ def _resolve_inputs(model, given: Mapping[str, Sequence[int]]) -> list[Value]:
 
 
 def _onnx_dtype(elem_type: int, what: str) -> str:
+    """Kiln's dtype for an ONNX element type (a low-bit one: its storage, graph/lowbit.py)."""
+    if elem_type in lowbit.ONNX_FORMATS:
+        return lowbit.ONNX_FORMATS[elem_type][1]
     try:
         return _dt.canonical(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KilnError, KeyError, TypeError) as exc:
@@ -124,7 +128,23 @@ def _onnx_dtype(elem_type: int, what: str) -> str:
 def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
     _onnx_dtype(t.data_type, what)
     arr = numpy_helper.to_array(t)
+    if t.data_type in lowbit.ONNX_FORMATS:   # unpacked by numpy_helper; Kiln's storage
+        return np.array(lowbit.to_storage(arr, lowbit.ONNX_FORMATS[t.data_type][0]),
+                        order="C")
     return np.array(arr, order="C")
+
+
+# data movement: its outputs hold its (first) low-bit input's format
+_LOWBIT_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                           "Transpose", "Concat", "Slice", "Gather", "Split", "Expand", "Tile",
+                           "Pad", "Dropout"})
+# ops that may read or write a low-bit value (graph/lowbit.py): the conversions, and data
+# movement, which is exact on the stored bytes
+LOWBIT_OPS = frozenset({
+    "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Constant", "Identity",
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Slice", "Gather",
+    "Split", "Expand", "Tile", "Shape", "Size", "Pad", "Dropout", "ConstantOfShape", "IsInf",
+    "IsNaN", "com.microsoft.QuantizeLinear", "com.microsoft.DequantizeLinear"})
 
 
 class InputValueNeeded(ModelFormatError):
@@ -156,6 +176,8 @@ class ConvertContext:
         self.node_name = self.op_type = ""
         self.node_proto: onnx.NodeProto | None = None
         self.output_names: list[str] = []
+        self.lowbit: dict[str, str] = {}          # Kiln value name -> low-bit format
+        self.onnx_types: dict[str, int] = {}      # ONNX value name -> inferred element type
 
     def _fresh(self, hint: str) -> str:
         name, k = hint, 0
@@ -259,12 +281,17 @@ class ConvertContext:
                                    f"{exc.args[0]!r}, which nothing defines") from None
         while inputs and inputs[-1] is None:
             inputs.pop()
+        key = converter_key(node.domain, node.op_type)
+        formats = self._lowbit_guard(node, key, inputs)
         attrs = {}
+        made = None     # the low-bit format of a Constant/ConstantOfShape's value
         for a in node.attribute:
             val = helper.get_attribute_value(a)
             if isinstance(val, bytes):
                 val = val.decode()
             elif isinstance(val, onnx.TensorProto):
+                if val.data_type in lowbit.ONNX_FORMATS:
+                    made = lowbit.ONNX_FORMATS[val.data_type][0]
                 val = _array(val, f"attribute '{a.name}' of node '{self.node_name}'")
             elif isinstance(val, list):
                 val = tuple(v.decode() if isinstance(v, bytes) else v for v in val)
@@ -280,6 +307,33 @@ class ConvertContext:
         for name, val in zip(node.output, results):
             if name:
                 self.values[name] = val
+                fmt = self._lowbit_format(name)
+                if fmt is None and key in ("Constant", "ConstantOfShape"):
+                    fmt = made
+                if fmt is None and key in _LOWBIT_MOVES and formats:
+                    fmt = formats[0]     # data movement keeps its input's format
+                if fmt is not None and val is not None:
+                    self.lowbit.setdefault(val.name, fmt)
+
+    def _lowbit_format(self, onnx_name: str) -> str | None:
+        fmt = lowbit.ONNX_FORMATS.get(self.onnx_types.get(onnx_name, 0))
+        return fmt and fmt[0]
+
+    def _lowbit_guard(self, node: onnx.NodeProto, key: str, inputs) -> list[str]:
+        """The low-bit formats `node` reads; a clean error if it reads or writes one and is
+        not an op that understands them (LOWBIT_OPS)."""
+        read = [(n, self.lowbit[v.name]) for n, v in zip(node.input, inputs)
+                if v is not None and v.name in self.lowbit]
+        written = [(n, f) for n in node.output if n and (f := self._lowbit_format(n))]
+        if (read or written) and key not in LOWBIT_OPS:
+            name, fmt = (read or written)[0]
+            raise ModelFormatError(
+                f"node '{self.node_name}' ({node.op_type}) {'reads' if read else 'writes'} "
+                f"'{name}' of element type {lowbit.ONNX_NAME[fmt]}, which Kiln does not "
+                f"support in {node.op_type}; it takes low-bit types only in Cast, CastLike, "
+                "QuantizeLinear, DequantizeLinear and data movement (Reshape, Transpose, "
+                "Gather, Concat, ...)")
+        return [f for _, f in read]
 
 
 def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -307,10 +361,16 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     ctx._taken.update(_all_names(proto.graph))
     for t in proto.graph.initializer:
         ctx.values[t.name] = ctx.const(_array(t, f"initializer '{t.name}'"), name=t.name)
+        if t.data_type in lowbit.ONNX_FORMATS:
+            ctx.lowbit[t.name] = lowbit.ONNX_FORMATS[t.data_type][0]
     inputs = _resolve_inputs(proto, input_shapes or {})
     for v in inputs:
         ctx.values[v.name] = v
-    _cross_check_shape_inference(proto, inputs, source)
+    inferred = _cross_check_shape_inference(proto, inputs, source)
+    ctx.onnx_types = _element_types(proto if inferred is None else inferred)
+    for v in inputs:
+        if (fmt := ctx._lowbit_format(v.name)) is not None:
+            ctx.lowbit[v.name] = fmt
     for k, node in enumerate(proto.graph.node):
         ctx.convert(node, k)
     outputs = []
@@ -319,8 +379,21 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
             raise ModelFormatError(f"graph output '{o.name}' of {source} is never computed")
         outputs.append(ctx.values[o.name])
     graph_name = name or proto.graph.name or "model"
+    io_formats = (tuple(ctx.lowbit.get(v.name) for v in inputs),
+                  tuple(ctx._lowbit_format(o.name) for o in proto.graph.output))
     return Graph(tuple(inputs), tuple(ctx.nodes), tuple(outputs), ctx.constants, graph_name,
-                 pinned=ctx.pinned)
+                 pinned=ctx.pinned,
+                 io_formats=io_formats if any(io_formats[0] + io_formats[1]) else None)
+
+
+def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """ONNX value name -> element type, for every typed value of the main graph."""
+    g = proto.graph
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(g.input) + list(g.value_info) + list(g.output)
+             if v.type.HasField("tensor_type")}
+    types.update({t.name: t.data_type for t in g.initializer})
+    return types
 
 
 def _check_value_names(proto: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
@@ -393,7 +466,7 @@ def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], so
             for d in shapes[inp.name]:
                 dims.add().dim_value = d
     try:
-        onnx.shape_inference.infer_shapes(fixed, check_type=True, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(fixed, check_type=True, strict_mode=True)
     except onnx.shape_inference.InferenceError as exc:
         inner = re.search(r"\(op_type:(\w+)\): \[ShapeInferenceError\] Inference error\(s\): "
                           r"\(op_type:", str(exc))
@@ -401,6 +474,6 @@ def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], so
             log.warning("ONNX shape inference fails inside the function body of %s on %s "
                         "(an onnx issue; Kiln's own inference decides the shapes): %s",
                         inner.group(1), source, exc)
-            return
+            return None
         raise ModelFormatError(f"ONNX shape inference failed on {source} with input shapes "
                                f"{shapes}: {exc}") from exc

@@ -139,6 +139,9 @@ class Graph:
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "graph"
     pinned: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # low-bit element formats (graph/lowbit.py) of the inputs and outputs, by position
+    # (None: an ordinary dtype), or None when there are none: the model boundary converts
+    io_formats: tuple[tuple[str | None, ...], tuple[str | None, ...]] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -162,7 +165,8 @@ class Graph:
 
     def replace(self, **changes) -> "Graph":
         fields_ = dict(inputs=self.inputs, nodes=self.nodes, outputs=self.outputs,
-                       constants=self.constants, name=self.name, pinned=self.pinned)
+                       constants=self.constants, name=self.name, pinned=self.pinned,
+                       io_formats=self.io_formats)
         fields_.update(changes)
         return Graph(**fields_)
 

@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
 from .ir import Value
+from .lowbit import ONNX_FORMATS, to_storage
 from .onnx_ops import CONVERTERS, _unsupported, converter
 from .onnx_quant_ops import converter_key
 
@@ -94,8 +95,11 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
             ctx.values[formal.name] = actual
         for t in g.initializer:
             ctx.onnx_dtype(t.data_type)   # a clear error for a type Kiln lacks
-            ctx.values[t.name] = ctx.const(np.array(numpy_helper.to_array(t), order="C"),
-                                           name=t.name)
+            arr = numpy_helper.to_array(t)
+            if t.data_type in ONNX_FORMATS:     # a low-bit type: its storage (graph/lowbit.py)
+                arr = to_storage(arr, ONNX_FORMATS[t.data_type][0])
+                ctx.lowbit[t.name] = ONNX_FORMATS[t.data_type][0]
+            ctx.values[t.name] = ctx.const(np.array(arr, order="C"), name=t.name)
         for k, node in enumerate(g.node):
             node.name = f"{tag}/{node.name or f'{node.op_type}_{k}'}"
             ctx.convert(node, k)

@@ -228,11 +228,10 @@ def test_qlinear_concat():
     check_ort(model, {"a": a})
 
 
-def test_unsupported_blocked_quantization_is_named():
-    from kiln.te.errors import UnsupportedOperatorError
-    x = f32(4, 4)
+def test_blocked_dequantization():
+    """block_size 2 along axis 1 (blocked Q/DQ: graph/onnx_lowbit.py), a runtime input."""
+    x = s8(4, 4)
     node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2)
-    model = make_model([node], {"x": s8(4, 4)}, [("y", "float32")],
-                       {"s": np.ones((4, 2), np.float32)}, opset=21)
-    with pytest.raises(UnsupportedOperatorError, match=r"DequantizeLinear.*block"):
-        load_onnx(model)
+    model = make_model([node], {"x": x}, [("y", "float32")],
+                       {"s": f32(4, 2, lo=0.1, hi=1.0)}, opset=21)
+    check(model, {"x": x}, exact=True)
