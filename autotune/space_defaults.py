@@ -26,6 +26,12 @@ MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole b
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
+# A window anchor's taps are unrolled inside its register tile (the `window` knob); at most
+# this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
+# was 4 x 2 x 49 = 392 unrolled vector adds (1,900 lines of IR, ~0.3 s to compile) for a
+# memory-bound sum; its outer taps now stay a loop (56 per visit). A 3x3 max pool over 4 rows
+# x 2 vectors (72) is unaffected.
+MAX_UNROLLED_TAPS = 128
 
 
 class DefaultsMixin:
@@ -185,6 +191,9 @@ class DefaultsMixin:
                 want = _reduce_block(axis.extent)
             elif nested is not None:
                 want = nested[pos]
+                if window:
+                    want = _capped_taps(nested, pos, math.prod(inner[:-1]) * max(
+                        1, -(-inner[-1] // lanes)) if n else 1)
             else:
                 want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
@@ -363,6 +372,18 @@ def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
                                     default=1))
             budget = 1
     return tiles
+
+
+def _capped_taps(tiles: list[int], pos: int, vectors: int) -> int:
+    """Reduce tile `pos` of a window anchor whose register tile holds `vectors` vectors:
+    from the outermost reduce axis in, tiles become 1 (a loop) until the unrolled taps times
+    `vectors` are at most MAX_UNROLLED_TAPS; the innermost tile is kept whatever its size."""
+    tiles = list(tiles)
+    for p in range(len(tiles) - 1):
+        if math.prod(tiles) * vectors <= MAX_UNROLLED_TAPS:
+            break
+        tiles[p] = 1
+    return tiles[pos]
 
 
 def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
