@@ -26,11 +26,12 @@ MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole b
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
-# A window anchor's taps are unrolled inside its register tile (the `window` knob); at most
+# A pool's window taps are unrolled inside its register tile (the `window` knob); at most
 # this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
 # was 4 x 2 x 49 = 392 unrolled vector adds (1,900 lines of IR, ~0.3 s to compile) for a
 # memory-bound sum; its outer taps now stay a loop (56 per visit). A 3x3 max pool over 4 rows
-# x 2 vectors (72) is unaffected.
+# x 2 vectors (72) is unaffected. Windows with weights (depthwise convs, stems over 3
+# channels) keep their unrolling: the cap would change them too, and that is not measured.
 MAX_UNROLLED_TAPS = 128
 
 
@@ -191,7 +192,7 @@ class DefaultsMixin:
                 want = _reduce_block(axis.extent)
             elif nested is not None:
                 want = nested[pos]
-                if window:
+                if window and len(op.input_tensors) == 1:     # a pool: no weights
                     want = _capped_taps(nested, pos, math.prod(inner[:-1]) * max(
                         1, -(-inner[-1] // lanes)) if n else 1)
             else:
