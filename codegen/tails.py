@@ -30,7 +30,7 @@ from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator
 from ..te import expr as E
 from .emit_expr import _free_vars as free_vars
-from .promote import _conjuncts, _linear_coefficients
+from .promote import _buffer_loads, _conjuncts, _linear_coefficients
 
 # A SERIAL loop longer than this keeps its guard: its body is emitted once either way and
 # the copy would double it for a branch per iteration (LLVM unrolls short ones fully).
@@ -47,6 +47,8 @@ class _Splitter(StmtMutator):
         self.known: dict[E.Expr, bool] = {}     # conditions decided by enclosing branches
 
     def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        if _buffer_loads(node.cond):        # may change between two tests: not a fact
+            return self.generic_visit(node)
         cond = simplify(node.cond)
         if cond in self.known:
             taken = node.then_case if self.known[cond] else node.else_case

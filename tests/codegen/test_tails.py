@@ -153,3 +153,13 @@ def test_blocked_convs_with_row_tails_match_numpy(width):
             ref += np.einsum("ncyxb,kcbf->nkyxf", xp[:, :, ry:ry + width, rx:rx + width],
                              w[:, :, ry, rx])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_branch_on_memory_is_not_taken_as_decided():
+    # A[0] may be stored between the two tests: the inner test must stay
+    o = E.var("o")
+    a = buf("A", "int32", [4])
+    cond = load(a, 0) < 5
+    inner = IfThenElse(cond, Store(a, E.const(1), E.const(1)), Store(a, E.const(2), E.const(2)))
+    nest = loop(o, 2, IfThenElse(cond, seq(Store(a, E.const(0), E.const(9)), inner)))
+    assert str(split_tails(nest)).count("if A[0] < 5") == 2
