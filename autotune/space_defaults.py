@@ -28,6 +28,13 @@ WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one ro
 GUARDED_ROWS = 4          # register rows of such a GEMM when its last row tile is guarded:
                           # 2 x 11 rows, 6-row tiles (6 + 5 guarded): 1.7x slower than 4
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
+# A pool's window taps are unrolled inside its register tile (the `window` knob); at most
+# this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
+# was 4 x 2 x 49 = 392 unrolled vector adds (1,900 lines of IR, ~0.3 s to compile) for a
+# memory-bound sum; its outer taps now stay a loop (56 per visit). A 3x3 max pool over 4 rows
+# x 2 vectors (72) is unaffected. Windows with weights (depthwise convs, stems over 3
+# channels) keep their unrolling: the cap would change them too, and that is not measured.
+MAX_UNROLLED_TAPS = 128
 
 
 class DefaultsMixin:
@@ -187,6 +194,9 @@ class DefaultsMixin:
                 want = _reduce_block(axis.extent)
             elif nested is not None:
                 want = nested[pos]
+                if window and len(op.input_tensors) == 1:     # a pool: no weights
+                    want = _capped_taps(nested, pos, math.prod(inner[:-1]) * max(
+                        1, -(-inner[-1] // lanes)) if n else 1)
             else:
                 want = 1 if streaming else axis.extent if axis.extent <= 7 else 16
             values[knob.name] = _nearest_scalar(knob.choices, want)
@@ -379,6 +389,18 @@ def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
                                     default=1))
             budget = 1
     return tiles
+
+
+def _capped_taps(tiles: list[int], pos: int, vectors: int) -> int:
+    """Reduce tile `pos` of a window anchor whose register tile holds `vectors` vectors:
+    from the outermost reduce axis in, tiles become 1 (a loop) until the unrolled taps times
+    `vectors` are at most MAX_UNROLLED_TAPS; the innermost tile is kept whatever its size."""
+    tiles = list(tiles)
+    for p in range(len(tiles) - 1):
+        if math.prod(tiles) * vectors <= MAX_UNROLLED_TAPS:
+            break
+        tiles[p] = 1
+    return tiles[pos]
 
 
 def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:

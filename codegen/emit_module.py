@@ -16,6 +16,7 @@ from . import llvm_types as T
 from .attributes import kernel_function_attributes
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
+from .tails import split_tails
 from .runtime import backend
 from .target import Target
 
@@ -181,7 +182,8 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("noalias")
         arg.add_attribute("captures(none)")
     kernel_function_attributes(fn)
-    body = remove_unit_loops(promote_register_tiles(func.body, register_file_bytes(target)))
+    body = promote_register_tiles(func.body, register_file_bytes(target))
+    body = remove_unit_loops(split_tails(body))
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
     emitter.emit(body)

@@ -10,6 +10,7 @@ graph/dynamic.py compiles a model per input shape and value on the fly.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import warnings
@@ -454,10 +455,32 @@ def _all_names(g: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], source: str):
-    """Run onnx shape inference with the resolved input shapes; it must not find a conflict."""
+# Initializers of more elements than this are given to the shape-inference cross-check as
+# typed graph inputs, not as data: no shape depends on their values (those inputs, a
+# Reshape's shape or a Slice's starts, are short), and onnx serialises the whole model and
+# parses it back (ResNet-50's 100 MB of weights: 0.45 s of a cold compile's serial start).
+CROSS_CHECK_MAX_ELEMENTS = 1024
+
+
+def _without_large_initializers(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `proto` whose large initializers that are not graph inputs are typed
+    graph inputs instead (same types and shapes for shape inference, no data)."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(proto)
+    declared = {i.name for i in fixed.graph.input}
+    inits = fixed.graph.initializer
+    for k in range(len(inits) - 1, -1, -1):
+        t = inits[k]
+        if t.name not in declared and math.prod(t.dims) > CROSS_CHECK_MAX_ELEMENTS:
+            fixed.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type,
+                                                                   list(t.dims)))
+            del inits[k]
+    return fixed
+
+
+def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], source: str):
+    """Run onnx shape inference with the resolved input shapes; it must not find a conflict."""
+    fixed = _without_large_initializers(proto)
     shapes = {v.name: v.shape for v in inputs}
     for inp in fixed.graph.input:
         if inp.name in shapes:

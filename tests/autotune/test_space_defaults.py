@@ -282,3 +282,25 @@ def test_elementwise_default_vector_and_parallel(shape, vector, parallel):
     y = np.full(shape, np.nan, np.float32)
     build(lower(sch, args, name="ew"), target="native")(x, y)
     np.testing.assert_allclose(y, np.exp(x) * 2.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("plane", [7, 5, 3])
+def test_a_global_pool_unrolls_a_bounded_number_of_taps(plane):
+    # ResNet-50's 7x7 global pool over channel blocks: 4 rows x 2 AVX2 vectors x 49 taps
+    # were 392 unrolled adds; the outer tap axis stays a loop above MAX_UNROLLED_TAPS
+    from kiln.autotune.space_defaults import MAX_UNROLLED_TAPS
+    from kiln.te import ops
+    X = te.placeholder((1, 128, plane, plane, 16), name="X")
+    Y = ops.mean(X, axis=(2, 3), keepdims=True, name="mean")
+    task = Task(f"gap_{plane}", (Y,), (X, Y), AVX2)
+    space = SearchSpace(task)
+    sch, args = space.apply(space.default_config())
+    text = str(lower(sch, args, name="gap"))
+    unrolled = [int(n) for n in __import__("re").findall(r"unrolled\((\d+)\)", text)]
+    assert unrolled.count(4) == 2                  # 4 rows x 2 vectors: 8 per tap
+    taps = math.prod(n for n in unrolled if n == plane)
+    # 3x3 (72 updates) stays whole; 5x5 (200) and 7x7 (392) unroll one tap axis
+    assert taps == (plane * plane if 8 * plane * plane <= MAX_UNROLLED_TAPS else plane)
+    x = np.random.default_rng(0).uniform(-1, 1, X.shape).astype(np.float32)
+    (y,) = run_config(task, space, space.default_config(), {X: x})
+    np.testing.assert_allclose(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)

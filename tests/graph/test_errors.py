@@ -92,3 +92,16 @@ def test_reference_rejects_wrong_shape_and_dtype():
         run_reference(g, {})
     with pytest.raises(KernelArgumentError, match="takes 1 inputs"):
         run_reference(g, [])
+
+
+@pytest.mark.parametrize("cols", [8, 40])     # 8 x 8 = 64 weights; 40 x 40 = 1600 (a typed input)
+def test_a_weight_that_contradicts_the_input_shape_is_named_by_shape_inference(cols):
+    # the cross-check gives large initializers to onnx as typed inputs, not as data
+    # (graph/frontend._without_large_initializers): the contradiction is still found
+    w = helper.make_tensor("w", 1, [cols, cols], np.ones(cols * cols, np.float32))
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "m",
+                          [helper.make_tensor_value_info("x", 1, [1, cols + 1])],
+                          [helper.make_tensor_value_info("y", 1, [1, cols])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelFormatError, match="ONNX shape inference failed"):
+        load_onnx(model)

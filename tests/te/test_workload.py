@@ -59,3 +59,21 @@ def test_ops_library_keys_are_stable():
         W = te.placeholder((8, 3, 3, 3), name="W")
         return ops.relu(ops.conv2d_nchw(X, W, stride=2, padding=1))
     assert te.workload_key(build()) == te.workload_key(build())
+
+
+def test_shared_subexpressions_key_as_their_tree():
+    # the canonical form serialises a shared node once and reuses it (te/workload._Canon):
+    # the key must equal that of the same expression built as a tree of fresh nodes, and
+    # still differ when one use of the shared node differs
+    A = te.placeholder((16,), name="A")
+
+    def build(share: bool, other: float = 2.0):
+        def body(i):
+            shared = A[i] * 2.0 + 1.0
+            twin = shared if share else A[i] * 2.0 + 1.0
+            third = shared if share and other == 2.0 else A[i] * other + 1.0
+            return shared * twin + third
+        return te.compute((16,), body, name="C")
+
+    assert te.workload_key(build(True)) == te.workload_key(build(False))
+    assert te.workload_key(build(True)) != te.workload_key(build(True, other=3.0))
