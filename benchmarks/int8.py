@@ -166,11 +166,12 @@ def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
 @contextlib.contextmanager
 def _int8_form(form: str):
     """Compile int8 kernels with weights as "pairs" (the target's choice), "bytes" (the
-    widening pass off) or "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
-    graph/passes/int8_nhwc.py); the model cache is off for the last two: its key does not
-    see the switch."""
-    if form not in ("pairs", "bytes", "nchw"):
-        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw")
+    widening pass off), "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
+    graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
+    its activation bytes in the inner loop, graph/passes/int8_pairs.py off); the model cache
+    is off for all but the first: its key does not see the switch."""
+    if form not in ("pairs", "bytes", "nchw", "dot4"):
+        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
@@ -178,6 +179,9 @@ def _int8_form(form: str):
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "nchw":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "pixel-major int8")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "dot4":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
     try:
         yield
@@ -434,7 +438,8 @@ def main() -> None:
     parser.add_argument("--int8-forms", default="pairs,bytes",
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
-                        "with the convs in NCHW, as before the pixel-major pass)")
+                        "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
+                        "without the activation pairs of graph/passes/int8_pairs.py)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

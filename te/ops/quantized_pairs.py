@@ -37,12 +37,13 @@ def pair_of_word(word: E.Expr, parity) -> E.Expr:
     odd = E.call("bit_and", E.call("shr", word, E.const(8, "int32")), mask)
     if isinstance(parity, int):
         return odd if parity else even
-    return E.select(parity == 0, even, odd)
+    return E.select(E._as_expr(parity).eq(0), even, odd)
 
 
 def widen_words_int16x2(x: Tensor, block: int, name: str | None = None) -> Tensor:
     """Packed uint8 words x[..., K4] (K4 a multiple of `block`) -> their int16 pairs
-    [..., K4 / block, 2, block] (module docstring)."""
+    [..., 2 * K4], pair (g * 2 + p) * block + b from word g * block + b (module
+    docstring)."""
     check_tensor("widen_words_int16x2", x)
     if x.dtype != "int32" or x.ndim < 1 or block < 1 or x.shape[-1] % block:
         raise TEError(f"widen_words_int16x2(): expects int32 words x[..., K4] with K4 a "
@@ -50,11 +51,15 @@ def widen_words_int16x2(x: Tensor, block: int, name: str | None = None) -> Tenso
     k4 = x.shape[-1]
 
     def body(*idx):
-        *lead, g, p, b = idx
-        return pair_of_word(x(*lead, g * block + b), p)
+        *lead, k2 = idx
+        if block == k4:                       # one group: the halves of the row
+            return pair_of_word(x(*lead, k2 % k4), k2 // k4)
+        rest = k2 % (2 * block)
+        return pair_of_word(x(*lead, (k2 // (2 * block)) * block + rest % block),
+                            rest // block)
 
-    return compute(x.shape[:-1] + (k4 // block, 2, block), body,
-                   name=name or "widen_words_int16x2", tag=INJECTIVE)
+    return compute(x.shape[:-1] + (2 * k4,), body, name=name or "widen_words_int16x2",
+                   tag=INJECTIVE)
 
 
 def pair_weight_rows(pairs: np.ndarray, block: int) -> np.ndarray:
