@@ -2,13 +2,15 @@
 inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
 
 - `im2col_nhwc_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: packed
-  NHWC words x4[N, H, W, C4] -> columns [N, OH, OW, KH * KW, C4] (a kernel of its own;
-  `im2col_nhwc_int8x4_inline` is the same op, fused with its producers: see below).
+  NHWC words x4[N, H, W, C4] -> columns [N, OH, OW, KH * KW, C4] (a kernel of its own: see
+  below).
 - `bitcast_int8x4(x)`: uint8/int8 x[..., C] (C a multiple of 4) -> its bytes read as int32
   words [..., C / 4], byte t of word k being x[..., 4k + t]: pack_int8x4 along the last axis,
   which for a buffer in memory is a view (graph/tasks.py ALIAS_OPS), no kernel. OPAQUE, so
   fusion leaves it alone and never inlines it into a consumer, which would assemble every word
   from four byte loads.
+- `im2col_nhwc_int8x4` with attr split_taps: the columns as [N, OH, OW, KH, KW * C4] (the
+  same bytes): a stem's copy (C4 = 1) then runs along each tap row without div/mod.
 - `im2col_nhwc_int8x4` with attr pairs: the columns as int16 pairs [N, OH, OW, KH * KW, 2,
   C4] (te/ops/quantized_pairs.py), for matmul_int16x2.
 - `widen_int8x4_pairs(x4)`, attr block: packed uint8 words [..., K4] -> their int16 pairs
@@ -83,6 +85,10 @@ def _infer_im2col_nhwc(ins, attrs):
                          f"{x.dtype}{list(x.shape)}")
     n, h, w, c4 = x.shape
     kh, kw = attrs["kernel"]
+    if attrs.get("split_taps"):
+        if attrs.get("pairs"):
+            raise ValueError("im2col_nhwc_int8x4: split_taps and pairs do not combine")
+        return [((n,) + _out_hw(h, w, (kh, kw), attrs) + (kh, kw * c4), "int32")]
     pairs = (2,) if attrs.get("pairs") else ()
     return [((n,) + _out_hw(h, w, (kh, kw), attrs) + (kh * kw,) + pairs + (c4,), "int32")]
 
@@ -90,13 +96,11 @@ def _infer_im2col_nhwc(ins, attrs):
 # im2col_nhwc_int8x4 is OPAQUE, a kernel of its own that copies runs of C4 words made once:
 # fused, a reshape of its columns in the same group indexed them by div/mod (3136 x 144
 # words: 0.63 ms fused, 0.18 ms alone, 1 thread). A stem's columns (C4 = 1: its 3 channels in
-# one word) take im2col_nhwc_int8x4_inline, INJECTIVE, which fusion merges with the input's
-# quantize, transpose and pack: alone, its 5-D copy with a last axis of 1 ran as one
-# flattened loop of div/mods (ResNet-18's 7x7 stem, 614K words: 3.9 ms alone, 2.2 ms with
-# the quantize inlined, although each word is then quantized once per tap).
+# one word) read words padded by the kernel that quantizes and packs them, with split_taps:
+# as [KH * KW, 1] its copy ran as one flattened loop of div/mods and padding selects
+# (ResNet-18's 7x7 stem, 614K words: 3.9 ms; 1.9-2.2 ms fused with the input's quantize,
+# each word then quantized once per tap), as [KH, KW] runs of a padded input 0.26 ms.
 OPS["im2col_nhwc_int8x4"] = OpDef("im2col_nhwc_int8x4", OpClass.OPAQUE, _infer_im2col_nhwc)
-OPS["im2col_nhwc_int8x4_inline"] = OpDef("im2col_nhwc_int8x4_inline", OpClass.INJECTIVE,
-                                         _infer_im2col_nhwc)
 
 
 def _im2col_nhwc_reference(node, x):
@@ -106,7 +110,7 @@ def _im2col_nhwc_reference(node, x):
     cols = np.ascontiguousarray(np.stack(taps, axis=3)).astype(np.int32)
     if attrs.get("pairs"):
         cols = np.stack([cols & BYTE_PAIR_MASK, (cols >> 8) & BYTE_PAIR_MASK], axis=-2)
-    return np.ascontiguousarray(cols)
+    return np.ascontiguousarray(cols).reshape(node.outputs[0].shape)
 
 
 @_op("depthwise_conv2d_integer_nhwc", OpClass.OUT_ELEMWISE_FUSABLE)
@@ -140,12 +144,12 @@ IMPLS["bitcast_int8x4"] = _bitcast_reference
 # compiled only when it cannot be a view (a graph output): the pack along the last axis
 LOWERINGS["bitcast_int8x4"] = lambda node, args: [tq.pack_int8x4(args[0], -1)]
 IMPLS["depthwise_conv2d_integer_nhwc"] = _depthwise_nhwc_reference
-for _name in ("im2col_nhwc_int8x4", "im2col_nhwc_int8x4_inline"):
+for _name in ("im2col_nhwc_int8x4",):
     IMPLS[_name] = _im2col_nhwc_reference
     LOWERINGS[_name] = lambda node, args: [tqn.im2col_nhwc_int8x4(
         args[0], *node.attrs["kernel"], int(node.attrs["pad_word"]),
         tuple(node.attrs["strides"]), tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]),
-        pairs=bool(node.attr("pairs")))]
+        pairs=bool(node.attr("pairs")), split_taps=bool(node.attr("split_taps")))]
 LOWERINGS["depthwise_conv2d_integer_nhwc"] = _lower_depthwise_nhwc
 
 

@@ -32,7 +32,7 @@ from .dce import eliminate_dead_code
 from .int8_widen import PANEL, panel_width, widens_int8
 from .rewrite import Namer
 
-_IM2COL = ("im2col_nhwc_int8x4", "im2col_nhwc_int8x4_inline")
+_IM2COL = ("im2col_nhwc_int8x4",)         # (a stem's, split_taps, is left alone)
 # GEMMs narrower than this keep dot4_u8s16: the in-loop split is shared by N / 16 register
 # tiles only, and the pairs double the activation bytes. 1 thread, dot4_u8s16 time /
 # matmul_int16x2 time: 3136 x 576 x 64 0.95, ResNet-18's 7x7 stem (12544 x 196 x 64, the
@@ -78,6 +78,7 @@ def to_int16_pairs(graph: Graph, target=None) -> Graph:
         k4 = a.shape[-1]
         if (src.op == "reshape" and src.inputs[0].name in producers
                 and producers[src.inputs[0].name].op in _IM2COL
+                and not producers[src.inputs[0].name].attr("split_taps")
                 and len(consumers[src.inputs[0].name]) == 1 and len(consumers[a.name]) == 1
                 and src.name not in replace and producers[src.inputs[0].name].name not in replace):
             im2col = producers[src.inputs[0].name]
