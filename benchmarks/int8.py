@@ -6,8 +6,9 @@
                               [--profile N]
 
 - peak: chains of the target's u8 x s8 -> s32 dot instruction with no loads (vpdpbusd with
-  AVX512-VNNI; else vpmaddubsw + vpmaddwd, the pair Kiln's exact AVX2 lowering uses twice per
-  dot4), one and two OS threads: GOPS (2 ops per multiply-add) of the instruction alone.
+  AVX512-VNNI; else vpmaddubsw + vpmaddwd, onnxruntime's saturating AVX2 step, and the exact
+  int16-pair step Kiln's AVX2 kernels issue, vpmaddwd + vpaddd), one and two OS threads:
+  GOPS (2 ops per multiply-add) of the instructions alone.
 - gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
   space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run;
   Kiln in each weight form of --int8-forms: "pairs" (what the target gets: int16 weight pairs
@@ -57,10 +58,14 @@ CHAINS = 12
 ITERATIONS = 1 << 21
 
 
-def build_dot_loop(target: Target, chains: int = CHAINS):
+def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
     """`void dot_loop(i64 n, i32* out)`: n rounds of `chains` independent dot steps at the
-    widest width the target has; returns (module, ops per round, instruction name)."""
+    widest width the target has; returns (module, ops per round, instruction name). With
+    `pairs` (a target without VNNI): the exact int16-pair step of dot2_s16 instead, acc +=
+    vpmaddwd(acc, w): 2 multiply-adds per int32 lane."""
     lanes, how = dot4_strategies(target_features(target))[0]
+    if pairs:
+        how = "pairs"
     i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
     v32, v16, v8 = ir.VectorType(i32, lanes), ir.VectorType(i16, 2 * lanes), \
         ir.VectorType(i8, 4 * lanes)
@@ -91,6 +96,8 @@ def build_dot_loop(target: Target, chains: int = CHAINS):
     for acc in accs:
         if how == "vnni":
             nxt.append(b.call(dp, [acc, b.bitcast(a_word, v32), b.bitcast(b_word, v32)]))
+        elif how == "pairs":
+            nxt.append(b.add(acc, b.call(wd, [b.bitcast(acc, v16), b.bitcast(b_word, v16)])))
         else:   # acc += pmaddwd(pmaddubsw(acc bytes, b), 1): a dependent chain per register
             pairs = b.call(ubsw, [b.bitcast(acc, v8), b_word])
             nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
@@ -107,6 +114,8 @@ def build_dot_loop(target: Target, chains: int = CHAINS):
         total = b.add(total, value)
     b.store(b.extract_element(total, ir.Constant(i32, 0)), fn.args[1])
     b.ret_void()
+    if how == "pairs":
+        return module, 2 * 2 * lanes * chains, "vpmaddwd+vpaddd"   # 2 per int32 lane
     name = "vpdpbusd" if how == "vnni" else "vpmaddubsw+vpmaddwd"
     return module, 2 * 4 * lanes * chains, name   # 4 multiply-adds per int32 lane
 
@@ -132,21 +141,27 @@ def run_threads(fn, threads: int, iterations: int) -> float:
 
 
 def bench_peak(target: Target, repeat: int) -> dict:
-    module, ops_per_round, name = build_dot_loop(target)
-    compiled = compile_module(module, target)
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32))(
-        compiled.address("dot_loop"))
-    outs = {"instruction": name}
-    rows = []
+    """The target's dot instruction chains and, without VNNI, the exact pair step's
+    (vpmaddwd + vpaddd: what matmul_int16x2 / dot4_u8s16 issue), timed in turns."""
+    loops = [build_dot_loop(target)]
+    if dot4_strategies(target_features(target))[0][1] != "vnni":
+        loops.append(build_dot_loop(target, pairs=True))
+    outs, rows, fns = {"instruction": loops[0][2]}, [], []
+    for module, ops_per_round, name in loops:
+        compiled = compile_module(module, target)
+        fns.append((compiled, ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(
+            ctypes.c_int32))(compiled.address("dot_loop")), ops_per_round, name))
     for threads in (1, 2):
-        run_threads(fn, threads, ITERATIONS // 8)
-        times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
-        gops = threads * ITERATIONS * ops_per_round / 1e9
-        outs[f"peak_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
-        outs[f"peak_gops_{threads}t_best"] = round(gops / min(times), 1)
-        rows.append([threads, gops / statistics.median(times), gops / min(times)])
-    print(f"int8 dot peak ({name}, {CHAINS} chains)")
-    print_table(["threads", "GOPS (median)", "GOPS (best)"], rows)
+        for k, (_, fn, ops_per_round, name) in enumerate(fns):
+            run_threads(fn, threads, ITERATIONS // 8)
+            times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
+            gops = threads * ITERATIONS * ops_per_round / 1e9
+            key = "peak" if k == 0 else "pairs_peak"
+            outs[f"{key}_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
+            outs[f"{key}_gops_{threads}t_best"] = round(gops / min(times), 1)
+            rows.append([name, threads, gops / statistics.median(times), gops / min(times)])
+    print(f"int8 dot peaks ({CHAINS} chains)")
+    print_table(["instructions", "threads", "GOPS (median)", "GOPS (best)"], rows)
     return outs
 
 

@@ -10,11 +10,12 @@ weights kept int8 in memory and widened by one vpmovsxbw per weight vector):
 - an im2col (graph/passes/int8_nhwc.py: ResNet's 3x3 convs, the stems) writes its columns
   as pairs (attr pairs), block C4: the split is a vectorised and/shift over each tap's C4
   words;
-- a quantize + pack (MatMulInteger's dynamically quantized activations, a packed 1x1 conv's
-  input) gets a widen_int8x4_pairs, which fuses into the same kernel.
+- a pack (MatMulInteger's dynamically quantized activations, a QGemm's) gets a
+  widen_int8x4_pairs, which fuses into the same kernel.
 
-Activations read in place (bitcast_int8x4, a view of the previous conv's uint8 output) keep
-dot4_u8s16: widening them would add a kernel and a pass over memory.
+Activations read in place (bitcast_int8x4, a view of the previous conv's uint8 output: the
+1x1 convs) keep dot4_u8s16: widening them would add a kernel and a pass over memory. So do
+GEMMs with fewer than MIN_COLUMNS columns (below).
 
 1 thread, thread CPU time, one interleaved run (benchmarks/RESULTS.md has the model
 figures), GOPS of dot4_u8s16 -> matmul_int16x2 (onnxruntime MatMulInteger): 784 x 1152 x
