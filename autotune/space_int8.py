@@ -23,11 +23,19 @@ from ..te.visit import walk
 
 # vector registers the madd lowerings hold besides the accumulators, per register file
 MADD_TEMPORARIES = 7
+# ... and dot2_s16 (one vpmaddwd of int16 pairs: te/ops/quantized_pairs.py), which holds a
+# broadcast row, the tile's weight vectors and a product
+DOT2_TEMPORARIES = 4
 
 
 def uses_dot4(op: ComputeOp) -> bool:
     return any(isinstance(node, Call) and node.name in DOT4_INTRINSICS
                for node in walk(op.body))
+
+
+def _dot_calls(op: ComputeOp) -> set[str]:
+    return {node.name for node in walk(op.body)
+            if isinstance(node, Call) and node.name in DOT4_INTRINSICS}
 
 
 def is_dot4_gemm(op: ComputeOp) -> bool:
@@ -51,7 +59,9 @@ def dot4_register_budget(target: Target, op: ComputeOp, budget: int) -> int:
     if not strategies or strategies[0][1] == "vnni":
         return budget
     registers = 32 if target.vector_bits >= 512 else 16
-    return min(budget, registers - MADD_TEMPORARIES)
+    held = (DOT2_TEMPORARIES if _dot_calls(op) <= {"dot2_s16", "dot2_s16s8"}
+            else MADD_TEMPORARIES)
+    return min(budget, registers - held)
 
 
 def dot4_vector_tile(extent: int, lanes: int, tile: int) -> int:

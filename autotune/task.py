@@ -90,7 +90,8 @@ class Task:
 
 # Calls that stand for more than one operation: a dot4 word is 4 multiply-adds, 8 ops with
 # the combine that _op_flops adds (so int8 "GFLOPS" are GOPS, 2 per u8 x s8 multiply-add).
-_CALL_OPS = {"dot4_u8s8": 7, "dot4_u8s7": 7, "dot4_u8s8sym": 7, "dot4_u8s16": 7}
+_CALL_OPS = {"dot4_u8s8": 7, "dot4_u8s7": 7, "dot4_u8s8sym": 7, "dot4_u8s16": 7,
+             "dot2_s16": 3, "dot2_s16s8": 3}
 
 
 def _arith_count(expr: E.Expr) -> int:

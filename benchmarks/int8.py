@@ -2,11 +2,13 @@
 
     python benchmarks/int8.py [--parts peak,gemm,models] [--models resnet18,mobilenetv2,bert]
                               [--threads 1,2] [--samples 100] [--db PATH] [--repeat 7]
-                              [--gemm-weights full,symmetric]
+                              [--gemm-weights full,symmetric] [--clock wall|cpu]
+                              [--profile N]
 
 - peak: chains of the target's u8 x s8 -> s32 dot instruction with no loads (vpdpbusd with
-  AVX512-VNNI; else vpmaddubsw + vpmaddwd, the pair Kiln's exact AVX2 lowering uses twice per
-  dot4), one and two OS threads: GOPS (2 ops per multiply-add) of the instruction alone.
+  AVX512-VNNI; else vpmaddubsw + vpmaddwd, onnxruntime's saturating AVX2 step, and the exact
+  int16-pair step Kiln's AVX2 kernels issue, vpmaddwd + vpaddd), one and two OS threads:
+  GOPS (2 ops per multiply-add) of the instructions alone.
 - gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
   space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run;
   Kiln in each weight form of --int8-forms: "pairs" (what the target gets: int16 weight pairs
@@ -15,9 +17,10 @@
   with int8 weights over the full range and symmetric ones ([-127, 127], onnxruntime's
   quantizer's), which Kiln's AVX2 lowering does with half the split's multiplies.
 - models: the builders of graph/models.py quantized by onnxruntime.quantization (ResNet-18 and
-  MobileNetV2 static QDQ per-channel, calibrated on 8 random inputs; the BERT-like encoder
-  dynamic), Kiln int8 (each of --int8-forms) vs onnxruntime int8 vs Kiln fp32 latency;
-  accuracy (of the first form) on `samples` random
+  MobileNetV2 static QDQ per-channel, calibrated on 8 random inputs, and in the QOperator
+  form as resnet18-qop / mobilenetv2-qop; the BERT-like encoder dynamic), Kiln int8 (each
+  of --int8-forms) vs onnxruntime int8 vs Kiln fp32 latency; accuracy (of the first form)
+  on `samples` random
   inputs: max abs error and top-1 agreement of Kiln int8 against onnxruntime int8 and of
   onnxruntime int8 against fp32.
 Prints tables and, as the last line, one JSON object.
@@ -55,10 +58,14 @@ CHAINS = 12
 ITERATIONS = 1 << 21
 
 
-def build_dot_loop(target: Target, chains: int = CHAINS):
+def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
     """`void dot_loop(i64 n, i32* out)`: n rounds of `chains` independent dot steps at the
-    widest width the target has; returns (module, ops per round, instruction name)."""
+    widest width the target has; returns (module, ops per round, instruction name). With
+    `pairs` (a target without VNNI): the exact int16-pair step of dot2_s16 instead, acc +=
+    vpmaddwd(acc, w): 2 multiply-adds per int32 lane."""
     lanes, how = dot4_strategies(target_features(target))[0]
+    if pairs:
+        how = "pairs"
     i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
     v32, v16, v8 = ir.VectorType(i32, lanes), ir.VectorType(i16, 2 * lanes), \
         ir.VectorType(i8, 4 * lanes)
@@ -89,6 +96,8 @@ def build_dot_loop(target: Target, chains: int = CHAINS):
     for acc in accs:
         if how == "vnni":
             nxt.append(b.call(dp, [acc, b.bitcast(a_word, v32), b.bitcast(b_word, v32)]))
+        elif how == "pairs":
+            nxt.append(b.add(acc, b.call(wd, [b.bitcast(acc, v16), b.bitcast(b_word, v16)])))
         else:   # acc += pmaddwd(pmaddubsw(acc bytes, b), 1): a dependent chain per register
             pairs = b.call(ubsw, [b.bitcast(acc, v8), b_word])
             nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
@@ -105,6 +114,8 @@ def build_dot_loop(target: Target, chains: int = CHAINS):
         total = b.add(total, value)
     b.store(b.extract_element(total, ir.Constant(i32, 0)), fn.args[1])
     b.ret_void()
+    if how == "pairs":
+        return module, 2 * 2 * lanes * chains, "vpmaddwd+vpaddd"   # 2 per int32 lane
     name = "vpdpbusd" if how == "vnni" else "vpmaddubsw+vpmaddwd"
     return module, 2 * 4 * lanes * chains, name   # 4 multiply-adds per int32 lane
 
@@ -130,21 +141,27 @@ def run_threads(fn, threads: int, iterations: int) -> float:
 
 
 def bench_peak(target: Target, repeat: int) -> dict:
-    module, ops_per_round, name = build_dot_loop(target)
-    compiled = compile_module(module, target)
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32))(
-        compiled.address("dot_loop"))
-    outs = {"instruction": name}
-    rows = []
+    """The target's dot instruction chains and, without VNNI, the exact pair step's
+    (vpmaddwd + vpaddd: what matmul_int16x2 / dot4_u8s16 issue), timed in turns."""
+    loops = [build_dot_loop(target)]
+    if dot4_strategies(target_features(target))[0][1] != "vnni":
+        loops.append(build_dot_loop(target, pairs=True))
+    outs, rows, fns = {"instruction": loops[0][2]}, [], []
+    for module, ops_per_round, name in loops:
+        compiled = compile_module(module, target)
+        fns.append((compiled, ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(
+            ctypes.c_int32))(compiled.address("dot_loop")), ops_per_round, name))
     for threads in (1, 2):
-        run_threads(fn, threads, ITERATIONS // 8)
-        times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
-        gops = threads * ITERATIONS * ops_per_round / 1e9
-        outs[f"peak_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
-        outs[f"peak_gops_{threads}t_best"] = round(gops / min(times), 1)
-        rows.append([threads, gops / statistics.median(times), gops / min(times)])
-    print(f"int8 dot peak ({name}, {CHAINS} chains)")
-    print_table(["threads", "GOPS (median)", "GOPS (best)"], rows)
+        for k, (_, fn, ops_per_round, name) in enumerate(fns):
+            run_threads(fn, threads, ITERATIONS // 8)
+            times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
+            gops = threads * ITERATIONS * ops_per_round / 1e9
+            key = "peak" if k == 0 else "pairs_peak"
+            outs[f"{key}_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
+            outs[f"{key}_gops_{threads}t_best"] = round(gops / min(times), 1)
+            rows.append([name, threads, gops / statistics.median(times), gops / min(times)])
+    print(f"int8 dot peaks ({CHAINS} chains)")
+    print_table(["instructions", "threads", "GOPS (median)", "GOPS (best)"], rows)
     return outs
 
 
@@ -164,11 +181,12 @@ def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
 @contextlib.contextmanager
 def _int8_form(form: str):
     """Compile int8 kernels with weights as "pairs" (the target's choice), "bytes" (the
-    widening pass off) or "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
-    graph/passes/int8_nhwc.py); the model cache is off for the last two: its key does not
-    see the switch."""
-    if form not in ("pairs", "bytes", "nchw"):
-        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw")
+    widening pass off), "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
+    graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
+    its activation bytes in the inner loop, graph/passes/int8_pairs.py off); the model cache
+    is off for all but the first: its key does not see the switch."""
+    if form not in ("pairs", "bytes", "nchw", "dot4"):
+        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
@@ -176,6 +194,9 @@ def _int8_form(form: str):
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "nchw":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "pixel-major int8")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "dot4":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
     try:
         yield
@@ -240,11 +261,22 @@ def model_b(model: onnx.ModelProto) -> np.ndarray:
     return onnx.numpy_helper.to_array(model.graph.initializer[0]).astype(np.int32)
 
 
-MODELS = {
-    "resnet18": (lambda: models.resnet18_like(image_size=224), "static"),
-    "mobilenetv2": (lambda: models.mobilenetv2_like(image_size=224), "static"),
-    "bert": (lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2), "dynamic"),
+MODELS = {   # name: (fp32 builder, quantize mode, static format)
+    "resnet18": (lambda: models.resnet18_like(image_size=224), "static", "qdq"),
+    "mobilenetv2": (lambda: models.mobilenetv2_like(image_size=224), "static", "qdq"),
+    "bert": (lambda: models.bert_like_encoder(seq=128, hidden=256, layers=2), "dynamic",
+             "qdq"),
+    # the same CNNs in onnxruntime's QOperator form (QLinearConv, QLinearAdd, ...)
+    "resnet18-qop": (lambda: models.resnet18_like(image_size=224), "static", "qoperator"),
+    "mobilenetv2-qop": (lambda: models.mobilenetv2_like(image_size=224), "static",
+                        "qoperator"),
 }
+
+# --clock: "wall" (perf_counter) or "cpu" (the calling thread's CPU time: what the other
+# processes on a loaded machine do not inflate; meaningful at 1 thread only, where Kiln's and
+# onnxruntime's kernels run on the calling thread)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+CLOCK = time.perf_counter
 
 
 def _top1(x: np.ndarray) -> np.ndarray:
@@ -276,24 +308,83 @@ def _interleaved(fns: dict, repeat: int) -> dict:
     for fn in fns.values():
         fn()
     times = {k: [] for k in fns}
+    clock = CLOCK
     for _ in range(repeat):
         for k, fn in fns.items():
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[k].append(time.perf_counter() - start)
+            times[k].append(clock() - start)
     return {k: (min(v), statistics.median(v)) for k, v in times.items()}
 
 
+def _kind(kernel: str) -> str:
+    """A kernel's kind: its name without the hash (matmul_int8x4_add_requantize)."""
+    return kernel.rsplit("_", 1)[0]
+
+
+def _profile(compiled, model: onnx.ModelProto, feeds: dict, top: int,
+             repeat: int = 15) -> dict:
+    """Per kernel at 1 thread, each kernel called alone and timed by --clock (best of
+    `repeat`), summed by kind; onnxruntime int8's per-node times (its own profiler, wall
+    clock, median per node) summed by op type. Prints both; returns the sums."""
+    import json
+    compiled.run(feeds)
+    compiled._bind(feeds)
+    per = [[] for _ in compiled._steps]
+    clock = CLOCK
+    for _ in range(repeat):
+        for k, (fn, args) in enumerate(compiled._steps):
+            start = clock()
+            fn(*args)
+            per[k].append(clock() - start)
+    rows = sorted(((min(t) * 1e3, s.kernel) for s, t in zip(compiled.plan.steps, per)),
+                  reverse=True)
+    kinds: dict[str, float] = {}
+    for ms, kernel in rows:
+        kinds[_kind(kernel)] = kinds.get(_kind(kernel), 0.0) + ms
+    total = sum(ms for ms, _ in rows)
+    print(f"Kiln int8 kernels, 1 thread ({len(rows)} calls, {total:.2f} ms summed); the "
+          f"{top} slowest:")
+    print_table(["ms", "kernel"], [[ms, k] for ms, k in rows[:top]])
+    print_table(["ms (summed)", "share", "kind"],
+                [[ms, ms / total, k] for k, ms in sorted(kinds.items(), key=lambda x: -x[1])])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        for _ in range(repeat):
+            sess.run(None, feeds)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    nodes: dict[str, list] = {}
+    for ev in events:
+        if ev.get("cat") == "Node" and ev["name"].endswith("_kernel_time"):
+            nodes.setdefault(ev["name"], [ev["args"]["op_name"]]).append(ev["dur"] / 1e3)
+    ops: dict[str, float] = {}
+    for op, *times in nodes.values():
+        ops[op] = ops.get(op, 0.0) + statistics.median(times)
+    ort_total = sum(ops.values())
+    print(f"onnxruntime int8 nodes, 1 thread ({len(nodes)} nodes, {ort_total:.2f} ms summed, "
+          "wall clock):")
+    print_table(["ms (summed)", "share", "op"],
+                [[ms, ms / ort_total, op] for op, ms in sorted(ops.items(), key=lambda x: -x[1])])
+    return {"kiln_ms": round(total, 3), "kiln_kinds_ms": {k: round(v, 3) for k, v in kinds.items()},
+            "ort_ms": round(ort_total, 3), "ort_ops_ms": {k: round(v, 3) for k, v in ops.items()}}
+
+
 def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int,
-                 forms: tuple[str, ...] = ("pairs",)) -> dict:
+                 forms: tuple[str, ...] = ("pairs",), profile: int = 0) -> dict:
     out, rows = {}, []
     for name in names:
-        build, mode = MODELS[name]
+        build, mode, quant_format = MODELS[name]
         fp32 = build()
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = os.path.join(tmp, "m.onnx"), os.path.join(tmp, "q.onnx")
             onnx.save(fp32, src)
-            quantize_model(src, dst, mode=mode, random=8)
+            quantize_model(src, dst, mode=mode, random=8, quant_format=quant_format)
             int8 = onnx.load(dst)
         feeds = random_inputs(fp32, 1, seed=11)[0]
         entry = {}
@@ -329,6 +420,8 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
                          timed["ort_int8"][1] * 1e3]
                         + [f"{best[k]:.2f} ({best[k] / best['ort_int8']:.2f}x ort)"
                            for k in extra])
+            if t == 1 and profile:
+                entry["profile"] = _profile(ours, int8, feeds, profile)
             if t == threads[0]:
                 spec = _session(int8, t, optimize=False)
                 entry["accuracy"] = _accuracy({"ort_int8": int8_sess, "spec": spec,
@@ -360,16 +453,26 @@ def main() -> None:
     parser.add_argument("--int8-forms", default="pairs,bytes",
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
-                        "with the convs in NCHW, as before the pixel-major pass)")
+                        "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
+                        "without the activation pairs of graph/passes/int8_pairs.py)")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
+                        help="wall: perf_counter; cpu: the calling thread's CPU time "
+                        "(use with --threads 1; other processes' load does not inflate it)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="per-kernel profile of each model's Kiln int8 at 1 thread (the "
+                        "N slowest kernels, all summed by kind) and onnxruntime's per-node "
+                        "times by op type")
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = CLOCKS[args.clock]
     parts = args.parts.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     forms = tuple(args.int8_forms.split(","))
     target = Target.native()
-    figures = {"cpu": target.cpu}
+    figures = {"cpu": target.cpu, "clock": args.clock}
     if "peak" in parts:
         figures["peak"] = bench_peak(target, args.repeat)
     if "gemm" in parts:
@@ -379,7 +482,7 @@ def main() -> None:
                                               forms=forms))
     if "models" in parts:
         figures["models"] = bench_models(args.models.split(","), threads, args.db,
-                                         args.repeat, args.samples, forms)
+                                         args.repeat, args.samples, forms, args.profile)
     emit_json(figures)
 
 

@@ -1,4 +1,5 @@
-"""The integer dot-product intrinsics of te.expr (dot4_u8s8, dot4_u8s7, dot4_u8s8sym, dot4_u8s16)
+"""The integer dot-product intrinsics of te.expr (dot4_u8s8, dot4_u8s7, dot4_u8s8sym, dot4_u8s16,
+dot2_s16)
 as LLVM IR.
 
 Each int32 lane holds 4 packed bytes; the result lane is sum_t uint8(a_t) * int8(b_t). The
@@ -31,6 +32,12 @@ lowering is chosen from the Target's features, never assumed:
   to work around, and the split of a word is shared by every weight vector it meets (LLVM's
   GVN merges the identical and/shift of a broadcast row or of a vector column). Chosen by
   the graph where the target lacks VNNI (graph/passes/int8_widen.py).
+- dot2_s16 takes both operands as int16 pairs (the activations widened ahead of the GEMM,
+  graph/passes/int8_pairs.py): one `vpmaddwd` per native vector, nothing else, so a GEMM's
+  inner loop is a broadcast, the weight loads, and a vpmaddwd + add per accumulator.
+- dot2_s16s8 takes its weight pairs as int16 words of two int8 (half the weight bytes):
+  one `vpmovsxbw` widens a weight vector (shared by every row of the register tile), then
+  one `vpmaddwd` per native vector as in dot2_s16.
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
 A vector wider than the native width is split into native chunks and joined again; an odd
@@ -197,6 +204,32 @@ def _generic_pairs(bld: ir.IRBuilder, a: ir.Value, b_even: ir.Value, b_odd: ir.V
     return total
 
 
+def _madd(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """dot2_s16 on one native vector: one vpmaddwd."""
+    lanes = a.type.count
+    words_ty, dwords_ty = ir.VectorType(I16, 2 * lanes), ir.VectorType(T.I32, lanes)
+    wd = _declare(bld.module, _PMADDWD[lanes], dwords_ty, [words_ty, words_ty])
+    return bld.call(wd, [bld.bitcast(a, words_ty), bld.bitcast(b, words_ty)])
+
+
+def _widen_bytes(bld: ir.IRBuilder, b: ir.Value) -> ir.Value:
+    """int16 lanes of two int8 -> int32 lanes of the two sign-extended to int16 (vpmovsxbw)."""
+    lanes = b.type.count
+    return bld.bitcast(bld.sext(bld.bitcast(b, ir.VectorType(I8, 2 * lanes)),
+                                ir.VectorType(I16, 2 * lanes)), ir.VectorType(T.I32, lanes))
+
+
+def _generic_dot2(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    lanes = a.type.count
+    halves_ty, wide_ty = ir.VectorType(I16, 2 * lanes), ir.VectorType(T.I32, 2 * lanes)
+    prods = bld.mul(bld.sext(bld.bitcast(a, halves_ty), wide_ty),
+                    bld.sext(bld.bitcast(b, halves_ty), wide_ty))
+    parts = [bld.shuffle_vector(prods, ir.Constant(wide_ty, None), ir.Constant(
+        ir.VectorType(T.I32, lanes), [2 * lane + h for lane in range(lanes)]))
+        for h in range(2)]
+    return bld.add(parts[0], parts[1])
+
+
 def _generic(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     lanes = a.type.count
     bytes_ty = ir.VectorType(I8, 4 * lanes)
@@ -245,20 +278,22 @@ def _join(bld: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
 def _native_sizes(em, name: str) -> list[int]:
     """int32 lanes of the native vectors `name` lowers to on the module's target."""
     feats = target_features(getattr(em.mod, "target", None))
-    if name == "dot4_u8s16":
+    if name in ("dot4_u8s16", "dot2_s16", "dot2_s16s8"):
         return pmaddwd_lanes(feats)
     return [size for size, _ in dot4_strategies(feats)]
 
 
 def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Value:
-    """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym of int32 scalars or vectors `a`, `b` (same
-    type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
+    """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym / dot2_s16 of int32 scalars or vectors `a`, `b`
+    (same type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
     (odd)."""
     bld = em.builder
     scalar = not T.is_vector(a)
     if scalar:
-        a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(T.I32, 1), None), v,
+        a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(v.type, 1), None), v,
                                           ir.Constant(T.I32, 0)) for v in (a, b, *more)]
+    if name == "dot2_s16s8":        # the int8 weight pairs widened, then as dot2_s16
+        b, name = _widen_bytes(bld, b), "dot2_s16"
     lanes = a.type.count
     native = _native_sizes(em, name)
     if native and lanes > native[-1] and all(lanes % size for size in native):
@@ -271,10 +306,14 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
         out = emit_dot4(em, name, *args)
         return bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
             ir.VectorType(T.I32, lanes), list(range(lanes))))
-    if name == "dot4_u8s16":
+    if name in ("dot4_u8s16", "dot2_s16"):
         sizes = [size for size in pmaddwd_lanes(target_features(
             getattr(em.mod, "target", None))) if lanes % size == 0]
-        if not sizes:
+        if name == "dot2_s16":
+            out = _generic_dot2(bld, a, b) if not sizes else _join(bld, [
+                _madd(bld, x, y) for x, y in zip(_chunks(bld, a, sizes[0]),
+                                                 _chunks(bld, b, sizes[0]))])
+        elif not sizes:
             out = _generic_pairs(bld, a, b, more[0])
         else:
             out = _join(bld, [_madd_pairs(bld, x, y, z) for x, y, z in zip(

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..te import expr as E
 from ..te.errors import LoweringError
-from ..te.reference import dot4_u8s8_reference, dot4_u8s16_reference
+from ..te.reference import (dot2_s16_reference, dot2_s16s8_reference, dot4_u8s8_reference,
+                            dot4_u8s16_reference)
 from .ir import Allocate, BufferLoad, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Store
 
 _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
@@ -22,6 +23,8 @@ _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x
           "dot4_u8s7": lambda a, b: int(dot4_u8s8_reference(a, b)),
           "dot4_u8s8sym": lambda a, b: int(dot4_u8s8_reference(a, b)),
           "dot4_u8s16": lambda a, b, c: int(dot4_u8s16_reference(a, b, c)),
+          "dot2_s16": lambda a, b: int(dot2_s16_reference(a, b)),
+          "dot2_s16s8": lambda a, b: int(dot2_s16s8_reference(a, b)),
           "tan": math.tan, "asin": math.asin, "acos": math.acos, "atan": math.atan,
           "sinh": math.sinh, "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh,
           "atanh": math.atanh, "fmod": math.fmod, "bit_and": lambda a, b: a & b,

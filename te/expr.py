@@ -235,7 +235,7 @@ class Call(Expr):
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
               "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
-              "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16") + INT_INTRINSICS
+              "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16", "dot2_s16s8") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
@@ -246,7 +246,18 @@ INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "a
 # weights given widened to int16 pairs: b_even holds (b_0, b_2), b_odd (b_1, b_3) (low half
 # first, any int16 values): a_0 b_0 + a_2 b_2 + a_1 b_1 + a_3 b_3, exact in int32 (two
 # vpmaddwd on AVX2, no saturation; codegen/dot4.py).
-DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16")
+# dot2_s16(a, b) = a_0 b_0 + a_1 b_1 over the int16 halves of the words a and b (low half
+# first): one vpmaddwd lane. The int8 GEMMs take it with activations widened to int16 pairs
+# ahead of the GEMM (graph/passes/int8_pairs.py: zero-extended uint8, so exact), which leaves
+# the inner loop no byte split at all. (It wraps only for a = b = (-32768, -32768), as
+# vpmaddwd does.)
+# dot2_s16s8(a, b) = the same with b an int16 holding two int8 (low byte first), sign-extended
+# to the pair: the weight stays int8 in memory (half dot2_s16's weight bytes: a GEMM with few
+# rows streams its weight) and AVX2 widens it with one vpmovsxbw per weight vector.
+DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16",
+                   "dot2_s16s8")
+# the dtypes of intrinsics whose arguments are not all int32 words
+DOT4_DTYPES = {"dot2_s16s8": ("int32", "int16")}
 DOT4_ARITY = {"dot4_u8s16": 3}
 
 
@@ -511,8 +522,12 @@ def call(name: str, *args) -> Expr:
     exprs = [_as_expr(a) for a in args]
     if name in DOT4_INTRINSICS:
         arity = DOT4_ARITY.get(name, 2)
-        if len(exprs) != arity or any(e.dtype != "int32" for e in exprs):
-            what = "two int32 words of 4 packed bytes" if arity == 2 else (
+        dtypes = DOT4_DTYPES.get(name, ("int32",) * arity)
+        if tuple(e.dtype for e in exprs) != dtypes:
+            what = ("an int32 word of 2 int16, then an int16 of 2 int8"
+                    if name == "dot2_s16s8" else
+                    "two int32 words of 2 packed int16" if name == "dot2_s16" else
+                    "two int32 words of 4 packed bytes") if arity == 2 else (
                 "three int32 words (4 packed bytes, then two of int16 pairs)")
             raise TEError(f"intrinsic {name} takes {what}, got "
                           f"{', '.join(e.dtype for e in exprs) or 'nothing'}")
@@ -553,6 +568,8 @@ def dot4_u8s8(a, b): return call("dot4_u8s8", a, b)
 def dot4_u8s7(a, b): return call("dot4_u8s7", a, b)
 def dot4_u8s8sym(a, b): return call("dot4_u8s8sym", a, b)
 def dot4_u8s16(a, b_even, b_odd): return call("dot4_u8s16", a, b_even, b_odd)
+def dot2_s16(a, b): return call("dot2_s16", a, b)
+def dot2_s16s8(a, b): return call("dot2_s16s8", a, b)
 def sin(x): return call("sin", x)
 def cos(x): return call("cos", x)
 

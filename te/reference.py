@@ -313,8 +313,25 @@ def dot4_u8s16_reference(a, b_even, b_odd):
     return total.astype(np.int32)
 
 
+def dot2_s16_reference(a, b):
+    """a_0 b_0 + a_1 b_1 over the int16 halves of int32 words a, b (te.expr's dot2_s16),
+    wrapped to int32 as vpmaddwd does."""
+    a_h = np.ascontiguousarray(a, np.int32)[..., None].view(np.int16).astype(np.int64)
+    b_h = np.ascontiguousarray(b, np.int32)[..., None].view(np.int16).astype(np.int64)
+    return (a_h * b_h).sum(axis=-1).astype(np.int32)
+
+
+def dot2_s16s8_reference(a, b):
+    """a_0 b_0 + a_1 b_1 over the int16 halves of the int32 words a and the int8 bytes of
+    the int16 b (te.expr's dot2_s16s8)."""
+    a_h = np.ascontiguousarray(a, np.int32)[..., None].view(np.int16).astype(np.int64)
+    b_b = np.ascontiguousarray(b, np.int16)[..., None].view(np.int8).astype(np.int64)
+    return (a_h * b_b).sum(axis=-1).astype(np.int32)
+
+
 _INTRINSICS = {
-    "dot4_u8s16": dot4_u8s16_reference,
+    "dot2_s16s8": dot2_s16s8_reference,
+    "dot4_u8s16": dot4_u8s16_reference, "dot2_s16": dot2_s16_reference,
     "dot4_u8s8": dot4_u8s8_reference, "dot4_u8s7": dot4_u8s8_reference,
     "dot4_u8s8sym": dot4_u8s8_reference,
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,

@@ -15,6 +15,7 @@ from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import check_tensor, int_tuple, padding4
 from .conv import conv_output_extent
+from .quantized_pairs import pair_of_word
 from .tags import CONV2D_NCHW, INJECTIVE
 
 QUANT_DTYPES = ("uint8", "int8")
@@ -42,12 +43,17 @@ def _read_padded(x: Tensor, b, y, xx, c, top: int, left: int, fill: E.Expr) -> E
 
 
 def im2col_nhwc_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
-                       padding=(0, 0, 0, 0), dilation=1, name: str | None = None) -> Tensor:
+                       padding=(0, 0, 0, 0), dilation=1, name: str | None = None,
+                       pairs: bool = False, split_taps: bool = False) -> Tensor:
     """The windows of packed NHWC activations x[N, H, W, C4] (4 channels a word) as
     pixel-major columns [N, OH, OW, KH * KW, C4]: element (n, y, x, t, c) is
     padded[n, y * sh + (t // KW) * dh, x * sw + (t % KW) * dw, c], the padding holding
     `pad_word`. Viewed as [N * OH * OW, KH * KW * C4], a matmul_int8x4 with the weight
-    words [KH * KW * C4, F] (`nhwc_weight_words`) over it is the conv, pixels as rows."""
+    words [KH * KW * C4, F] (`nhwc_weight_words`) over it is the conv, pixels as rows.
+    With `pairs`, each word is written as its int16 pairs (te/ops/quantized_pairs.py, block
+    C4): [N, OH, OW, KH * KW, 2, C4], the even bytes' pair at 0, the odd bytes' at 1. With
+    `split_taps` the same columns as [N, OH, OW, KH, KW * C4] (a tap row's words as one
+    axis: a stem's C4 = 1 copy runs along it without div/mod)."""
     check_tensor("im2col_nhwc_int8x4", x)
     if x.ndim != 4 or x.dtype != "int32":
         raise TEError(f"im2col_nhwc_int8x4(): expects packed words x[N, H, W, C4] (int32), got "
@@ -61,6 +67,17 @@ def im2col_nhwc_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
         return _read_padded(x, b, y * sh + (t // kw) * dh, xx * sw + (t % kw) * dw, c,
                             top, left, fill)
 
+    if split_taps:
+        if pairs:
+            raise TEError("im2col_nhwc_int8x4(): split_taps and pairs do not combine")
+        return compute((n, oh, ow, kh, kw * c4),
+                       lambda b, y, xx, ry, q: _read_padded(
+                           x, b, y * sh + ry * dh, xx * sw + (q // c4) * dw, q % c4, top, left,
+                           fill), name=name or "im2col_nhwc_int8x4", tag=INJECTIVE)
+    if pairs:
+        return compute((n, oh, ow, kh * kw, 2, c4),
+                       lambda b, y, xx, t, p, c: pair_of_word(body(b, y, xx, t, c), p),
+                       name=name or "im2col_nhwc_int8x4", tag=INJECTIVE)
     return compute((n, oh, ow, kh * kw, c4), body, name=name or "im2col_nhwc_int8x4",
                    tag=INJECTIVE)
 
