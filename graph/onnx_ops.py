@@ -191,8 +191,11 @@ def _conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))
     p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
-    trim = trimmed_window(x.shape[2:], kernel, strides, dilations, p)
-    if trim is not None:        # taps that read only padding: a smaller window, same result
+    # taps that read only padding: a smaller window, same result (a constant weight only:
+    # a quantized model's DequantizeLinear -> Conv stays whole for the int8 passes)
+    trim = trimmed_window(x.shape[2:], kernel, strides, dilations, p) \
+        if w.name in ctx.constants else None
+    if trim is not None:
         (r0, c0), (kh, kw), p = trim
         w = ctx.emit("slice", [w], {"starts": (0, 0, r0, c0),
                                     "ends": (w.shape[0], w.shape[1], r0 + kh, c0 + kw),
