@@ -25,8 +25,7 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
-GUARDED_ROWS = 4          # register rows of such a GEMM when its last row tile is guarded:
-                          # 2 x 11 rows, 6-row tiles (6 + 5 guarded): 1.7x slower than 4
+MIN_TAILED_ROWS = 4       # register rows of such a GEMM at least, when a tail tile follows
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 # A pool's window taps are unrolled inside its register tile (the `window` knob); at most
 # this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
@@ -263,8 +262,7 @@ class DefaultsMixin:
             leading = None
         if leading is not None:
             out[knob.name] = list(whole or _most_rows_tile(knob.choices, extents[rows],
-                                                           min(out[knob.name][1],
-                                                               GUARDED_ROWS)))
+                                                           out[knob.name][1]))
             out.update(leading)
             # the parallel loop then needs the column blocks too (the rows' is one iteration)
             out[par.name] = max(out[par.name], depth)
@@ -308,11 +306,21 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int
     return max(exact, key=lambda c: c[1])
 
 
-def _most_rows_tile(choices: tuple, extent: int, inner: int) -> tuple:
-    """The register tile `inner` (at most GUARDED_ROWS rows: the last tile is guarded)
-    repeated over as many rows as fit the extent: 49 rows as 12 x 4 (one cache tile of 48
-    rows, then the last row), not 4 x 6 (the weight read 3 times). Swin-T's 7x7-pixel
-    stage (768 x 3072 weights), 1 thread: benchmarks/RESULTS.md."""
+def _most_rows_tile(choices: tuple, extent: int, cap: int) -> tuple:
+    """A register tile of MIN_TAILED_ROWS..`cap` rows repeated over as many rows as fit the
+    extent, the rest one tail tile (split off unguarded by codegen/tails.py): the fewest
+    row tiles, then the longest tail. 49 rows as 8 x 6 + 1 (one cache tile of 48 rows), not
+    4 x 6 (the weight read 3 times) nor 12 x 4 + 1; 11 as 6 + 5, not 4 + 4 + 3 (1.12x); 7
+    as 4 + 3, not 6 + 1 (1.04x). Swin-T's 7x7-pixel stage (768 x 3072 weights), 1 thread:
+    benchmarks/RESULTS.md."""
+    inners = sorted({c[1] for c in choices if MIN_TAILED_ROWS <= c[1] <= min(cap, extent)})
+    if not inners:
+        inners = [min(cap, extent)]
+
+    def cost(inner):
+        tiles = -(-extent // inner)
+        return tiles, -(extent - (tiles - 1) * inner)
+    inner = min(inners, key=cost)
     fits = [c for c in choices if c[1] == inner and c[0] * c[1] <= extent]
     return max(fits, key=lambda c: c[0], default=(1, inner))
 
