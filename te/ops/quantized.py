@@ -279,6 +279,14 @@ def _dot4(seven_bit: bool, symmetric: bool = False):
     return E.dot4_u8s7 if seven_bit else E.dot4_u8s8sym if symmetric else E.dot4_u8s8
 
 
+def check_panel_columns(op: str, panels: Tensor, block: int, n: int | None) -> None:
+    """Weight panels [P, ..., block] hold n columns: ceil(n / block) = P."""
+    count = panels.shape[0]
+    if n is None or not (count - 1) * block < n <= count * block:
+        raise TEError(f"{op}(): panels '{panels.name}'{list(panels.shape)} need the column "
+                      f"count n with ceil(n / {block}) = {count}, got n={n}")
+
+
 def _check_words(op: str, *tensors: Tensor) -> None:
     for t in tensors:
         check_tensor(op, t)
@@ -306,9 +314,7 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
                       f"{list(a.shape)} and '{b.name}'{list(b.shape)}")
     if panels:
         block = b.shape[3]
-        if n is None or not (b.shape[0] - 1) * block < n <= b.shape[0] * block:
-            raise TEError(f"matmul_int8x4(): panels '{b.name}'{list(b.shape)} need the column "
-                          f"count n with ceil(n / {block}) = {b.shape[0]}, got n={n}")
+        check_panel_columns("matmul_int8x4", b, block, n)
     k = reduce_axis(k_extent, "k")
     dot = _dot4(seven_bit, symmetric)
 

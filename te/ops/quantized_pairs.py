@@ -24,6 +24,7 @@ from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import check_tensor
+from .quantized import check_panel_columns
 from .tags import BATCH_MATMUL, INJECTIVE, MATMUL
 
 BYTE_PAIR_MASK = 0x00FF00FF
@@ -104,9 +105,7 @@ def matmul_int16x2(a: Tensor, b: Tensor, n: int | None = None,
                       f"'{b.name}'{list(b.shape)}")
     if panels:
         block = b.shape[2]
-        if n is None or not (b.shape[0] - 1) * block < n <= b.shape[0] * block:
-            raise TEError(f"matmul_int16x2(): panels '{b.name}'{list(b.shape)} need the column "
-                          f"count n with ceil(n / {block}) = {b.shape[0]}, got n={n}")
+        check_panel_columns("matmul_int16x2", b, block, n)
     k = reduce_axis(k_extent, "k")
 
     def body(*idx):
