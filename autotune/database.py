@@ -7,6 +7,11 @@ older logs open unchanged). WAL mode and a commit after every record, so a kille
 loses at most the trial in flight and a reader can follow a writer. The jsonl exchange format
 carries a record's feature vector too, as an optional `features` field.
 
+A `choices` table holds the outcome of confirming a task's leaders (autotune/confirm.py): the
+default and the fastest records measured again side by side, and the one that won, which a
+compile then takes over the plain minimum of the records (noisy and biased minima: see
+`Choice`). Created when missing, like `features`.
+
 A record also stores the thread count it was measured at (`threads`; NULL in logs written
 before it existed): the fastest schedule at 1 thread is often not the fastest at 2 (the
 parallel loop's split decides), so `best(..., threads=T)` ranks records measured at T first.
@@ -82,6 +87,39 @@ class Record:
                 "threads": self.threads}
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The confirmed schedule of a task on a target at a thread count.
+
+    The minimum over a task's records is a biased pick: each record is one noisy measurement
+    taken at its own moment, so the minimum of many favours a lucky one (and the default,
+    measured first, read high). A confirmation measures the default and the leading records
+    again, interleaved in one process, and keeps the winner here. It stands while no record
+    faster than `best_record_seconds` (the fastest record when it was made) has been added.
+    """
+
+    task_key: str
+    target: str
+    threads: int
+    config: dict
+    is_default: bool
+    seconds: float                  # the winner's median time in the confirmation
+    default_seconds: float          # the default's, in the same rounds
+    best_record_seconds: float      # the fastest record's mean_cost at the time
+    candidates: tuple = ()          # ({"config": ..., "seconds": ..., "status": ...}, ...)
+    timestamp: float = field(default_factory=time.time)
+    kiln_version: str = field(default_factory=kiln_version)
+
+    @property
+    def speedup(self) -> float:
+        """The default's time over the winner's, in the same rounds (1.0: the default)."""
+        return self.default_seconds / self.seconds if self.seconds > 0 else 1.0
+
+    def is_current(self, best_record_seconds: float) -> bool:
+        """True while no record faster than the ones confirmed has been added."""
+        return best_record_seconds >= self.best_record_seconds * (1 - 1e-9)
+
+
 _RECORD_FIELDS = ("task_key", "target", "config", "costs", "status")
 
 
@@ -136,6 +174,13 @@ class Database:
             db["features"].create({"record_id": int, "version": str, "vector": bytes},
                                   pk="record_id", foreign_keys=[("record_id", "records", "id")],
                                   if_not_exists=True)
+        if "choices" not in db.table_names():
+            db["choices"].create({"id": int, "task_key": str, "target": str, "threads": int,
+                                  "config": str, "is_default": int, "seconds": float,
+                                  "default_seconds": float, "best_record_seconds": float,
+                                  "candidates": str, "timestamp": float, "kiln_version": str},
+                                 pk="id", if_not_exists=True)
+            db["choices"].create_index(["task_key", "target", "threads"], if_not_exists=True)
         db.conn.commit()
 
     def _attach_base(self) -> None:
@@ -144,6 +189,7 @@ class Database:
         db = self._db.conn
         if self.base is None:
             self._records, self._features, self._tasks = "records", "features", "tasks"
+            self._choices = "choices"
             return
         if not self.base.is_file():
             raise TuningDatabaseError(f"the base tuning database '{self.base}' does not exist; "
@@ -160,6 +206,14 @@ class Database:
                    "SELECT * FROM base.tasks WHERE workload_key NOT IN "
                    "(SELECT workload_key FROM main.tasks)")
         self._records, self._features, self._tasks = "all_records", "all_features", "all_tasks"
+        self._choices = "choices"
+        base_tables = {name for (name,) in db.execute(
+            "SELECT name FROM base.sqlite_master WHERE type = 'table'")}
+        if "choices" in base_tables:    # (a base log written before choices has none)
+            columns = ", ".join(c for c in self._db["choices"].columns_dict if c != "id")
+            db.execute(f"CREATE TEMP VIEW all_choices AS SELECT id, {columns} FROM "
+                       f"main.choices UNION ALL SELECT -id AS id, {columns} FROM base.choices")
+            self._choices = "all_choices"
 
     def __repr__(self) -> str:
         over = f" over {self.base}" if self.base is not None else ""
@@ -212,7 +266,35 @@ class Database:
         self._db.conn.commit()
         return record_id
 
+    def commit_choice(self, choice: Choice) -> None:
+        """Append a confirmation's outcome (the newest one of a task, target and thread
+        count is the one that counts; older ones stay as history)."""
+        self._commit_target(choice.target)
+        self._db["choices"].insert({
+            "task_key": choice.task_key, "target": choice.target, "threads": choice.threads,
+            "config": json.dumps(choice.config, sort_keys=True),
+            "is_default": int(choice.is_default), "seconds": choice.seconds,
+            "default_seconds": choice.default_seconds,
+            "best_record_seconds": choice.best_record_seconds,
+            "candidates": json.dumps(list(choice.candidates)), "timestamp": choice.timestamp,
+            "kiln_version": choice.kiln_version})
+        self._db.conn.commit()
+
     # ------------------------------------------------------------------ reading
+
+    def choice(self, task_key: str, target: str, threads: int) -> Choice | None:
+        """The newest confirmation of `task_key` on `target` at `threads`, if any (whether
+        it is still current is the caller's question: Choice.is_current)."""
+        rows = list(self._db.query(
+            f"SELECT * FROM {self._choices} WHERE task_key = ? AND target = ? AND threads = ? "
+            "ORDER BY timestamp DESC, id DESC LIMIT 1", [task_key, target, int(threads)]))
+        if not rows:
+            return None
+        row = rows[0]
+        return Choice(row["task_key"], row["target"], row["threads"], json.loads(row["config"]),
+                      bool(row["is_default"]), row["seconds"], row["default_seconds"],
+                      row["best_record_seconds"], tuple(json.loads(row["candidates"])),
+                      row["timestamp"], row["kiln_version"])
 
     @staticmethod
     def _to_record(row: dict) -> Record:

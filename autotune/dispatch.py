@@ -4,7 +4,9 @@ A compile asks `apply_best` for each task. The search goes: this CPU's records a
 count the kernel will run at, then at other counts (Database.best ranks them), then, with
 `similar_cpus`, another CPU of the same vector ISA; else the space's default. A record whose
 config does not fit the space (a knob the space no longer has, a value it no longer offers)
-is skipped, logged once per task, and counted; a record never makes a compile fail. Records
+is skipped, logged once per task, and counted; a record never makes a compile fail. A
+confirmed choice (autotune/confirm.py: the default and the leading records timed again side
+by side) outranks the plain minimum of the records while no faster record has been added. Records
 of an older schema are renamed on the way (autotune/migrate.py) where the log is writable.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..codegen.runtime_config import num_threads_from_env
 from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
-from .database import Database, Record
+from .database import Choice, Database, Record
 from .migrate import legacy_knob_names, rename_config
 from .space import SearchSpace
 from .task import Task
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 # the source of a schedule measured on another CPU of the same vector ISA
 SIMILAR_CPU_SOURCE = "similar CPU"
 DEFAULT_SOURCE = "default (no tuning records)"
+CONFIRMED_DEFAULT_SOURCE = "default (confirmed faster than the tuned records)"
 # stored records looked at, fastest first, before settling for the default
 MAX_CANDIDATES = 64
 _warned: set[tuple[str, str]] = set()      # (task key, target) whose skips were logged
@@ -52,10 +55,12 @@ class Selection:
     # with `zero_shot`: the best configs of the most similar tasks, ranked with the default's
     # mutations (zero_shot.donors_for)
     donors: tuple[dict, ...] = ()
+    # the confirmation this selection follows (autotune/confirm.py), if any
+    choice: Choice | None = None
 
     def source(self, target: str) -> str:
         if self.record is None:
-            return DEFAULT_SOURCE
+            return CONFIRMED_DEFAULT_SOURCE if self.choice is not None else DEFAULT_SOURCE
         if self.record.target == target:
             return "database"
         cpu = Target.from_string(self.record.target).cpu
@@ -88,6 +93,9 @@ def select_record(task: Task, target: str, db: Database | None, threads: int | N
     threads = threads or num_threads_from_env()
     space = space or SearchSpace(task, threads)
     upgrade_legacy_records(db, space)
+    confirmed = confirmed_selection(task, target, db, threads, space)
+    if confirmed is not None:
+        return confirmed
     skipped: list[tuple[Record, str]] = []
     tiers = [target] + (db.similar_targets(task.workload_key, target) if similar_cpus else [])
     chosen = None
@@ -106,6 +114,24 @@ def select_record(task: Task, target: str, db: Database | None, threads: int | N
                     "(first: %s); `kiln logs` counts them, `kiln logs --prune` removes them",
                     task.name, len(skipped), skipped[0][1])
     return Selection(chosen, tuple(skipped))
+
+
+def confirmed_selection(task: Task, target: str, db: Database, threads: int,
+                        space: SearchSpace) -> Selection | None:
+    """The selection a current confirmation of `task` on this CPU makes (None: there is no
+    confirmation, a faster record came after it, or its config no longer fits the space)."""
+    choice = db.choice(task.workload_key, target, threads)
+    if choice is None or space.misfit(choice.config) is not None:
+        return None
+    best = db.best(task.workload_key, target, 1, threads=threads)
+    if not best or not choice.is_current(best[0].mean_cost):
+        return None
+    if choice.is_default:
+        return Selection(None, choice=choice)
+    record = Record(task.workload_key, target, choice.config, (choice.seconds,), "OK",
+                    threads=threads, kiln_version=choice.kiln_version,
+                    timestamp=choice.timestamp)
+    return Selection(record, choice=choice)
 
 
 def apply_best(task: Task, target: str, db: Database | None,
@@ -136,7 +162,7 @@ def apply_selection(space: SearchSpace, selection: Selection) -> tuple[Schedule,
             sch, args = space.apply(config)
             return sch, args, ZERO_SHOT_SOURCE
     sch, args = space.apply(space.default_config())
-    return sch, args, DEFAULT_SOURCE
+    return sch, args, selection.source(target)
 
 
 def build_best(task: Task, target: str, db: Database | None, threads: int | None = None):

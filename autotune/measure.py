@@ -328,6 +328,9 @@ def serve(read_fd: int, write_fd: int) -> None:
         try:
             if payload.get("kind") == "features":
                 result = features_payload(payload, held)
+            elif payload.get("kind") == "compare":
+                from .compare import run_compare
+                result = run_compare(payload, held)
             else:
                 result = run_payload(payload, held)
         except Exception:  # noqa: BLE001 - never let one candidate kill the worker loop
@@ -466,6 +469,40 @@ class Runner:
         self._stop(kill=True)
         return MeasureResult(MeasureStatus.TIMEOUT, error_text=(
             f"candidate did not finish within {self.options.timeout:.1f} s; worker killed"))
+
+    def compare(self, task: Task, data: TaskData, configs: list[dict], target: str,
+                rounds: int = 7, rotate_bytes: int | None = None) -> list[MeasureResult]:
+        """Build, check and time `configs` side by side in interleaved rounds
+        (autotune/compare.py); one MeasureResult per config, whose costs are its mean call
+        time in each round. A worker that crashes or hangs fails them all (never raises)."""
+        self.start()
+        token, fresh = self._token(task, data)
+        payload = {"kind": "compare", "token": token, "held": tuple(self._held),
+                   "configs": configs, "target": target, "options": self.options,
+                   "rounds": rounds}
+        if rotate_bytes is not None:
+            payload["rotate_bytes"] = rotate_bytes
+        if fresh:
+            payload.update(task=pickle.dumps(task), inputs=data.inputs, expected=data.expected)
+        limit = self.options.timeout * (len(configs) + 1)
+        try:
+            self._send.send(payload)
+            if self._conn.poll(limit):
+                reply = self._conn.recv()
+                if isinstance(reply, list) and len(reply) == len(configs):
+                    return reply
+                if not isinstance(reply, MeasureResult):
+                    reply = MeasureResult(MeasureStatus.RUNTIME_ERROR,
+                                          error_text=f"unexpected worker reply {reply!r:.200}")
+                return [reply] * len(configs)
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            return [self._died()] * len(configs)
+        if not self._alive():
+            return [self._died()] * len(configs)
+        self._stop(kill=True)
+        return [MeasureResult(MeasureStatus.TIMEOUT, error_text=(
+            f"the side-by-side timing of {len(configs)} configs did not finish within "
+            f"{limit:.0f} s; worker killed"))] * len(configs)
 
     def features(self, task: Task, data: TaskData, configs: list[dict],
                  meanwhile: Callable[[], None]) -> list | None:

@@ -20,6 +20,10 @@ trial in flight when the deadline passes, so a run ends within the budget plus a
 trial (and one search proposal), counted from when the measurement worker is up (starting
 it takes a second, more on a loaded machine); every trial is committed as it is measured,
 and a rerun resumes from the database.
+
+When the trials are spent, each tuned task's default and leading records are timed again side
+by side and the winner is stored as the task's confirmed choice (autotune/confirm.py), heaviest
+task first; with a time budget, part of it is kept for that (confirm.confirm_reserve).
 """
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..te.errors import KilnError
+from .confirm import CONFIRM, SECONDS_PER_TASK, ConfirmOptions, confirm_reserve, confirm_tasks
 from .cost_model import CostModelPool, XGBCostModel
-from .database import Database
+from .database import Choice, Database
 from .measure import MeasureOptions, Runner
 from .search import SearchConfig
 from .task import Task
@@ -50,6 +55,7 @@ class TaskReport:
     trials: int
     best_seconds: float
     timing: dict = field(default_factory=dict, compare=False)   # this task's TrialTimer
+    choice: Choice | None = None        # the confirmation made at the end of this run
 
 
 def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) -> float:
@@ -72,14 +78,17 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                options: MeasureOptions | None = None,
                callback: Callable[[Progress], None] | None = None,
                share_model: bool = True, transfer: bool = True,
-               time_budget: float | None = None) -> list[TaskReport]:
+               time_budget: float | None = None,
+               confirm: ConfirmOptions | None = CONFIRM) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total at the
     measurement's thread count (records already there count, so a rerun resumes, as in
     tune_task), or until `time_budget` seconds have passed, whichever comes first (None: no
     such limit; one of the two is required); one report per task.
 
     `share_model`: one cost model trained on every task's rows (model-guided search only);
-    `transfer`: start it from the stored features of earlier tasks on `target`."""
+    `transfer`: start it from the stored features of earlier tasks on `target`; `confirm`:
+    time each task's default and leading records again side by side at the end and store
+    the winner (autotune/confirm.py; None: don't)."""
     if trials is None and time_budget is None:
         raise KilnError("tune_tasks needs a trial budget (trials=) or a time budget "
                         "(time_budget= seconds), or both")
@@ -103,11 +112,16 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     spent = sum(t.n_records for t in tuners)
     pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
     exhausted: set[int] = set()
+    choices: dict[str, Choice] = {}
+    end = None
     try:
         if time_budget is not None:
             runner.start()      # the budget is tuning time: it starts once the worker is up
         start = time.perf_counter()
-        deadline = None if time_budget is None else start + time_budget
+        end = None if time_budget is None else start + time_budget
+        deadline = end
+        if end is not None and confirm is not None:
+            deadline = end - confirm_reserve(time_budget, len(tuners))
         while spent < trials and (deadline is None or time.perf_counter() < deadline):
             if pending:
                 index = pending.pop(0)
@@ -133,6 +147,13 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                 exhausted.add(index)
                 if len(exhausted) == len(tuners):
                     break
+        if confirm is not None:
+            order = sorted(range(len(tuners)), reverse=True,
+                           key=lambda i: weights[i] * _finite(tuners[i].best_seconds))
+            choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
+                                    tuners[0].target if tuners else target, db, runner,
+                                    deadline=end, options=confirm,
+                                    expected_seconds=SECONDS_PER_TASK)
     except KeyboardInterrupt:
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)
     finally:
@@ -141,4 +162,9 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     log.info("task scheduler: %d trials, %.1f candidates/min, %.0f%% overhead",
              timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])
     return [TaskReport(t.task.workload_key, t.task.name, w, t.n_records, t.best_seconds,
-                       t.timer.summary()) for t, w in zip(tuners, weights)]
+                       t.timer.summary(), choices.get(t.task.workload_key))
+            for t, w in zip(tuners, weights)]
+
+
+def _finite(seconds: float) -> float:
+    return seconds if math.isfinite(seconds) else 0.0

@@ -15,8 +15,9 @@ from typing import Callable
 
 from ..codegen.runtime_config import num_threads_from_env
 from ..te.errors import KilnError
+from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_task
 from .cost_model import CostModelPool, XGBCostModel
-from .database import Database, Record, config_key
+from .database import Choice, Database, Record, config_key
 from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401 - re-exported
                        canonical_target, upgrade_legacy_records)
 from .features import FEATURE_VERSION
@@ -107,6 +108,7 @@ class TuneResult:
     interrupted: bool = False
     # where the time went: seconds per trial by part, candidates per minute (TrialTimer)
     timing: dict = field(default_factory=dict, compare=False)
+    choice: Choice | None = None    # the confirmation made at the end (autotune/confirm.py)
 
 
 class TaskTuner:
@@ -189,6 +191,12 @@ class TaskTuner:
         stored = self.db.feature_vectors(self.task.workload_key, self.target, FEATURE_VERSION)
         for key, vector in stored.items():
             self.featurize.cache.setdefault(key, vector)
+
+    @property
+    def data(self) -> TaskData | None:
+        """The inputs and reference outputs candidates are checked against (None until the
+        first trial makes them)."""
+        return self._data
 
     @property
     def best_seconds(self) -> float:
@@ -276,7 +284,8 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
               batch_size: int = 8, callback: Callable[[Progress], None] | None = None,
               seed: int = 0, options: MeasureOptions | None = None,
               search_config: SearchConfig | None = None, transfer: bool = True,
-              share_features: bool = True, time_budget: float | None = None) -> TuneResult:
+              share_features: bool = True, time_budget: float | None = None,
+              confirm: ConfirmOptions | None = CONFIRM) -> TuneResult:
     """Tune `task` until the database holds `trials` records of it on `target` at the
     measurement's thread count (`options.threads`, else KILN_NUM_THREADS, else every core).
 
@@ -285,6 +294,9 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     `transfer`, the cost model starts from the stored features of other tasks on `target`;
     with `share_features`, the idle measurement worker lowers half of the new candidates.
     `time_budget`: stop after that many seconds as well (the trial in flight finishes).
+    `confirm`: at the end, time the default and the leading records again side by side and
+    store the winner, which compiles then take (autotune/confirm.py; None: don't); a time
+    budget keeps a share of itself for that (confirm.confirm_reserve).
     """
     if time_budget is not None and not time_budget > 0:
         raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
@@ -293,7 +305,10 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     tuner = TaskTuner(task, target, db, search, runner, search_config, transfer=transfer,
                       share_features=share_features)
     initial, interrupted, start = tuner.n_records, False, time.perf_counter()
-    deadline = None if time_budget is None else start + time_budget
+    end = deadline = None if time_budget is None else start + time_budget
+    if end is not None and confirm is not None:
+        deadline = end - confirm_reserve(time_budget, 1)
+    choice = None
     try:
         while tuner.n_records < trials and (deadline is None or time.perf_counter() < deadline):
             n = min(batch_size, trials - tuner.n_records)
@@ -304,6 +319,8 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
             if got == 0:
                 log.info("%s: the search space is exhausted", task.name)
                 break
+        if confirm is not None and (end is None or time.perf_counter() < end):
+            choice = confirm_task(tuner.task, tuner.target, db, runner, confirm, tuner.data)
     except KeyboardInterrupt:
         interrupted = True
         log.warning("%s: tuning interrupted; %d new records are kept", task.name,
@@ -316,7 +333,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     return TuneResult(tuner.task.workload_key, tuner.target,
                       tuner.best.config if tuner.best else None, tuner.best_seconds,
                       tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
-                      interrupted, timing)
+                      interrupted, timing, choice)
 
 
 def remeasure_best(task: Task, target: str, db: Database, k: int = 2,

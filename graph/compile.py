@@ -109,13 +109,15 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
     files), else here. Schedules are the best known for running at `threads`."""
     selections = {mt.name: select_record(mt.task, target, db, threads) for mt in tasks}
     skipped = sum(len(s.skipped) for s in selections.values())
-    if zero_shot and db is not None and any(s.record is None for s in selections.values()):
+    # (a task whose confirmation chose its default keeps it: it was measured, not guessed)
+    unmeasured = {name for name, s in selections.items() if s.record is None and s.choice is None}
+    if zero_shot and db is not None and unmeasured:
         start = time.perf_counter()
         model = zero_shot_model(db, target)
         if model is not None:
             table = zero_shot_donor_table(db, target, threads)
             by_name = {mt.name: mt.task for mt in tasks}
-            selections = {name: s if s.record is not None else dataclasses.replace(
+            selections = {name: s if name not in unmeasured else dataclasses.replace(
                               s, zero_shot=str(model),
                               donors=zero_shot_donors(by_name[name], table))
                           for name, s in selections.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from datetime import datetime
@@ -152,6 +153,14 @@ def cmd_tune(args) -> int:
                        winograd=args.winograd)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
+
+
 def _cpu_name(target: str) -> str:
     from .codegen.target import Target
     return Target.from_string(target).cpu
@@ -193,6 +202,13 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
         bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
                   f"trials of this model's {len(reports)} tasks on this target")
+    confirmed = [r.choice for r in reports if r.choice is not None]
+    if confirmed:
+        tuned = [c for c in confirmed if not c.is_default]
+        console.print(f"confirmed {_count(len(confirmed), 'task')} side by side with their "
+                      f"defaults: {len(tuned)} take a tuned schedule (the default's time / theirs: "
+                      f"{_geomean([c.speedup for c in tuned]):.2f}x geomean), "
+                      f"{len(confirmed) - len(tuned)} keep the default")
     if remeasure:
         added = remeasure_model(model, target=target, db=db, k=remeasure, layout=layout,
                                 winograd=winograd)

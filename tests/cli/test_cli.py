@@ -76,6 +76,8 @@ def test_tune_model_with_remeasure(tmp_path):
     code, out = kiln("tune", str(path), "--trials", "3", "--remeasure", "1", "--db", db)
     assert code == 0, out
     assert "re-measured 2 leading schedules" in out or "re-measured 1 leading" in out, out
+    # tuning ended with the task's leaders timed side by side with its default
+    assert "confirmed 1 task side by side with their defaults" in " ".join(out.split()), out
     # a second run measures nothing: the bar says where its trials came from
     code, out = kiln("tune", str(path), "--trials", "3", "--db", db)
     assert code == 0, out

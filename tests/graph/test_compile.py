@@ -68,7 +68,8 @@ def test_tune_needs_a_database():
 def test_tune_model_records_are_used_by_the_next_compile(tmp_path):
     model = SMALL["mlp"]()
     db = Database(tmp_path / "kiln.db")
-    reports = tune_model(model, trials=3, db=db, batch_size=3,
+    # (no confirmation: it may keep every default, tests/autotune/test_confirm.py covers it)
+    reports = tune_model(model, trials=3, db=db, batch_size=3, confirm=None,
                          options=MeasureOptions(timeout=60, repeat=2,
                                                 min_repeat_seconds=0.001))
     assert sum(r.trials for r in reports) >= 3

@@ -1,0 +1,114 @@
+"""Side-by-side timing of a few configs of one task (runs in the measurement worker).
+
+A tuning trial times one candidate alone, in its own moment: back-to-back calls on the same
+hot inputs, against whatever else the machine was doing then. Comparing two such trials
+compares two moments as much as two schedules, and the minimum over many trials favours a
+lucky one. Here every config is built and checked first, then timed in interleaved rounds
+(each round visits every kernel, in a rotated order), so a slow moment slows all of them
+alike; and each call reads a different copy of the arguments, from a set larger than the
+L2 cache, as a kernel inside a model does (the model's other kernels ran in between).
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+import numpy as np
+
+from .. import codegen
+from ..schedule.lower import lower
+from ..te.errors import KilnError, ScheduleError
+from .measure import MeasureResult, MeasureStatus, _compare, _held_task, _poisoned
+
+# bytes of argument copies the calls cycle through: past a 0.5-2 MB L2, inside L3
+ROTATE_BYTES = 8 << 20
+MAX_COPIES = 64
+BATCH_SECONDS = 0.004       # one kernel's share of a round
+
+
+def compare_payload(payload: dict, held: dict | None = None) -> list[MeasureResult]:
+    """Build, check and time `payload["configs"]` of the payload's task side by side; one
+    MeasureResult per config, in order (the OK ones carry one cost per round)."""
+    entry = _held_task(payload, held)
+    task, options = entry.task, payload["options"]
+    if entry.space is None:
+        from .space import SearchSpace
+        entry.space = SearchSpace(task)
+    results: list[MeasureResult | None] = []
+    kernels = {}
+    for index, config in enumerate(payload["configs"]):
+        result, kernel = _build_checked(entry, config, payload["target"], options)
+        results.append(result)
+        if kernel is not None:
+            kernels[index] = kernel
+    if kernels:
+        costs = _interleaved(kernels, entry, payload.get("rounds", 7),
+                             payload.get("rotate_bytes", ROTATE_BYTES))
+        for index, series in costs.items():
+            results[index] = MeasureResult(MeasureStatus.OK, tuple(series))
+    return results
+
+
+def _build_checked(entry, config: dict, target: str, options):
+    """(None, kernel) for a config that builds and answers right, else (its failure, None)."""
+    task = entry.task
+    try:
+        sch, args = entry.space.apply(config)
+    except ScheduleError as exc:
+        return MeasureResult(MeasureStatus.INVALID_CONFIG, error_text=str(exc)), None
+    try:
+        kernel = codegen.build(lower(sch, args, name=task.name), target=target,
+                               cache_kernel=False)
+    except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR
+        return MeasureResult(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc()), None
+    arrays = _arguments(entry)
+    try:
+        kernel(*arrays)
+    except Exception:  # noqa: BLE001 - the kernel raised
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc()), None
+    wrong = _compare(task, arrays, entry.expected, options)
+    if wrong:
+        return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text=wrong), None
+    return None, kernel
+
+
+def _arguments(entry) -> list[np.ndarray]:
+    return [a.copy() if a is not None else _poisoned(t)
+            for a, t in zip(entry.inputs, entry.task.args)]
+
+
+def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int) -> dict[int, list]:
+    """Per kernel index, its mean call time in each of `rounds` interleaved rounds."""
+    first = _arguments(entry)
+    size = max(1, sum(a.nbytes for a in first))
+    copies = [first] + [_arguments(entry)
+                        for _ in range(min(MAX_COPIES, math.ceil(rotate_bytes / size)) - 1)]
+    calls = {}
+    for index, kernel in kernels.items():
+        for args in copies[:2]:
+            kernel(*args)                           # warm-up: page faults, thread pool
+        start = time.perf_counter()
+        kernel(*first)
+        once = max(time.perf_counter() - start, 1e-7)
+        calls[index] = max(2, round(BATCH_SECONDS / once))
+    order = list(kernels)
+    costs: dict[int, list] = {index: [] for index in order}
+    position = 0        # the copies are visited in turn across kernels and rounds alike
+    for r in range(rounds):
+        for index in order[r % len(order):] + order[:r % len(order)]:
+            kernel, n = kernels[index], calls[index]
+            start = time.perf_counter()
+            for i in range(position, position + n):
+                kernel(*copies[i % len(copies)])
+            costs[index].append((time.perf_counter() - start) / n)
+            position += n
+    return costs
+
+
+def run_compare(payload: dict, held: dict | None = None) -> list[MeasureResult] | MeasureResult:
+    """The worker's entry: the results, or one RUNTIME_ERROR when something else failed."""
+    try:
+        return compare_payload(payload, held)
+    except KilnError:
+        return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
