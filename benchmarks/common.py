@@ -36,15 +36,16 @@ def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1,
     return statistics.median(times)
 
 
-def interleaved_medians(fn_a, fn_b, rounds: int = 5, repeat: int = 10
-                        ) -> tuple[float, float, float]:
+def interleaved_medians(fn_a, fn_b, rounds: int = 5, repeat: int = 10,
+                        clock=time.perf_counter) -> tuple[float, float, float]:
     """(median seconds of fn_a, of fn_b, median of the per-round ratios a/b) over `rounds`
     rounds that each time a then b (`repeat`-run medians): both sides of each ratio see the
-    same machine load, which back-to-back blocks of runs on a shared machine do not."""
+    same machine load, which back-to-back blocks of runs on a shared machine do not.
+    `clock`: as in median_seconds."""
     a, b = [], []
     for _ in range(rounds):
-        a.append(median_seconds(fn_a, repeat))
-        b.append(median_seconds(fn_b, repeat))
+        a.append(median_seconds(fn_a, repeat, clock=clock))
+        b.append(median_seconds(fn_b, repeat, clock=clock))
     return (statistics.median(a), statistics.median(b),
             statistics.median(x / y for x, y in zip(a, b)))
 

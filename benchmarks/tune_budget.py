@@ -1,6 +1,7 @@
 """Latency against tuning time for a CNN Kiln has never seen, with onnxruntime's as a line.
 
     python benchmarks/tune_budget.py [--time 10m] [--points 5] [--image-size 96] [--threads 1]
+                                     [--cpu]
 
 The model is RegNet-X-shaped (graph/models.py's _Builder, random weights): a stride-2 stem,
 then stages of X blocks (1x1 conv, 3x3 grouped conv of group width 8, 1x1 conv, residual),
@@ -38,7 +39,8 @@ HERE = Path(__file__).resolve().parent
 
 
 
-def measure(model, db, threads: int, x: np.ndarray, session, rounds: int, repeat: int) -> dict:
+def measure(model, db, threads: int, x: np.ndarray, session, rounds: int, repeat: int,
+            clock=time.perf_counter) -> dict:
     """Compile with `db`'s records and time Kiln and onnxruntime on the same input, in
     interleaved rounds (the ratio is the median of the per-round ratios)."""
     start = time.perf_counter()
@@ -48,7 +50,7 @@ def measure(model, db, threads: int, x: np.ndarray, session, rounds: int, repeat
     theirs = session.run(None, {"input": x})[0]
     t_kiln, t_ort, ratio = interleaved_medians(lambda: compiled.run([x]),
                                                lambda: session.run(None, {"input": x}),
-                                               rounds, repeat)
+                                               rounds, repeat, clock)
     steps = compiled.plan.steps
     return {"kiln_ms": t_kiln * 1e3, "ort_ms": t_ort * 1e3, "ratio": ratio,
             "max_abs_err": float(np.max(np.abs(ours - theirs))), "compile_s": compile_s,
@@ -84,10 +86,16 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved Kiln/onnxruntime timing rounds (default 5)")
     parser.add_argument("--repeat", type=int, default=20, help="runs per round (default 20)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time runs by the calling thread's CPU time (1 thread only): on a "
+                             "shared machine it leaves out time slices other processes take")
     parser.add_argument("--db", help="keep the tuning log in this new file (default: a "
                         "temporary one)")
     parser.add_argument("--png", default=str(HERE / "tune_budget.png"))
     args = parser.parse_args(argv)
+    if args.cpu and args.threads != 1:
+        parser.error("--cpu measures the calling thread: use it with --threads 1")
+    clock = time.thread_time if args.cpu else time.perf_counter
     logging.basicConfig(level=logging.WARNING)
     model = regnetx_like(image_size=args.image_size)
     x = np.random.default_rng(0).standard_normal((1, 3, args.image_size, args.image_size)) \
@@ -103,7 +111,7 @@ def main(argv=None) -> int:
         tuned, trials = 0.0, 0
         points.append({"tuning_s": 0.0, "trials": 0,
                        **measure(model, None, args.threads, x, session, args.rounds,
-                                   args.repeat)})
+                                   args.repeat, clock)})
         for _ in range(args.points):
             start = time.perf_counter()
             reports = kiln.tune(model, db=db, time_budget=args.time / args.points)
@@ -111,7 +119,7 @@ def main(argv=None) -> int:
             trials = sum(r.trials for r in reports)
             points.append({"tuning_s": tuned, "trials": trials,
                            **measure(model, db, args.threads, x, session, args.rounds,
-                                   args.repeat)})
+                                   args.repeat, clock)})
             print(f"after {tuned:.0f} s of tuning ({trials} trials): Kiln "
                   f"{points[-1]['kiln_ms']:.3f} ms, onnxruntime {points[-1]['ort_ms']:.3f} ms",
                   flush=True)
@@ -129,6 +137,7 @@ def main(argv=None) -> int:
     below = next((p["tuning_s"] for p in points if p["ratio"] < 1.0), None)
     emit_json({"bench": "tune_budget", "model": "regnetx_like", "image_size": args.image_size,
                "threads": args.threads, "time_budget_s": args.time,
+               "clock": "thread_time" if args.cpu else "perf_counter",
                "default_ratio": round(points[0]["ratio"], 3),
                "final_ratio": round(points[-1]["ratio"], 3),
                "best_ratio": round(best["ratio"], 3), "trials": trials,
