@@ -447,9 +447,11 @@ class Runner:
         self.close()
 
     def run(self, task: Task, data: TaskData, config: dict, target: str,
-            test_fault: str | None = None, best_seconds: float = math.inf) -> MeasureResult:
+            test_fault: str | None = None, best_seconds: float = math.inf,
+            timeout: float | None = None) -> MeasureResult:
         """Measure one config of `task`; every outcome is a MeasureResult (never raises for
-        a bad candidate)."""
+        a bad candidate). `timeout`: seconds for this candidate instead of the options'."""
+        timeout = self.options.timeout if timeout is None else timeout
         self.start()
         token, fresh = self._token(task, data)
         payload = {"workload_key": task.workload_key, "token": token,
@@ -460,7 +462,7 @@ class Runner:
             payload.update(task=pickle.dumps(task), inputs=data.inputs, expected=data.expected)
         try:
             self._send.send(payload)
-            if self._conn.poll(self.options.timeout):
+            if self._conn.poll(timeout):
                 return self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             return self._died()
@@ -468,7 +470,7 @@ class Runner:
             return self._died()
         self._stop(kill=True)
         return MeasureResult(MeasureStatus.TIMEOUT, error_text=(
-            f"candidate did not finish within {self.options.timeout:.1f} s; worker killed"))
+            f"candidate did not finish within {timeout:.1f} s; worker killed"))
 
     def compare(self, task: Task, data: TaskData, configs: list[dict], target: str,
                 rounds: int = 7, rotate_bytes: int | None = None) -> list[MeasureResult]:

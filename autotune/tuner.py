@@ -34,6 +34,19 @@ SEARCHES = ("xgb", "random", "grid")
 
 
 SHARE_MIN = 8       # fewer new configs than this are lowered here (a round trip costs more)
+# a candidate may take this many times the slowest working one of its task so far (build,
+# check and timing), and at least TIMEOUT_FLOOR seconds, before it is killed: a config whose
+# unrolled tile makes LLVM run for half a minute cost 9% of a 10-minute budget in two trials
+TIMEOUT_FACTOR = 8.0
+TIMEOUT_FLOOR = 5.0
+
+
+def candidate_timeout(limit: float, slowest_ok: float) -> float:
+    """Seconds a candidate gets: `limit` (the measurement options') until one of the task
+    has worked, then TIMEOUT_FACTOR x the slowest that worked, within [TIMEOUT_FLOOR, limit]."""
+    if slowest_ok <= 0:
+        return limit
+    return min(limit, max(TIMEOUT_FLOOR, TIMEOUT_FACTOR * slowest_ok))
 
 
 class SharedFeaturizer(Featurizer):
@@ -152,6 +165,7 @@ class TaskTuner:
         self.runner = runner
         self.data_seed = data_seed
         self._data: TaskData | None = None
+        self.slowest_ok = 0.0        # round-trip seconds of the slowest working candidate
         self.db.commit_task(self.task.workload_key, self.task.description, self.task.shapes,
                             self.task.flops)
         upgrade_legacy_records(db, self.space)
@@ -255,9 +269,14 @@ class TaskTuner:
                 break
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
-                                     best_seconds=self.best_seconds)
-            timer.add_measurement(time.perf_counter() - sent, result.phases,
+                                     best_seconds=self.best_seconds,
+                                     timeout=candidate_timeout(self.runner.options.timeout,
+                                                               self.slowest_ok))
+            took = time.perf_counter() - sent
+            timer.add_measurement(took, result.phases,
                                   timed_out=result.status is MeasureStatus.TIMEOUT)
+            if result.status is MeasureStatus.OK:
+                self.slowest_ok = max(self.slowest_ok, took)
             record = Record(self.task.workload_key, self.target, config, result.costs,
                             result.status.value, result.error_text,
                             threads=self.runner.threads)

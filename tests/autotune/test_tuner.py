@@ -192,10 +192,11 @@ def test_task_scheduler_stops_when_every_space_is_exhausted_even_without_a_worki
     broken, working = scale(3, 5, "broken"), scale(2, 8, "working")
     real_run = scheduler.Runner.run
 
-    def run(self, task, data, config, target, best_seconds=float("inf")):
+    def run(self, task, data, config, target, best_seconds=float("inf"), timeout=None):
         if task.workload_key == broken.workload_key:
             return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text="injected")
-        return real_run(self, task, data, config, target, best_seconds=best_seconds)
+        return real_run(self, task, data, config, target, best_seconds=best_seconds,
+                        timeout=timeout)
 
     monkeypatch.setattr(scheduler.Runner, "run", run)
     db = Database(tmp_path / "x.db")
@@ -371,3 +372,28 @@ def test_default_schedules_are_made_for_the_thread_count_asked_for(monkeypatch):
     assert ir(1) == one
     if (os.cpu_count() or 1) >= 2:
         assert two_under_one != one
+
+
+def test_candidates_get_a_timeout_scaled_to_the_slowest_working_one(tmp_path, monkeypatch):
+    """Until a candidate of the task works, the options' timeout; then 8x the slowest that
+    worked (at least 5 s, at most the options' timeout): a candidate whose build runs away
+    costs seconds, not the full timeout."""
+    from kiln.autotune import scheduler
+    from kiln.autotune.tuner import TIMEOUT_FLOOR, candidate_timeout
+    assert candidate_timeout(30.0, 0.0) == 30.0
+    assert candidate_timeout(30.0, 0.1) == TIMEOUT_FLOOR
+    assert candidate_timeout(30.0, 1.5) == pytest.approx(12.0)
+    assert candidate_timeout(30.0, 10.0) == 30.0
+    given = []
+    real_run = scheduler.Runner.run
+
+    def run(self, task, data, config, target, best_seconds=float("inf"), timeout=None):
+        given.append(timeout)
+        return real_run(self, task, data, config, target, best_seconds=best_seconds,
+                        timeout=timeout)
+
+    monkeypatch.setattr(scheduler.Runner, "run", run)
+    tune_tasks([(_task(), 1.0)], "native", trials=3, db=Database(tmp_path / "t.db"),
+               search="random", batch_size=3, options=FAST, confirm=None)
+    assert given[0] == FAST.timeout and len(given) == 3
+    assert all(TIMEOUT_FLOOR <= t < FAST.timeout for t in given[1:]), given
