@@ -17,7 +17,7 @@ from ..autotune.dispatch import (SIMILAR_CPU_SOURCE, Selection, apply_selection,
                                  canonical_target, select_record)
 from ..autotune.scheduler import TaskReport, tune_tasks
 from ..autotune.space import SearchSpace
-from ..autotune.tuner import Progress, remeasure_best
+from ..autotune.tuner import Progress
 from ..autotune.zero_shot import ZERO_SHOT_SOURCE
 from ..autotune.zero_shot import donor_table as zero_shot_donor_table
 from ..autotune.zero_shot import donors_for as zero_shot_donors
@@ -281,21 +281,3 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
     return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
                       database, callback=callback, **options)
 
-
-def remeasure_model(model, target: str = "native", db=None, k: int = 2,
-                    input_shapes: Mapping[str, Sequence[int]] | None = None,
-                    options=None, layout: str = "nchwc", winograd: bool = True) -> int:
-    """Re-measure the default and the k best schedules of every task of the model (see
-    autotune.tuner.remeasure_best); returns how many measurements were added."""
-    database = _open_db(db)
-    if database is None:
-        raise KilnError("remeasure_model needs the tuning database to update: pass db=")
-    from ..autotune.measure import MeasureOptions, Runner
-    runner = Runner(options or MeasureOptions())
-    added = 0
-    try:
-        for mt in model_tasks(model, target, input_shapes, layout, winograd):
-            added += len(remeasure_best(mt.task, target, database, k, runner=runner))
-    finally:
-        runner.close()
-    return added

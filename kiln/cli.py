@@ -129,7 +129,7 @@ def cmd_tune(args) -> int:
         if trials is None and args.time is None:
             trials = DEFAULT_MODEL_TRIALS
         return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
-                           remeasure=args.remeasure, layout=args.layout,
+                           leaders=args.leaders, layout=args.layout,
                            winograd=args.winograd)
     model, name = _default_model()
     trials, seconds = args.trials, args.time
@@ -149,7 +149,7 @@ def cmd_tune(args) -> int:
         console.print(f"tuning it for {_duration(seconds)} first (--time changes it; Ctrl-C "
                       "stops early and keeps every measurement)")
     return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
-                       seconds, remeasure=args.remeasure, layout=args.layout,
+                       seconds, leaders=args.leaders, layout=args.layout,
                        winograd=args.winograd)
 
 
@@ -188,16 +188,21 @@ def _tune_op(args, db) -> int:
 
 
 def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
-                seconds: float | None, remeasure: int = 0, layout: str = "nchwc",
+                seconds: float | None, leaders: int = 3, layout: str = "nchwc",
                 winograd: bool = True) -> int:
-    from .graph.compile import remeasure_model, tune_model
+    from .autotune.confirm import ConfirmOptions
+    from .graph.compile import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
                           + ([f"for {_duration(seconds)}"] if seconds is not None else []))
     console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
     start = time.perf_counter()
     with _ProgressBar(trials, seconds) as bar:
+        if leaders < 0:
+            raise KilnError(f"--leaders {leaders}: give a count >= 0 (0: no confirmation)")
+        confirm = ConfirmOptions(leaders=leaders) if leaders else None
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
-                             layout=layout, winograd=winograd, time_budget=seconds)
+                             layout=layout, winograd=winograd, time_budget=seconds,
+                             confirm=confirm)
         held = sum(r.trials for r in reports)
         bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
@@ -209,10 +214,6 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                       f"defaults: {len(tuned)} take a tuned schedule (the default's time / theirs: "
                       f"{_geomean([c.speedup for c in tuned]):.2f}x geomean), "
                       f"{len(confirmed) - len(tuned)} keep the default")
-    if remeasure:
-        added = remeasure_model(model, target=target, db=db, k=remeasure, layout=layout,
-                                winograd=winograd)
-        console.print(f"re-measured {added} leading schedules")
     return _compare(model, name, target, db, layout, winograd)
 
 
@@ -353,9 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "where the model's latency is and stops when it runs out (with "
                            "--trials, whichever comes first; a rerun resumes)")
     tune.add_argument("--search", default="xgb", choices=("xgb", "random", "grid"))
-    tune.add_argument("--remeasure", type=int, default=0, metavar="K",
-                      help="after tuning, measure each task's default and K best schedules "
-                           "again (run on a quiet machine: noise only slows measurements)")
+    tune.add_argument("--leaders", "--remeasure", dest="leaders", type=int, default=3,
+                      metavar="K",
+                      help="the confirmation that ends tuning times each task's default and "
+                           "its K fastest records side by side and keeps the winner "
+                           "(default 3; 0: no confirmation, the fastest record is used)")
     tune.set_defaults(func=cmd_tune)
 
     comp = sub.add_parser("compile", help="compile a model into a shared library")
