@@ -424,9 +424,10 @@ class Database:
 
     def summary(self) -> list[dict]:
         """One row per (task, target) for `kiln logs`: trials by status, best time, GFLOPS,
-        the thread counts measured (None: records from before counts were stored) and the
+        the thread counts measured (None: records from before counts were stored), the
         stale records (`stale`: of an older schema, which no compile applies until they are
-        migrated; see prune_stale)."""
+        migrated; see prune_stale) and the confirmations (`choices`: thread count -> the
+        confirmed record's speedup over the default, None where the default was kept)."""
         out = []
         groups = self._db.query(
             "SELECT r.task_key, r.target, t.description, t.flops, MAX(r.timestamp) AS last, "
@@ -441,11 +442,19 @@ class Database:
             threads = [row["threads"] for row in self._db.query(
                 f"SELECT DISTINCT threads FROM {self._records} WHERE task_key = ? AND "
                 "target = ? ORDER BY threads", [g["task_key"], g["target"]])]
+            # the newest confirmation per thread count: None (the default kept) or the
+            # winner's speedup over the default
+            choices = {row["threads"]: (None if row["is_default"] else
+                                        row["default_seconds"] / row["seconds"])
+                       for row in self._db.query(
+                           f"SELECT threads, is_default, seconds, default_seconds FROM "
+                           f"{self._choices} WHERE task_key = ? AND target = ? "
+                           "ORDER BY timestamp, id", [g["task_key"], g["target"]])}
             best, flops = g["best"], g["flops"] or 0.0
             out.append({"task_key": g["task_key"], "description": g["description"] or "?",
                         "target": g["target"], "threads": threads,
                         "trials": sum(counts.values()), "stale": int(g["stale"] or 0),
-                        "by_status": counts, "best_seconds": best,
+                        "by_status": counts, "best_seconds": best, "choices": choices,
                         "best_gflops": flops / best / 1e9 if best and flops else None,
                         "last_time": g["last"]})
         return out

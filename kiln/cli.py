@@ -307,7 +307,7 @@ def cmd_logs(args) -> int:
         return 0
     table = Table(title=_db_name(db))
     for col in ("task", "cpu", "threads", "trials", "ok", "failed", "stale", "best ms",
-                "GFLOPS", "last"):
+                "GFLOPS", "confirmed", "last"):
         table.add_column(col, no_wrap=col in ("task", "last"))
     for r in rows:
         ok = r["by_status"].get("OK", 0)
@@ -318,8 +318,12 @@ def cmd_logs(args) -> int:
         when = datetime.fromtimestamp(r["last_time"]).strftime("%Y-%m-%d %H:%M") \
             if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
         threads = ",".join("?" if t is None else str(t) for t in r["threads"])
+        confirmed = ", ".join(
+            f"{t}: " + ("default" if speedup is None else f"{speedup:.2f}x")
+            for t, speedup in sorted(r["choices"].items())) or "-"
         table.add_row(r["description"].split(":")[0], cpu, threads, str(r["trials"]), str(ok),
-                      str(r["trials"] - ok), str(r["stale"] or "-"), best, gflops, when)
+                      str(r["trials"] - ok), str(r["stale"] or "-"), best, gflops, confirmed,
+                      when)
     console.print(table)
     stale = sum(r["stale"] for r in rows)
     if stale:

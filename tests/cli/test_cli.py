@@ -82,6 +82,10 @@ def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
         (rows,) = conn.execute("SELECT COUNT(*) FROM choices").fetchone()
         (candidates,) = conn.execute("SELECT candidates FROM choices").fetchone()
     assert rows == 1 and len(json.loads(candidates)) == 2       # the default and 1 leader
+    code, out = kiln("logs", "--db", db, "--json")
+    assert code == 0, out
+    (row,) = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(row["choices"]) == 1, row        # one thread count confirmed
     # a second run measures nothing: the bar says where its trials came from
     code, out = kiln("tune", str(path), "--trials", "3", "--db", db)
     assert code == 0, out
