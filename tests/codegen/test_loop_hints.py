@@ -45,11 +45,13 @@ def _acc_matmul(M: int, N: int, K: int, ti: int = 4):
 
     init = tile(lambda ii, j: Store(CL, ii * N + j, E.const(0.0)))
     update = loop(k, K, tile(lambda ii, j: Store(
-        CL, ii * N + j, load(CL, ii * N + j) + load(A, (io * ti + ii) * K + k) * load(B, k * N + j))))
+        CL, ii * N + j,
+        load(CL, ii * N + j) + load(A, (io * ti + ii) * K + k) * load(B, k * N + j))))
     out = tile(lambda ii, j: Store(C, (io * ti + ii) * N + j,
                                    E.maximum(load(CL, ii * N + j), E.const(0.0))))
-    return PrimFunc("acc_matmul", (A, B, C),
-                    loop(io, -(-M // ti), Allocate(CL, seq(init, update, out)))), (init, update, out)
+    func = PrimFunc("acc_matmul", (A, B, C),
+                    loop(io, -(-M // ti), Allocate(CL, seq(init, update, out))))
+    return func, (init, update, out)
 
 
 def test_zeroing_and_copy_out_are_cold_the_accumulation_is_not():
