@@ -13,6 +13,7 @@ from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
 from . import llvm_types as T
+from . import loop_hints
 from .attributes import kernel_function_attributes
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
@@ -68,6 +69,7 @@ class ModuleContext:
     pool_global: ir.GlobalVariable | None = None
     target: Target | None = None   # for intrinsics lowered by CPU feature (codegen/dot4.py)
     readonly: frozenset = frozenset()  # parameters no statement stores to (loads are shared)
+    cold_loops: frozenset = frozenset()  # loops LLVM must not unroll (codegen/loop_hints.py)
     _counter: int = field(default=0)
 
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -185,6 +187,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
     body = promote_register_tiles(func.body, register_file_bytes(target))
     body = remove_unit_loops(split_tails(body))
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
+    ctx.cold_loops = loop_hints.cold_loops(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
     emitter.emit(body)
     emitter.finish()

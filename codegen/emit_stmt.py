@@ -14,7 +14,7 @@ from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
-from . import emit_expr, fold
+from . import emit_expr, fold, loop_hints
 from . import llvm_types as T
 from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, _free_vars, lane_stride
 from .parallel import emit_parallel
@@ -95,8 +95,9 @@ class FunctionEmitter(ExprEmitter):
         pass  # expressions are pure: nothing to do
 
     # ------------------------------------------------------------------ loops
-    def loop(self, start: ir.Value, end: ir.Value, body) -> None:
-        """for i in [start, end): body(i) with an int32 phi."""
+    def loop(self, start: ir.Value, end: ir.Value, body, loop_md=None) -> None:
+        """for i in [start, end): body(i) with an int32 phi. `loop_md`: the latch branch's
+        `llvm.loop` metadata (codegen/loop_hints.py), if any."""
         bld = self.builder
         pre = bld.block
         header = self.fn.append_basic_block("for.header")
@@ -119,7 +120,9 @@ class FunctionEmitter(ExprEmitter):
             self.pop_scope(scope)
         nxt = bld.add(i, ir.Constant(ty, 1), flags=("nsw",))
         i.add_incoming(nxt, bld.block)
-        bld.branch(header)
+        latch = bld.branch(header)
+        if loop_md is not None:
+            latch.set_metadata("llvm.loop", loop_md)
         bld.position_at_end(done)
 
     def _bind(self, var: E.Var, value: ir.Value, body: Stmt, min_expr: E.Expr) -> None:
@@ -153,7 +156,8 @@ class FunctionEmitter(ExprEmitter):
     def serial(self, s: For) -> None:
         start = self.expr(s.min, index=True)
         end = self.builder.add(start, self.expr(s.extent, index=True), flags=("nsw",))
-        self.loop(start, end, lambda i: self._bind(s.loop_var, i, s.body, s.min))
+        self.loop(start, end, lambda i: self._bind(s.loop_var, i, s.body, s.min),
+                  loop_hints.metadata_for(self.mod, s))
 
     def _unrolled(self, s: For, extent: int) -> None:
         base = self.expr(s.min, index=True)
