@@ -65,7 +65,7 @@ def _constant_through(move: Node, array: np.ndarray) -> np.ndarray | None:
     """`array` (broadcasting against the move's output) as it must be to broadcast against
     the move's input instead; None when that would need a constant too big to expand."""
     src, dst = move.inputs[0].shape, move.outputs[0].shape
-    if array.ndim > len(dst):
+    if array.ndim > len(dst) or not all(isinstance(d, int) for d in src + dst):
         return None
     array = array.reshape((1,) * (len(dst) - array.ndim) + array.shape)
     if move.op == "transpose":
