@@ -209,8 +209,11 @@ class DefaultsMixin:
             # (128x256x256 72 -> 81 GFLOPS, 1024^3 61 -> 69, BERT's batched attention
             # matmuls 15-30% faster unpacked); the vector operand's panel stays packed
             rows_operand = pack.axis_pos != n - 1
+            # a panel one wide (the register tile takes one point of the packed axis, e.g.
+            # a blocked conv's batch of video frames) is a copy in the operand's own layout
+            panel = values[f"{label}/tile/{pack.axis_pos}"][1]
             values[pack.knob] = int(bool(heavy) and math.prod(pack.tensor.shape) >= 16384
-                                    and not (gemm_k and rows_operand))
+                                    and not (gemm_k and rows_operand) and panel > 1)
         return self._panel_defaults(anchor, values)
 
     def _panel_defaults(self, anchor: _Anchor, values: dict) -> dict:

@@ -22,6 +22,7 @@ from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
+from .sink_layout import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
 from .winograd import to_winograd
@@ -36,7 +37,8 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),
     ("fold batch norm", fold_batch_norm),
-    ("cancel transposes", cancel_transposes),
+    ("sink layout moves", sink_layout_moves),   # transposes/reshapes past pointwise ops ...
+    ("cancel transposes", cancel_transposes),   # ... where they meet their inverse
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
     ("pack integer kernels", pack_integer_kernels),   # int8 weights -> dot4 words
     ("pixel-major int8", to_pixel_major_int8),   # int8 convs as pixel-major GEMMs, NHWC
@@ -79,5 +81,6 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = (),
 __all__ = ["PIPELINE", "FusedGroup", "cancel_transposes", "eliminate_common_subexpressions",
            "eliminate_dead_code", "fold_batch_norm", "fold_constants", "fuse_operators",
            "fuse_quantized_kernels", "pack_integer_kernels",
-           "optimize", "pack_conv_weights", "remove_identities", "simplify", "to_blocked_layout",
+           "optimize", "pack_conv_weights", "remove_identities", "simplify",
+           "sink_layout_moves", "to_blocked_layout",
            "to_winograd", "verify_graph"]

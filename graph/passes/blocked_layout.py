@@ -8,8 +8,8 @@ channel blocks as contiguous vectors; only the edges of a blocked region convert
 conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
 
 Runs blocked: dense, depthwise and grouped convs with constant fp32 weights (weights re-laid
-out here, once), unary elementwise ops, binary arithmetic whose other operand is blocked alike
-or a per-channel constant, max and average pooling, reductions over H and W that keep their
+out here, once), unary elementwise ops, the depth taps of 3-D convs (frame_taps), binary
+arithmetic whose other operand is blocked alike or a per-channel constant, max and average pooling, reductions over H and W that keep their
 dims (global pooling), and concats along channels that fill whole blocks. A grouped conv runs
 blocked when its groups line up with the block (te.ops.grouped_conv_blocking: whole blocks per
 group, or whole groups per block). The block is 16 channels when they divide by 16, else 8
@@ -274,6 +274,16 @@ class _Rewriter:
                           dict(node.attrs, axis=1), block)
         return True
 
+    def frame_taps(self, node: Node, twin: Value, padded: bool) -> bool:
+        """A 3-D conv's depth taps (graph/onnx_ops_conv3d.py) on whole blocks: when each
+        group's channels fill whole blocks, a tap is a copy of blocks, so the op runs on the
+        blocked twin unchanged (axis 1 then counts blocks)."""
+        block = twin.shape[-1]
+        if padded or (node.inputs[0].shape[1] // node.attrs["groups"]) % block:
+            return False
+        self.emit_blocked(node, "frame_taps", (twin,), dict(node.attrs), block)
+        return True
+
     def rewrite(self, node: Node) -> bool:
         op, first = node.op, node.inputs[0] if node.inputs else None
         if op == "conv2d":
@@ -291,6 +301,8 @@ class _Rewriter:
             self.nodes.append(Node(op, (twin,), node.outputs, node.attrs, node.name))
             self.plain.update(v.name for v in node.outputs)
             return True
+        if op == "frame_taps":
+            return self.frame_taps(node, twin, padded)
         same_layout = ((op_class(op) is OpClass.ELEMWISE and len(node.inputs) == 1
                         and (not padded or op in _PAD_SAFE_UNARY))
                        or op in ("max_pool2d", "avg_pool2d")

@@ -4,8 +4,8 @@
 - `fold_batch_norm`: batch_norm after conv2d (optionally + bias add) or after a 2-D matmul
   with a constant weight is folded into the weights and a bias add; any other batch_norm is
   decomposed into mul + add with per-channel constants.
-- `cancel_transposes`: transpose(transpose(x)) becomes one transpose or nothing;
-  reshape(reshape(x)) becomes one reshape.
+- `cancel_transposes`: transpose(transpose(x)) becomes one transpose or nothing (an
+  identity copy for a graph output); reshape(reshape(x)) becomes one reshape.
 Graph outputs keep their names: a rewrite that would rename a graph output is skipped.
 """
 from __future__ import annotations
@@ -59,8 +59,8 @@ def cancel_transposes(graph: Graph) -> Graph:
             continue
         new = _compose(inner, n)
         if new is None and n.outputs[0].name in outputs:
-            nodes.append(n)
-            continue
+            # a graph output keeps its name: one copy instead of two moves
+            new = Node("identity", (inner.inputs[0],), n.outputs, {}, n.name)
         changed = True
         if new is None:
             mapping[n.outputs[0].name] = inner.inputs[0]

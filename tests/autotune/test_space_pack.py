@@ -117,3 +117,40 @@ def test_gemm_sized_anchors_pack_by_default_small_ones_do_not():
         assert config["s0/pack/in0"] == 0 and config["s0/pack/in1"] == 1, shape
     small = SearchSpace(Task.from_op("matmul", (16, 8, 24)))
     assert not any(v for k, v in small.default_config().items() if "/pack/" in k)
+
+@pytest.mark.parametrize("frames,channels,size", [(8, 64, 14), (7, 80, 11), (3, 64, 13),
+                                                  (2, 32, 1)])
+def test_blocked_conv_over_a_batch_of_frames_copies_no_one_wide_panel(frames, channels, size):
+    """A blocked 1x1 conv over a batch of images (a 3-D conv's frames): the batch axis
+    indexes the input alone, so it is a pack candidate, but the register tile takes one
+    image: a panel one wide would be a copy of the input in its own layout, and the default
+    leaves it off. The default schedule still matches numpy."""
+    from kiln import te
+    from kiln.te.ops import conv2d_nchwc, pack_conv_weight_blocked
+
+    x = te.placeholder((frames, channels // 16, size, size, 16), name="x")
+    w = te.placeholder((2, channels // 16, 1, 1, 16, 16), name="w")
+    y = conv2d_nchwc(x, w)
+    task = Task("frames_conv", (y,), (x, w, y), "native")
+    space = SearchSpace(task)
+    config = space.default_config()
+    packs = [a for a in space.anchors for p in a.packs if p.tensor.name == "x"]
+    assert packs, "the batch axis should make the input a pack candidate"
+    for anchor in space.anchors:
+        label = space._stage_label(anchor.op)
+        for pack in anchor.packs:
+            if config[f"{label}/tile/{pack.axis_pos}"][1] == 1:
+                assert config[pack.knob] == 0, pack.knob
+    rng = np.random.default_rng(1)
+    xn = rng.standard_normal((frames, channels, size, size)).astype(np.float32)
+    wn = rng.standard_normal((32, channels, 1, 1)).astype(np.float32)
+    xb = np.ascontiguousarray(xn.reshape(frames, channels // 16, 16, size, size)
+                              .transpose(0, 1, 3, 4, 2))
+    wb = pack_conv_weight_blocked(wn, 16, 16)
+    sch, args = space.apply(config)
+    kernel = build(lower(sch, args, name=task.name), target="native")
+    out = np.zeros(y.shape, np.float32)
+    kernel(xb, wb, out)
+    want = np.einsum("nchw,kc->nkhw", xn.astype(np.float64), wn[:, :, 0, 0].astype(np.float64))
+    want = want.reshape(frames, 2, 16, size, size).transpose(0, 1, 3, 4, 2)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

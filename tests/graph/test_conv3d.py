@@ -11,6 +11,7 @@ from onnx import helper
 
 from kiln.graph.compile import compile_model
 from kiln.graph.frontend import load_onnx
+from kiln.graph.passes import optimize
 from kiln.te.errors import ModelFormatError
 
 from .graph_helpers import assert_matches_ort, make_model, ort_run
@@ -93,3 +94,40 @@ def test_conv3d_group_mismatch_is_named():
     m, _ = conv3d(f32(1, 4, 3, 4, 4), f32(3, 2, 1, 1, 1), group=2)
     with pytest.raises(ModelFormatError, match=r"conv3d_0.*group 2 do not agree"):
         load_onnx(m)
+
+
+def r2plus1d_block(channels: int, mid: int, frames: int, size: int, groups: int = 1):
+    """x -> 1x3x3 conv -> ReLU -> 3x1x1 conv (grouped) -> + x -> ReLU: a (2+1)-D residual
+    block, with biases."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[0, 1, 1, 0, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 0, 0, 1, 0, 0],
+                              group=groups),
+             helper.make_node("Add", ["c2", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    x = f32(1, channels, frames, size, size)
+    inits = {"w1": f32(mid, channels, 1, 3, 3), "b1": f32(mid),
+             "w2": f32(channels, mid // groups, 3, 1, 1), "b2": f32(channels)}
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
+@pytest.mark.parametrize("channels,mid,frames,size,groups", [
+    (16, 32, 4, 6, 1),      # whole blocks of 16: taps copy blocks
+    (8, 24, 3, 5, 1),       # blocks of 8, 3 frames
+    (16, 32, 5, 3, 2),      # grouped temporal conv, 16 channels per group
+    (12, 12, 2, 7, 1),      # a padded block of 8: taps on NCHW
+    (5, 7, 1, 5, 1),        # no block, one frame
+])
+def test_2plus1d_block_stays_frames_major(channels, mid, frames, size, groups):
+    """Between the two convs and around the residual add, the moves to and from
+    [N, C, D, H, W] cancel (graph/passes/sink_layout.py): only the model's input and output
+    are transposed, and with whole channel blocks the taps run blocked."""
+    model, feeds = r2plus1d_block(channels, mid, frames, size, groups)
+    graph = optimize(load_onnx(model))
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("transpose") <= 2, ops
+    taps = [n for n in graph.nodes if n.op == "frame_taps"]
+    assert len(taps) == 1
+    assert len(taps[0].inputs[0].shape) == (5 if mid % 8 == 0 and mid // groups % 8 == 0
+                                            else 4)
+    check(model, feeds)

@@ -1,0 +1,146 @@
+"""Move layout changes (transpose, reshape) past the elementwise ops that read them.
+
+An elementwise op commutes with a transpose or a reshape of its operands:
+relu(transpose(x)) == transpose(relu(x)), and add(T(a), T(b)) == T(add(a, b)) when both
+operands move alike, a constant operand moving the opposite way (transposed by the inverse
+permutation, or reshaped group by group). Sinking every move towards its consumers lets two
+moves that undo each other meet, and `cancel_transposes` then removes both: a 3-D conv
+lowered frames-major (graph/onnx_ops_conv3d.py) ends in reshape + transpose back to
+[N, C, D, H, W], the next one starts with the inverse, and the bias, ReLU and residual adds
+in between run on the frames-major (and then channel-blocked) tensor instead of converting
+twice per conv. A move that meets no inverse ends up after the elementwise chain, where
+fusion reads it as before.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import Graph, Node, OpClass, Value
+from ..ops import op_class
+from .dce import eliminate_dead_code
+from .rewrite import Namer
+
+# elementwise or broadcast by class, but not pointwise along every axis
+_NOT_POINTWISE = frozenset({"batch_norm", "quantize_linear", "dequantize_linear", "requantize",
+                            "lowbit_quantize", "lowbit_dequantize", "lowbit_decode",
+                            "lowbit_encode", "bitcast"})
+# a broadcast constant is expanded (to the extent a reshape's groups need) up to this size
+MAX_CONSTANT_ELEMENTS = 1 << 20
+
+
+def _pointwise(node: Node) -> bool:
+    return (op_class(node.op) in (OpClass.ELEMWISE, OpClass.BROADCAST)
+            and node.op not in _NOT_POINTWISE and "axis" not in node.attrs
+            and len(node.outputs) == 1)
+
+
+def _same_move(a: Node, b: Node) -> bool:
+    """Whether `a` and `b` move their inputs the same way (op, attrs and input shape)."""
+    return a.op == b.op and a.attrs == b.attrs and a.inputs[0].shape == b.inputs[0].shape
+
+
+def _reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]):
+    """Contiguous (src axes, dst axes) ranges of a reshape whose sizes match; None when the
+    shapes have no such split (one is empty)."""
+    groups, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        a0, b0 = i, j
+        pa = src[i] if i < len(src) else 1
+        pb = dst[j] if j < len(dst) else 1
+        i, j = min(i + 1, len(src)), min(j + 1, len(dst))
+        while pa != pb:
+            if pa < pb and i < len(src):
+                pa, i = pa * src[i], i + 1
+            elif pb < pa and j < len(dst):
+                pb, j = pb * dst[j], j + 1
+            else:
+                return None
+        groups.append((range(a0, i), range(b0, j)))
+    return groups
+
+
+def _constant_through(move: Node, array: np.ndarray) -> np.ndarray | None:
+    """`array` (broadcasting against the move's output) as it must be to broadcast against
+    the move's input instead; None when that would need a constant too big to expand."""
+    src, dst = move.inputs[0].shape, move.outputs[0].shape
+    if array.ndim > len(dst) or not all(isinstance(d, int) for d in src + dst):
+        return None
+    array = array.reshape((1,) * (len(dst) - array.ndim) + array.shape)
+    if move.op == "transpose":
+        return np.transpose(array, np.argsort(move.attrs["perm"]))
+    groups = _reshape_groups(src, dst)
+    if groups is None:
+        return None
+    full, shape = [], []
+    for src_axes, dst_axes in groups:
+        ones = all(array.shape[d] == 1 for d in dst_axes)
+        full += [1 if ones else dst[d] for d in dst_axes]
+        shape += [1 if ones else src[s] for s in src_axes]
+    if math.prod(full) > MAX_CONSTANT_ELEMENTS:
+        return None
+    return np.ascontiguousarray(np.broadcast_to(array, tuple(full))).reshape(shape)
+
+
+class _Sinker:
+    def __init__(self, graph: Graph):
+        self.constants = dict(graph.constants)
+        self.namer = Namer(graph)
+        self.producers: dict[str, Node] = {}
+        self.changed = False
+
+    def sink(self, node: Node) -> list[Node]:
+        """`node`, or the same op on the unmoved operands followed by the move."""
+        if not _pointwise(node):
+            return [node]
+        out = node.outputs[0]
+        moves = [self.producers.get(v.name) for v in node.inputs
+                 if v is not None and v.name not in self.constants and v.shape != ()]
+        if not moves or any(m is None or m.op not in ("transpose", "reshape") for m in moves):
+            return [node]
+        move = moves[0]
+        if any(not _same_move(m, move) or m.outputs[0].shape != out.shape for m in moves):
+            return [node]
+        inputs = []
+        for v in node.inputs:
+            if v is None or (v.name not in self.constants and v.shape == ()):
+                inputs.append(v)
+            elif v.name in self.constants:
+                array = _constant_through(move, self.constants[v.name])
+                if array is None:
+                    return [node]
+                inputs.append(self._constant(v, array))
+            else:
+                inputs.append(self.producers[v.name].inputs[0])
+        moved = Value(self.namer(f"{out.name}/unmoved"), move.inputs[0].shape, out.dtype)
+        inner = Node(node.op, tuple(inputs), (moved,), node.attrs, node.name)
+        outer = Node(move.op, (moved,), (out,), move.attrs, self.namer(f"{node.name}/{move.op}"))
+        self.changed = True
+        self.producers[moved.name] = inner
+        return self.sink(inner) + [outer]
+
+    def _constant(self, value: Value, array: np.ndarray) -> Value:
+        name = self.namer(f"{value.name}/moved")
+        self.constants[name] = array
+        return Value(name, tuple(array.shape), value.dtype)
+
+    def run(self, graph: Graph) -> Graph:
+        nodes = []
+        for node in graph.nodes:
+            for new in self.sink(node):
+                nodes.append(new)
+                for o in new.outputs:
+                    self.producers[o.name] = new
+        if not self.changed:
+            return graph
+        used = {v.name for n in nodes for v in n.inputs if v is not None} \
+            | {v.name for v in graph.outputs}
+        constants = {k: a for k, a in self.constants.items() if k in used}
+        # the moves left behind (each sunk one step at a time) are dead unless read elsewhere
+        return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+
+
+def sink_layout_moves(graph: Graph) -> Graph:
+    """Move every transpose and reshape past the pointwise ops that read it (module doc)."""
+    return _Sinker(graph).run(graph)
