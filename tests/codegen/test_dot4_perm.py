@@ -124,6 +124,10 @@ def test_lowerings_follow_the_target():
     vnni = _asm("llvm -mcpu=znver4", 16)            # cannot run here: the assembly only
     assert "vpshufb" in vnni and "vpdpbusd" in vnni and "vpmaddubsw" not in vnni
     assert "vpdpbusd" in _asm("llvm -mcpu=znver4", 8)
+    bw = _asm("llvm -mcpu=skylake-avx512", 16)      # AVX-512BW without VNNI: zmm madd
+    lines = [line for line in bw.splitlines() if "zmm" in line]
+    assert any("vpshufb" in line for line in lines) and "vpdpbusd" not in bw
+    assert any("vpmaddubsw" in line for line in lines)
 
 
 def test_dot4_perm_takes_six_words():
