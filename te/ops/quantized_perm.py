@@ -43,14 +43,10 @@ def pair_safe(w0, w1) -> np.ndarray:
     return (pos <= _POS_LIMIT) & (neg >= _NEG_LIMIT)
 
 
-def _matching(ok: np.ndarray) -> list[tuple[int, int]] | None:
-    """A perfect matching of the 16 nodes in the graph `ok` [16, 16] (bool, symmetric), the
-    identity pairs (0, 1), (2, 3), ... when they all qualify; None when none exists. Depth
-    first over the lowest unmatched node, failed subsets remembered."""
-    n = ok.shape[0]
-    if all(ok[2 * k, 2 * k + 1] for k in range(n // 2)):
-        return [(2 * k, 2 * k + 1) for k in range(n // 2)]
-    adj = [sum(1 << v for v in range(n) if v != u and ok[u, v]) for u in range(n)]
+def _matching(adj: list[int]) -> list[tuple[int, int]] | None:
+    """A perfect matching of the 16 nodes of a graph given as adjacency bitmasks (bit v of
+    adj[u]: u and v may pair); None when none exists. Depth first over the lowest unmatched
+    node, failed subsets remembered."""
     failed: set[int] = set()
 
     def search(mask: int) -> list[tuple[int, int]] | None:
@@ -70,7 +66,7 @@ def _matching(ok: np.ndarray) -> list[tuple[int, int]] | None:
         failed.add(mask)
         return None
 
-    return search((1 << n) - 1)
+    return search((1 << len(adj)) - 1)
 
 
 def pair_weight_groups(weight: np.ndarray, block: int
@@ -91,14 +87,22 @@ def pair_weight_groups(weight: np.ndarray, block: int
     padded[:, :n] = w
     # [P, G, 16 bytes, block columns]
     tiles = padded.reshape(groups, GROUP_BYTES, panels, block).transpose(2, 0, 1, 3)
-    safe = pair_safe(tiles[:, :, :, None, :], tiles[:, :, None, :, :]).all(axis=-1)
-    order = np.empty((panels, groups, GROUP_BYTES), np.int64)
-    for p in range(panels):
-        for g in range(groups):
-            pairs = _matching(safe[p, g])
-            if pairs is None:
-                return None
-            order[p, g] = [b for pair in pairs for b in pair]
+    # pair_safe of every two bytes of a group in every column of its panel, in int16
+    pos = np.maximum(tiles, 0).astype(np.int16)
+    neg = np.minimum(tiles, 0).astype(np.int16)
+    safe = np.empty((panels, groups, GROUP_BYTES, GROUP_BYTES), bool)
+    for u in range(GROUP_BYTES):
+        safe[:, :, u] = (((pos[:, :, u:u + 1] + pos) <= _POS_LIMIT)
+                         & ((neg[:, :, u:u + 1] + neg) >= _NEG_LIMIT)).all(axis=-1)
+    # the identity pairs (0, 1), (2, 3), ... where they all qualify; a search elsewhere
+    order = np.broadcast_to(np.arange(GROUP_BYTES), (panels, groups, GROUP_BYTES)).copy()
+    identity = safe[:, :, 0::2, 1::2][:, :, np.arange(8), np.arange(8)].all(axis=-1)
+    masks = (safe.astype(np.int64) << np.arange(GROUP_BYTES)).sum(axis=-1)  # [P, G, 16]
+    for p, g in zip(*np.nonzero(~identity)):
+        pairs = _matching([int(m) for m in masks[p, g]])
+        if pairs is None:
+            return None
+        order[p, g] = [b for pair in pairs for b in pair]
     sel_bytes = order.reshape(panels, groups, 4, 4).astype(np.uint8)
     selectors = np.ascontiguousarray(sel_bytes).view(np.int32)[..., 0]          # [P, G, 4]
     picked = np.take_along_axis(tiles, order[..., None], axis=2)   # [P, G, 16, block]
