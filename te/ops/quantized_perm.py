@@ -98,6 +98,9 @@ def pair_weight_groups(weight: np.ndarray, block: int
     order = np.broadcast_to(np.arange(GROUP_BYTES), (panels, groups, GROUP_BYTES)).copy()
     identity = safe[:, :, 0::2, 1::2][:, :, np.arange(8), np.arange(8)].all(axis=-1)
     masks = (safe.astype(np.int64) << np.arange(GROUP_BYTES)).sum(axis=-1)  # [P, G, 16]
+    lonely = (masks & ~(1 << np.arange(GROUP_BYTES))) == 0    # a byte no other pairs with
+    if lonely.any():
+        return None
     for p, g in zip(*np.nonzero(~identity)):
         pairs = _matching([int(m) for m in masks[p, g]])
         if pairs is None:

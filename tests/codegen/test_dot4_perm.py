@@ -172,6 +172,12 @@ def test_pair_weight_groups_report_an_impossible_group():
     sel, _ = pair_weight_groups(w, 8)
     assert (np.ascontiguousarray(sel).view(np.uint8).reshape(-1) ==
             np.arange(16)).all()
+    w = np.tile(np.array([100, 100, -100, -100], np.int8), 4)[:, None].repeat(3, axis=1)
+    sel, words = pair_weight_groups(w, 8)          # (0, 1) sums 200: pairs across instead
+    order = np.ascontiguousarray(sel).view(np.uint8).reshape(16)
+    assert (order != np.arange(16)).any()
+    wb = np.ascontiguousarray(words).view(np.int8).reshape(4, 8, 4)
+    assert pair_safe(wb[..., 0::2], wb[..., 1::2]).all()
     with pytest.raises(TEError, match="multiple of 16"):
         pair_weight_groups(np.zeros((12, 3), np.int8), 8)
 
