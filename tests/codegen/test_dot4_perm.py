@@ -24,7 +24,6 @@ from kiln.te.ops.quantized_perm import (matmul_int8x4_perm, pair_safe,
 from kiln.te.reference import dot4_u8s8perm_reference
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
-from tests.util import vector_gemm_schedule
 
 R = np.random.default_rng(61)
 TARGETS = ["native", "llvm -mcpu=haswell", "llvm -mcpu=x86-64"]
