@@ -183,10 +183,12 @@ def _int8_form(form: str):
     """Compile int8 kernels with weights as "pairs" (the target's choice), "bytes" (the
     widening pass off), "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
     graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
-    its activation bytes in the inner loop, graph/passes/int8_pairs.py off); the model cache
-    is off for all but the first: its key does not see the switch."""
-    if form not in ("pairs", "bytes", "nchw", "dot4"):
-        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4")
+    its activation bytes in the inner loop, graph/passes/int8_pairs.py off) or "noperm"
+    (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8_perm.py: every
+    GEMM exact through vpmaddwd, as before that pass); the model cache is off for all but
+    the first: its key does not see the switch."""
+    if form not in ("pairs", "bytes", "nchw", "dot4", "noperm"):
+        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4, noperm")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
@@ -194,6 +196,10 @@ def _int8_form(form: str):
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "nchw":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "pixel-major int8")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noperm":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE
+                                if p[0] != "saturation-safe int8 pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "dot4":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
@@ -454,7 +460,9 @@ def main() -> None:
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
                         "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
-                        "without the activation pairs of graph/passes/int8_pairs.py)")
+                        "without the activation pairs of graph/passes/int8_pairs.py), noperm (pairs "
+                        "without the saturation-safe vpmaddubsw GEMMs of "
+                        "graph/passes/int8_perm.py)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

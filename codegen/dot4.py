@@ -38,6 +38,15 @@ lowering is chosen from the Target's features, never assumed:
 - dot2_s16s8 takes its weight pairs as int16 words of two int8 (half the weight bytes):
   one `vpmovsxbw` widens a weight vector (shared by every row of the register tile), then
   one `vpmaddwd` per native vector as in dot2_s16.
+- dot4_u8s8perm picks its 4 activation bytes out of a group of 4 words by a selector word
+  (te/expr.py). When the 4 words are lane-invariant (a GEMM row's broadcast group: the
+  emitter passes them unsplatted, MIXED_LANE_INTRINSICS) the group is one 16-byte vector
+  repeated per 128-bit lane and one `vpshufb` by the selector bytes picks
+  every lane's bytes; a lane-invariant selector (one per column panel) makes one vpshufb serve
+  every weight vector. Then `vpdpbusd` (VNNI), or `vpmaddubsw` + `vpmaddwd` against ones
+  (AVX2): exact, because the intrinsic promises pair-safe weight pairs (graph/passes/
+  int8_perm.py chooses the selectors so that they are). Lane-varying words, or no vpshufb of
+  the width: the bytes are picked with shifts and selects in plain IR (exact, slow).
 - Anything else (other lane counts, other CPUs): widen the bytes to int32 and add the four
   products in plain LLVM IR (exact; LLVM vectorizes it as it can).
 A vector wider than the native width is split into native chunks and joined again; an odd
@@ -50,6 +59,8 @@ import llvmlite.ir as ir
 from . import llvm_types as T
 
 I8, I16 = ir.IntType(8), ir.IntType(16)
+# intrinsics whose lowering takes lane-invariant arguments as scalars (not splatted)
+MIXED_LANE_INTRINSICS = frozenset({"dot4_u8s8perm"})
 
 
 # CPUs whose defaults include the VNNI extensions (target strings such as
@@ -288,6 +299,8 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
     (same type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
     (odd)."""
     bld = em.builder
+    if name == "dot4_u8s8perm":
+        return emit_dot4_perm(em, a, b, *more)
     scalar = not T.is_vector(a)
     if scalar:
         a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(v.type, 1), None), v,
@@ -336,3 +349,82 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
                 parts.append(_maddubs(bld, x, y, name == "dot4_u8s7"))
         out = _join(bld, parts)
     return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out
+
+
+_PSHUFB = {4: "llvm.x86.ssse3.pshuf.b.128", 8: "llvm.x86.avx2.pshuf.b",
+           16: "llvm.x86.avx512.pshuf.b.512"}
+_PSHUFB_FEATURE = {4: ("ssse3", "avx"), 8: ("avx2",), 16: ("avx512bw",)}
+
+
+def _lanes(v: ir.Value) -> int:
+    return v.type.count if T.is_vector(v) else 0
+
+
+def _splat_to(bld: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
+    return v if not lanes or T.is_vector(v) else T.splat(bld, v, lanes)
+
+
+def _perm_generic(bld: ir.IRBuilder, words: list[ir.Value], sel: ir.Value, b: ir.Value
+                  ) -> ir.Value:
+    """dot4_u8s8perm in plain integer IR (scalars or vectors of one type): per t, the byte
+    (sel_t & 15) of the group by selects and shifts, times the sign-extended b_t."""
+    ty = sel.type
+
+    def c(v):
+        return T.const_like(ty, v)
+
+    total = c(0)
+    for t in range(4):
+        sel_t = bld.and_(bld.lshr(sel, c(8 * t)), c(0xFF))
+        idx = bld.and_(sel_t, c(15))
+        which = bld.lshr(idx, c(2))
+        word = words[3]
+        for k in (2, 1, 0):
+            word = bld.select(bld.icmp_unsigned("==", which, c(k)), words[k], word)
+        byte = bld.and_(bld.lshr(word, bld.mul(bld.and_(idx, c(3)), c(8))), c(0xFF))
+        byte = bld.select(bld.icmp_unsigned(">=", sel_t, c(128)), c(0), byte)
+        weight = bld.ashr(bld.shl(b, c(24 - 8 * t)), c(24))
+        total = bld.add(total, bld.mul(byte, weight))
+    return total
+
+
+def emit_dot4_perm(em, a0: ir.Value, a1: ir.Value, a2: ir.Value, a3: ir.Value,
+                   sel: ir.Value, b: ir.Value) -> ir.Value:
+    """dot4_u8s8perm on arguments that may mix scalars (lane-invariant) and vectors (module
+    docstring)."""
+    bld = em.builder
+    words = [a0, a1, a2, a3]
+    lanes = max(_lanes(v) for v in (*words, sel, b))
+    feats = target_features(getattr(em.mod, "target", None))
+    fits = [(size, how) for size, how in dot4_strategies(feats)
+            if lanes and lanes % size == 0 and size in _PSHUFB
+            and any(f in feats for f in _PSHUFB_FEATURE[size])]
+    if not fits or any(T.is_vector(w) for w in words):
+        return _perm_generic(bld, [_splat_to(bld, v, lanes) for v in words],
+                             _splat_to(bld, sel, lanes), _splat_to(bld, b, lanes))
+    size, how = fits[0]
+    bytes_ty = ir.VectorType(I8, 4 * size)
+    group = ir.Constant(ir.VectorType(T.I32, 4), None)
+    for k, w in enumerate(words):
+        group = bld.insert_element(group, w, ir.Constant(T.I32, k))
+    group = bld.bitcast(group, ir.VectorType(I8, 16))
+    if size > 4:           # the 16 bytes in every 128-bit lane (vpshufb picks within one)
+        group = bld.shuffle_vector(group, ir.Constant(group.type, None), ir.Constant(
+            ir.VectorType(T.I32, 4 * size), [k % 16 for k in range(4 * size)]))
+    pshufb = _declare(bld.module, _PSHUFB[size], bytes_ty, [bytes_ty, bytes_ty])
+
+    def picked(sel_chunk):       # bits 4-6 of a selector byte are ignored, bit 7 gives 0
+        return bld.call(pshufb, [group, bld.bitcast(sel_chunk, bytes_ty)])
+
+    shared = None if T.is_vector(sel) else picked(T.splat(bld, sel, size))
+    sel_chunks = _chunks(bld, sel, size) if T.is_vector(sel) else None
+    parts = []
+    for k, b_chunk in enumerate(_chunks(bld, _splat_to(bld, b, lanes), size)):
+        a_bytes = shared if shared is not None else picked(sel_chunks[k])
+        if how == "vnni":
+            parts.append(_vnni(bld, bld.bitcast(a_bytes, ir.VectorType(T.I32, size)), b_chunk))
+        else:
+            _, ubsw, wd, ones = _madd_intrinsics(bld, size)
+            parts.append(bld.call(wd, [bld.call(ubsw, [a_bytes, bld.bitcast(b_chunk, bytes_ty)]),
+                                       ones]))
+    return _join(bld, parts)

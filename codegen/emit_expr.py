@@ -18,6 +18,7 @@ from ..te.errors import CodegenError
 from ..te.visit import _children, substitute
 from . import fold
 from . import llvm_types as T
+from .dot4 import MIXED_LANE_INTRINSICS
 from .intrinsics import emit_call
 
 _FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
@@ -505,6 +506,8 @@ class ExprEmitter:
 
     def _emit_Call(self, e: E.Call):
         args = [self._emit(a) for a in e.args]
+        if e.name in MIXED_LANE_INTRINSICS:      # its lowering sees which args are invariant
+            return emit_call(self, e, args)
         if len(args) == 2:
             args = list(self._pair(*args))
         elif len(args) > 2 and any(T.lanes_of(a) for a in args):   # splat scalars to the vectors

@@ -311,3 +311,4 @@ LOWERINGS["im2col_int8x4"] = lambda node, args: [tq.im2col_int8x4(
     args[0], *node.attrs["kernel"], int(node.attrs["pad_word"]), tuple(node.attrs["strides"]),
     tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]))]
 from . import quant_ops_nhwc  # noqa: E402,F401 - registers the pixel-major int8 ops
+from . import quant_ops_perm  # noqa: E402,F401 - registers matmul_int8x4_perm

@@ -12,7 +12,7 @@ import numpy as np
 from ..te import expr as E
 from ..te.errors import LoweringError
 from ..te.reference import (dot2_s16_reference, dot2_s16s8_reference, dot4_u8s8_reference,
-                            dot4_u8s16_reference)
+                            dot4_u8s8perm_reference, dot4_u8s16_reference)
 from .ir import Allocate, BufferLoad, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Store
 
 _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
@@ -25,6 +25,7 @@ _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x
           "dot4_u8s16": lambda a, b, c: int(dot4_u8s16_reference(a, b, c)),
           "dot2_s16": lambda a, b: int(dot2_s16_reference(a, b)),
           "dot2_s16s8": lambda a, b: int(dot2_s16s8_reference(a, b)),
+          "dot4_u8s8perm": lambda *w: int(dot4_u8s8perm_reference(*w)),
           "tan": math.tan, "asin": math.asin, "acos": math.acos, "atan": math.atan,
           "sinh": math.sinh, "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh,
           "atanh": math.atanh, "fmod": math.fmod, "bit_and": lambda a, b: a & b,

@@ -235,7 +235,8 @@ class Call(Expr):
 INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor",
               "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
-              "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16", "dot2_s16s8") + INT_INTRINSICS
+              "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16", "dot2_s16s8",
+              "dot4_u8s8perm") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
@@ -254,11 +255,18 @@ INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "a
 # dot2_s16s8(a, b) = the same with b an int16 holding two int8 (low byte first), sign-extended
 # to the pair: the weight stays int8 in memory (half dot2_s16's weight bytes: a GEMM with few
 # rows streams its weight) and AVX2 widens it with one vpmovsxbw per weight vector.
+# dot4_u8s8perm(a0, a1, a2, a3, sel, b) = sum_t uint8(s_t) * int8(b_t), where sel_t is byte t
+# of sel and s_t is byte (sel_t & 15) of the 16 bytes a0 | a1 | a2 | a3 (a0's low byte first),
+# or 0 when sel_t >= 128 (vpshufb's rule): a dot4 of 4 bytes picked from 4 activation words. It promises each pair of
+# b, (b_0, b_1) and (b_2, b_3), is "pair-safe": 255 * (the sum of its positive bytes) <= 32767
+# and 255 * (the sum of its negative bytes) >= -32768, so AVX2's saturating vpmaddubsw is
+# exact for any uint8 activations (graph/passes/int8_perm.py picks the bytes so that it holds;
+# codegen/dot4.py: a vpshufb of the group, then vpmaddubsw + vpmaddwd).
 DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16",
-                   "dot2_s16s8")
+                   "dot2_s16s8", "dot4_u8s8perm")
 # the dtypes of intrinsics whose arguments are not all int32 words
 DOT4_DTYPES = {"dot2_s16s8": ("int32", "int16")}
-DOT4_ARITY = {"dot4_u8s16": 3}
+DOT4_ARITY = {"dot4_u8s16": 3, "dot4_u8s8perm": 6}
 
 
 class IterKind(enum.Enum):
@@ -528,7 +536,8 @@ def call(name: str, *args) -> Expr:
                     if name == "dot2_s16s8" else
                     "two int32 words of 2 packed int16" if name == "dot2_s16" else
                     "two int32 words of 4 packed bytes") if arity == 2 else (
-                "three int32 words (4 packed bytes, then two of int16 pairs)")
+                "three int32 words (4 packed bytes, then two of int16 pairs)") if arity == 3 \
+                else "six int32 words (4 activation words, a selector, a weight word)"
             raise TEError(f"intrinsic {name} takes {what}, got "
                           f"{', '.join(e.dtype for e in exprs) or 'nothing'}")
         return Call("int32", name, tuple(exprs))
@@ -570,6 +579,7 @@ def dot4_u8s8sym(a, b): return call("dot4_u8s8sym", a, b)
 def dot4_u8s16(a, b_even, b_odd): return call("dot4_u8s16", a, b_even, b_odd)
 def dot2_s16(a, b): return call("dot2_s16", a, b)
 def dot2_s16s8(a, b): return call("dot2_s16s8", a, b)
+def dot4_u8s8perm(a0, a1, a2, a3, sel, b): return call("dot4_u8s8perm", a0, a1, a2, a3, sel, b)
 def sin(x): return call("sin", x)
 def cos(x): return call("cos", x)
 

@@ -329,8 +329,21 @@ def dot2_s16s8_reference(a, b):
     return (a_h * b_b).sum(axis=-1).astype(np.int32)
 
 
+def dot4_u8s8perm_reference(a0, a1, a2, a3, sel, b):
+    """sum_t uint8(byte sel_t & 15 of a0 | a1 | a2 | a3, 0 when sel_t >= 128) * int8(b_t)
+    (te.expr's dot4_u8s8perm), exact in int32."""
+    words = [np.array(v, np.int32) for v in     # copies: contiguous, 0-d stays 0-d
+             np.broadcast_arrays(*(np.asarray(v, np.int32) for v in (a0, a1, a2, a3, sel, b)))]
+    group = np.stack(words[:4], axis=-1).view(np.uint8)                         # [..., 16]
+    sel_bytes = words[4][..., None].view(np.uint8)                              # [..., 4]
+    picked = np.take_along_axis(group, (sel_bytes & 15).astype(np.intp), axis=-1)
+    picked = np.where(sel_bytes >= 128, 0, picked).astype(np.int32)
+    b_bytes = words[5][..., None].view(np.int8).astype(np.int32)
+    return (picked * b_bytes).sum(axis=-1, dtype=np.int32)
+
+
 _INTRINSICS = {
-    "dot2_s16s8": dot2_s16s8_reference,
+    "dot2_s16s8": dot2_s16s8_reference, "dot4_u8s8perm": dot4_u8s8perm_reference,
     "dot4_u8s16": dot4_u8s16_reference, "dot2_s16": dot2_s16_reference,
     "dot4_u8s8": dot4_u8s8_reference, "dot4_u8s7": dot4_u8s8_reference,
     "dot4_u8s8sym": dot4_u8s8_reference,

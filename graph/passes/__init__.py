@@ -18,6 +18,7 @@ from .fusion import FusedGroup, fuse_operators
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
+from .int8_perm import to_saturation_safe_pairs
 from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
@@ -30,7 +31,8 @@ from .winograd import to_winograd
 log = logging.getLogger(__name__)
 
 # passes that also take the target the graph is compiled for (None: target-neutral, no-op)
-TARGET_PASSES = frozenset({"widen int8 weights", "int16 activation pairs"})
+TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "widen int8 weights",
+                           "int16 activation pairs"})
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
@@ -44,7 +46,9 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("pixel-major int8", to_pixel_major_int8),   # int8 convs as pixel-major GEMMs, NHWC
     ("im2col int8", im2col_int8_convs),       # windowed packed convs -> columns + 1x1
     ("flatten pointwise int8", flatten_pointwise_int8),  # 1x1 packed convs over H*W pixels
-    ("widen int8 weights", widen_int8_weights),   # AVX2 without VNNI: int16 weight pairs
+    # AVX2 without VNNI: vpmaddubsw where the weight pairs provably cannot saturate ...
+    ("saturation-safe int8 pairs", to_saturation_safe_pairs),
+    ("widen int8 weights", widen_int8_weights),   # ... else int16 weight pairs
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),

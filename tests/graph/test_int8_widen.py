@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import kiln
+from kiln.graph import passes
 from kiln.graph.frontend import load_onnx
 from kiln.graph.passes import optimize
 from kiln.graph.passes.int8_widen import widens_int8
@@ -22,6 +23,16 @@ from .test_int8_pointwise import _pointwise_model
 
 R = np.random.default_rng(17)
 AVX2 = "llvm -mcpu=haswell"        # runs on this CPU (and on any AVX2 machine)
+
+
+@pytest.fixture(autouse=True)
+def _without_saturation_safe_pairs(monkeypatch):
+    """These tests pin the int16-pair forms: graph/passes/int8_perm.py (which would take the
+    weights it can prove safe first; tests/graph/test_int8_perm.py) is off, and so is the
+    model cache, whose key does not see the pipeline."""
+    monkeypatch.setattr(passes, "PIPELINE", tuple(
+        p for p in passes.PIPELINE if p[0] != "saturation-safe int8 pairs"))
+    monkeypatch.setenv("KILN_CACHE_DIR", "off")
 
 
 def _matmul_integer(adtype: str, m: int, k: int, n: int, azp: int, bzp):
