@@ -10,7 +10,7 @@ carries a record's feature vector too, as an optional `features` field.
 A `choices` table holds the outcome of confirming a task's leaders (autotune/confirm.py): the
 default and the fastest records measured again side by side, and the one that won, which a
 compile then takes over the plain minimum of the records (noisy and biased minima: see
-`Choice`). Created when missing, like `features`.
+`Choice`). Made by the first confirmation: opening a log never writes to it.
 
 A record also stores the thread count it was measured at (`threads`; NULL in logs written
 before it existed): the fastest schedule at 1 thread is often not the fastest at 2 (the
@@ -174,14 +174,34 @@ class Database:
             db["features"].create({"record_id": int, "version": str, "vector": bytes},
                                   pk="record_id", foreign_keys=[("record_id", "records", "id")],
                                   if_not_exists=True)
-        if "choices" not in db.table_names():
-            db["choices"].create({"id": int, "task_key": str, "target": str, "threads": int,
-                                  "config": str, "is_default": int, "seconds": float,
-                                  "default_seconds": float, "best_record_seconds": float,
-                                  "candidates": str, "timestamp": float, "kiln_version": str},
-                                 pk="id", if_not_exists=True)
-            db["choices"].create_index(["task_key", "target", "threads"], if_not_exists=True)
         db.conn.commit()
+
+    def _create_choices(self) -> None:
+        """The choices table, made by the first confirmation (not on open: opening a log to
+        read it must not write to it, or its file identity, which keys cached models, would
+        change under a reader)."""
+        self._db["choices"].create({"id": int, "task_key": str, "target": str, "threads": int,
+                                    "config": str, "is_default": int, "seconds": float,
+                                    "default_seconds": float, "best_record_seconds": float,
+                                    "candidates": str, "timestamp": float,
+                                    "kiln_version": str}, pk="id", if_not_exists=True)
+        self._db["choices"].create_index(["task_key", "target", "threads"], if_not_exists=True)
+        self._db.conn.commit()
+
+    def _choices_source(self) -> str | None:
+        """The table (or view over this log and the base) to read choices from; None when
+        neither log has any."""
+        mine = "choices" in self._db.table_names()
+        theirs = self.base is not None and bool(self._db.conn.execute(
+            "SELECT 1 FROM base.sqlite_master WHERE type = 'table' AND name = 'choices'"
+        ).fetchone())
+        if mine and theirs:
+            columns = ", ".join(c for c in self._db["choices"].columns_dict if c != "id")
+            self._db.conn.execute(
+                f"CREATE TEMP VIEW IF NOT EXISTS all_choices AS SELECT id, {columns} FROM "
+                f"main.choices UNION ALL SELECT -id AS id, {columns} FROM base.choices")
+            return "all_choices"
+        return "main.choices" if mine else "base.choices" if theirs else None
 
     def _attach_base(self) -> None:
         """Union views over this log and the read-only base: `all_records`, `all_features`,
@@ -189,7 +209,6 @@ class Database:
         db = self._db.conn
         if self.base is None:
             self._records, self._features, self._tasks = "records", "features", "tasks"
-            self._choices = "choices"
             return
         if not self.base.is_file():
             raise TuningDatabaseError(f"the base tuning database '{self.base}' does not exist; "
@@ -206,14 +225,6 @@ class Database:
                    "SELECT * FROM base.tasks WHERE workload_key NOT IN "
                    "(SELECT workload_key FROM main.tasks)")
         self._records, self._features, self._tasks = "all_records", "all_features", "all_tasks"
-        self._choices = "choices"
-        base_tables = {name for (name,) in db.execute(
-            "SELECT name FROM base.sqlite_master WHERE type = 'table'")}
-        if "choices" in base_tables:    # (a base log written before choices has none)
-            columns = ", ".join(c for c in self._db["choices"].columns_dict if c != "id")
-            db.execute(f"CREATE TEMP VIEW all_choices AS SELECT id, {columns} FROM "
-                       f"main.choices UNION ALL SELECT -id AS id, {columns} FROM base.choices")
-            self._choices = "all_choices"
 
     def __repr__(self) -> str:
         over = f" over {self.base}" if self.base is not None else ""
@@ -270,6 +281,7 @@ class Database:
         """Append a confirmation's outcome (the newest one of a task, target and thread
         count is the one that counts; older ones stay as history)."""
         self._commit_target(choice.target)
+        self._create_choices()
         self._db["choices"].insert({
             "task_key": choice.task_key, "target": choice.target, "threads": choice.threads,
             "config": json.dumps(choice.config, sort_keys=True),
@@ -285,8 +297,11 @@ class Database:
     def choice(self, task_key: str, target: str, threads: int) -> Choice | None:
         """The newest confirmation of `task_key` on `target` at `threads`, if any (whether
         it is still current is the caller's question: Choice.is_current)."""
+        source = self._choices_source()
+        if source is None:
+            return None
         rows = list(self._db.query(
-            f"SELECT * FROM {self._choices} WHERE task_key = ? AND target = ? AND threads = ? "
+            f"SELECT * FROM {source} WHERE task_key = ? AND target = ? AND threads = ? "
             "ORDER BY timestamp DESC, id DESC LIMIT 1", [task_key, target, int(threads)]))
         if not rows:
             return None
@@ -429,6 +444,7 @@ class Database:
         migrated; see prune_stale) and the confirmations (`choices`: thread count -> the
         confirmed record's speedup over the default, None where the default was kept)."""
         out = []
+        choices_source = self._choices_source()
         groups = self._db.query(
             "SELECT r.task_key, r.target, t.description, t.flops, MAX(r.timestamp) AS last, "
             "MIN(CASE WHEN r.status = 'OK' AND r.schema_version = ? THEN r.mean_cost END) "
@@ -446,10 +462,11 @@ class Database:
             # winner's speedup over the default
             choices = {row["threads"]: (None if row["is_default"] else
                                         row["default_seconds"] / row["seconds"])
-                       for row in self._db.query(
+                       for row in (self._db.query(
                            f"SELECT threads, is_default, seconds, default_seconds FROM "
-                           f"{self._choices} WHERE task_key = ? AND target = ? "
-                           "ORDER BY timestamp, id", [g["task_key"], g["target"]])}
+                           f"{choices_source} WHERE task_key = ? AND target = ? "
+                           "ORDER BY timestamp, id", [g["task_key"], g["target"]])
+                           if choices_source else ())}
             best, flops = g["best"], g["flops"] or 0.0
             out.append({"task_key": g["task_key"], "description": g["description"] or "?",
                         "target": g["target"], "threads": threads,

@@ -95,12 +95,27 @@ def test_choices_of_a_base_log_are_read_and_an_old_base_without_them_opens(tmp_p
     layered = Database(tmp_path / "user.db", base=tmp_path / "base.db")
     assert layered.choice(task.workload_key, TARGET, 1).config == {"b": 2}
     layered.close()
-    old = tmp_path / "old.db"
+    old = tmp_path / "old.db"               # a base log from before choices
     Database(old).close()
-    with sqlite3.connect(old) as conn:              # a base log from before choices
-        conn.execute("DROP TABLE choices")
     layered = Database(tmp_path / "user2.db", base=old)
     assert layered.choice(task.workload_key, TARGET, 1) is None
+    assert layered.summary() == []
+    # only the user's log has choices: read through
+    layered.commit_choice(Choice(task.workload_key, TARGET, 1, {"c": 3}, True, 1.0, 1.0, 1.0))
+    assert layered.choice(task.workload_key, TARGET, 1).config == {"c": 3}
+
+
+def test_opening_a_log_to_read_it_writes_nothing(tmp_path):
+    """The choices table is made by the first confirmation, not on open: a log's file
+    identity keys cached models, so a reader must leave it unchanged."""
+    db = Database(tmp_path / "r.db")
+    assert db.choice("k", TARGET, 1) is None and db.summary() == []
+    db.close()
+    conn = sqlite3.connect(tmp_path / "r.db")
+    names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert "choices" not in names and "records" in names
+    # (tests/graph/test_model_cache.py: a compile that reads a log keeps its cache key)
 
 
 def test_a_confirmed_choice_outranks_the_minimum_until_a_faster_record_comes(tmp_path):
