@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.graph import passes
 from kiln.graph.frontend import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import optimize
@@ -19,19 +18,11 @@ from kiln.graph.reference import IMPLS, run_reference
 
 from .test_int8_pointwise import _pointwise_model
 from .test_int8_widen import AVX2, _matmul_integer, _random_a, _reference
+# (autouse: these tests pin the int16-pair forms, see there)
+from .test_int8_widen import _without_saturation_safe_pairs  # noqa: F401
 
 R = np.random.default_rng(29)
 SKIP = ("int16 activation pairs",)
-
-
-@pytest.fixture(autouse=True)
-def _without_saturation_safe_pairs(monkeypatch):
-    """These tests pin the int16-pair forms: graph/passes/int8_perm.py (which would take the
-    weights it can prove safe first; tests/graph/test_int8_perm.py) is off, and so is the
-    model cache, whose key does not see the pipeline."""
-    monkeypatch.setattr(passes, "PIPELINE", tuple(
-        p for p in passes.PIPELINE if p[0] != "saturation-safe int8 pairs"))
-    monkeypatch.setenv("KILN_CACHE_DIR", "off")
 
 
 def _ops(graph) -> set[str]:
