@@ -133,6 +133,7 @@ class Database:
     def __init__(self, path: str | Path, base: str | Path | None = None):
         self.path = Path(path)
         self.base = Path(base) if base is not None else None
+        self._choices_found: str | None = None     # where choices are read (_choices_source)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(50):
             try:
@@ -187,10 +188,13 @@ class Database:
                                     "kiln_version": str}, pk="id", if_not_exists=True)
         self._db["choices"].create_index(["task_key", "target", "threads"], if_not_exists=True)
         self._db.conn.commit()
+        self._choices_found = None          # (the source to read them from has changed)
 
     def _choices_source(self) -> str | None:
         """The table (or view over this log and the base) to read choices from; None when
-        neither log has any."""
+        neither log has any. Looked up once it exists (a compile asks per task)."""
+        if self._choices_found is not None:
+            return self._choices_found
         mine = "choices" in self._db.table_names()
         theirs = self.base is not None and bool(self._db.conn.execute(
             "SELECT 1 FROM base.sqlite_master WHERE type = 'table' AND name = 'choices'"
@@ -200,8 +204,10 @@ class Database:
             self._db.conn.execute(
                 f"CREATE TEMP VIEW IF NOT EXISTS all_choices AS SELECT id, {columns} FROM "
                 f"main.choices UNION ALL SELECT -id AS id, {columns} FROM base.choices")
-            return "all_choices"
-        return "main.choices" if mine else "base.choices" if theirs else None
+            self._choices_found = "all_choices"
+        else:
+            self._choices_found = "main.choices" if mine else "base.choices" if theirs else None
+        return self._choices_found
 
     def _attach_base(self) -> None:
         """Union views over this log and the read-only base: `all_records`, `all_features`,

@@ -151,7 +151,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
             order = sorted(range(len(tuners)), reverse=True,
                            key=lambda i: weights[i] * _finite(tuners[i].best_seconds))
             choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
-                                    tuners[0].target if tuners else target, db, runner,
+                                    canonical_target(target), db, runner,
                                     deadline=end, options=confirm,
                                     expected_seconds=SECONDS_PER_TASK)
     except KeyboardInterrupt:

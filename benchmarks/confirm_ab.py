@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import emit_json, kiln_threads, ort_session, print_table  # noqa: E402
+from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
+                    print_table)
 
 import kiln  # noqa: E402
 from kiln.autotune.confirm import confirm_tasks  # noqa: E402
@@ -34,16 +35,6 @@ from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.autotune.measure import MeasureOptions, Runner  # noqa: E402
 from kiln.graph.compile import model_tasks  # noqa: E402
 from kiln.graph.models_zoo import regnetx_like  # noqa: E402
-
-
-def cpu_median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        fn()
-        times.append(time.thread_time() - start)
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -79,7 +70,8 @@ def main(argv=None) -> int:
         times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, fn in runs.items():
-                times[name].append(cpu_median(fn, args.repeat))
+                times[name].append(median_seconds(fn, args.repeat,
+                                                  clock=time.thread_time))
     ort = times["onnxruntime"]
     rows, figures = [], {}
     for name in variants:
