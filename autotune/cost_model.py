@@ -28,13 +28,16 @@ def normalize_throughput(costs: np.ndarray) -> np.ndarray:
 
 
 class XGBCostModel:
-    """Pairwise-rank gradient-boosted trees, refitted online as measurements arrive."""
+    """Pairwise-rank gradient-boosted trees, refitted online as measurements arrive (or, with
+    a regression `objective`, trees that predict y itself: the zero-shot model)."""
 
     def __init__(self, n_rounds: int = 60, max_depth: int = 6, learning_rate: float = 0.2,
-                 seed: int = 0, nthread: int = 1):
+                 seed: int = 0, nthread: int = 1, objective: str = "rank:pairwise",
+                 min_child_weight: float = 1):
         self.n_rounds = n_rounds
-        self.params = {"objective": "rank:pairwise", "max_depth": max_depth,
-                       "eta": learning_rate, "min_child_weight": 1, "subsample": 0.9,
+        self.params = {"objective": objective, "max_depth": max_depth,
+                       "eta": learning_rate, "min_child_weight": min_child_weight,
+                       "subsample": 0.9,
                        "colsample_bytree": 0.9, "seed": seed, "nthread": nthread,
                        "verbosity": 0}
         self.booster = None         # an xgboost.Booster once fitted
@@ -62,7 +65,8 @@ class XGBCostModel:
         X, y, groups = X[order], y[order], groups[order]
         ids, sizes = np.unique(groups, return_counts=True)
         dmatrix = xgb.DMatrix(X, label=y)
-        dmatrix.set_group(sizes)
+        if self.params["objective"].startswith("rank:"):
+            dmatrix.set_group(sizes)
         if group_weights:
             dmatrix.set_weight(np.array([group_weights.get(g, 1.0) for g in ids.tolist()],
                                         dtype=np.float32))

@@ -311,7 +311,34 @@ class Database:
             "ORDER BY timestamp DESC, id DESC LIMIT 1", [task_key, target, int(threads)]))
         if not rows:
             return None
-        row = rows[0]
+        return self._to_choice(rows[0])
+
+    def latest_choices(self, targets: Iterable[str] | None = None) -> list[Choice]:
+        """The newest confirmation of every (task, target, thread count), on `targets` or
+        all (the zero-shot model's labels: autotune/zero_shot.py)."""
+        source = self._choices_source()
+        if source is None:
+            return []
+        rows = self._db.query(
+            f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY task_key, target, "
+            f"threads ORDER BY timestamp DESC, id DESC) AS rank FROM {source}) "
+            "WHERE rank = 1 ORDER BY task_key, target, threads")
+        wanted = None if targets is None else set(targets)
+        return [self._to_choice(row) for row in rows
+                if wanted is None or row["target"] in wanted]
+
+    def choice_stats(self) -> tuple[int, float]:
+        """(confirmations, newest timestamp): a fingerprint of the choices (they are only
+        ever appended), part of the zero-shot model's cache key."""
+        source = self._choices_source()
+        if source is None:
+            return 0, 0.0
+        n, last = self._db.conn.execute(f"SELECT COUNT(*), MAX(timestamp) FROM {source}"
+                                        ).fetchone()
+        return int(n), float(last or 0.0)
+
+    @staticmethod
+    def _to_choice(row: dict) -> Choice:
         return Choice(row["task_key"], row["target"], row["threads"], json.loads(row["config"]),
                       bool(row["is_default"]), row["seconds"], row["default_seconds"],
                       row["best_record_seconds"], tuple(json.loads(row["candidates"])),

@@ -119,12 +119,14 @@ def select_record(task: Task, target: str, db: Database | None, threads: int | N
 def confirmed_selection(task: Task, target: str, db: Database, threads: int,
                         space: SearchSpace) -> Selection | None:
     """The selection a current confirmation of `task` on this CPU makes (None: there is no
-    confirmation, a faster record came after it, or its config no longer fits the space)."""
+    confirmation, a faster record came after it, or its config no longer fits the space).
+    A confirmation of a task without records (its default against mutations of it: `kiln
+    confirm`) stands until the task's first record."""
     choice = db.choice(task.workload_key, target, threads)
     if choice is None or space.misfit(choice.config) is not None:
         return None
     best = db.best(task.workload_key, target, 1, threads=threads)
-    if not best or not choice.is_current(best[0].mean_cost):
+    if best and not choice.is_current(best[0].mean_cost):
         return None
     if choice.is_default:
         return Selection(None, choice=choice)

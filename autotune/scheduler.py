@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..te.errors import KilnError
-from .confirm import CONFIRM, SECONDS_PER_TASK, ConfirmOptions, confirm_reserve, confirm_tasks
+from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_tasks
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Choice, Database
 from .measure import MeasureOptions, Runner
@@ -121,7 +121,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
         end = None if time_budget is None else start + time_budget
         deadline = end
         if end is not None and confirm is not None:
-            deadline = end - confirm_reserve(time_budget, len(tuners))
+            deadline = end - confirm_reserve(time_budget, len(tuners), confirm)
         while spent < trials and (deadline is None or time.perf_counter() < deadline):
             if pending:
                 index = pending.pop(0)
@@ -152,8 +152,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                            key=lambda i: weights[i] * _finite(tuners[i].best_seconds))
             choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
                                     canonical_target(target), db, runner,
-                                    deadline=end, options=confirm,
-                                    expected_seconds=SECONDS_PER_TASK)
+                                    deadline=end, options=confirm)
     except KeyboardInterrupt:
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)
     finally:

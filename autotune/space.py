@@ -24,8 +24,10 @@ applies to the same workload in any other, whatever its tensor and node names.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+import zlib
 from dataclasses import dataclass
 
 from ..codegen.runtime_config import num_threads_from_env
@@ -412,6 +414,23 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
             else:
                 index = rng.randrange(len(knob.choices))
             out[knob.name] = _json(knob.choices[index])
+        return out
+
+    def mutations(self, config: dict, n: int, seed: str) -> list[dict]:
+        """Up to `n` distinct mutations of `config` (none equal to it), the same list for the
+        same `seed` in any process (the zero-shot ranking and the confirmation's labels draw
+        the same candidates for a task)."""
+        rng = random.Random(zlib.crc32(seed.encode()))
+        seen = {json.dumps(config, sort_keys=True)}
+        out = []
+        for _ in range(4 * n):
+            if len(out) >= n:
+                break
+            mutant = self.neighbors(config, rng)
+            key = json.dumps(mutant, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(mutant)
         return out
 
     def grid(self):

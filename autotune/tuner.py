@@ -326,7 +326,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     initial, interrupted, start = tuner.n_records, False, time.perf_counter()
     end = deadline = None if time_budget is None else start + time_budget
     if end is not None and confirm is not None:
-        deadline = end - confirm_reserve(time_budget, 1)
+        deadline = end - confirm_reserve(time_budget, 1, confirm)
     choice = None
     try:
         while tuner.n_records < trials and (deadline is None or time.perf_counter() < deadline):

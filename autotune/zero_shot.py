@@ -1,22 +1,31 @@
 """Zero-shot schedules: a task with no record of its own gets the config a cost model ranks best.
 
+What the model learns from: the confirmations (autotune/confirm.py). Each one timed a task's
+default and other configs (its leading records, mutations of the default) side by side, in
+interleaved rounds over rotated argument copies, and kept every config's loop-IR features and
+its paired time over the default's. The model is a regression on those: features and their
+difference from the task's default -> log(the default's time / the config's). The hot,
+one-off measurements of the tuning records are not used: in session 12, the log's own numbers
+agreed with a kernel's in-model time on 6 of 21 tasks, the confirmation's on 17
+(benchmarks/RESULTS.md), and a model trained on the records picked slower than the defaults
+(0.95x, leave one model out).
+
 The model is trained once per database contents, vector ISA and feature layout on every
-stored feature vector of that ISA's targets (`Database.feature_rows`: the loop-IR features of
-each measured candidate with their difference from the task's first measured candidate, the
-default the tuner measures first; its throughput normalised within its task), and cached as an
-XGBoost JSON file under KILN_CACHE_DIR (default ~/.cache/kiln)/zero_shot, keyed by a hash of
-the database's feature-record counts and id ranges, the ISA, the feature version and the
-training settings. A compile never imports xgboost (its import alone takes seconds): it reads
-the JSON into numpy arrays (`Forest`, a few ms) and walks the trees itself. Training (a cache
-miss) imports xgboost and takes seconds; it happens once per database version.
+confirmation of that ISA's targets, and cached as an XGBoost JSON file under KILN_CACHE_DIR
+(default ~/.cache/kiln)/zero_shot, keyed by the confirmations' count and newest timestamp, the
+ISA, the feature version and the training settings. A compile never imports xgboost (its
+import alone takes seconds): it reads the JSON into numpy arrays (`Forest`, a few ms) and
+walks the trees itself. Training (a cache miss) imports xgboost and takes seconds; it happens
+once per database version.
 
 Ranking a task (`rank_candidates`): the space's default, the best schedules of the most
 similar tasks in the database (`donors_for`: same tensor count, ranks and dtypes, nearest
 shapes; a donor's config is moved onto this task's knobs by `project`, each value to its
-nearest choice, and kept only when it has every tile and reduce knob: the same loop nests),
-mutations of the default (one or two knobs moved) and a few random configs, each applied,
-lowered and featurized (the cost: ~10-20 ms a config); an illegal candidate drops out. The best-scored one is the task's schedule; a tie
-keeps the default. The compile checks the choice builds and falls back to the default if
+nearest choice, and kept only when it has every tile and reduce knob: the same loop nests) and
+mutations of the default (one or two knobs moved), each applied, lowered and featurized (the
+cost: ~10-20 ms a config); an illegal candidate drops out. The best-predicted one is the
+task's schedule if its predicted speedup over the default is at least PICK_MARGIN; otherwise
+the default stays. The compile checks the choice builds and falls back to the default if
 not (graph/compile.py)."""
 from __future__ import annotations
 
@@ -25,16 +34,14 @@ import json
 import logging
 import math
 import os
-import random
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from ..te.errors import KilnError
-from .cost_model import XGBCostModel, normalize_throughput
+from .cost_model import XGBCostModel
 from .database import Database, _vector_isa, config_key
 from .features import FEATURE_VERSION
 from .search import Featurizer
@@ -45,11 +52,12 @@ log = logging.getLogger(__name__)
 
 ZERO_SHOT_SOURCE = "zero-shot"
 N_NEIGHBORS = 16        # mutations of the default ranked per task
-N_SAMPLES = 0           # random configs ranked per task (random ones ranked worse)
 N_DONORS = 8            # best configs of the most similar tasks with records, ranked per task
-PER_TASK = 128          # newest feature rows per (task, target) in the training set
-ALL_ROWS = 1 << 30
-TRAIN = {"n_rounds": 60, "max_depth": 6, "learning_rate": 0.2, "rows": "features+delta"}
+PICK_MARGIN = 0.03      # a pick must be predicted 3% faster than the default
+MIN_LABELS = 24         # compared configs other than defaults needed to train a model
+MAX_LOG_SPEEDUP = 1.5   # labels clipped to e^-1.5..e^1.5 (a broken config teaches no more)
+TRAIN = {"n_rounds": 80, "max_depth": 4, "learning_rate": 0.1, "min_child_weight": 3,
+         "objective": "reg:squarederror", "labels": "confirmations"}
 
 
 def relative_rows(X: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -77,36 +85,42 @@ def isa_targets(db: Database, target: str) -> list[str]:
 
 
 def model_key(db: Database, target: str, exclude_tasks=()) -> str | None:
-    """The cache key of the model for `target`'s vector ISA over `db`: the database's
-    record count and id range, the ISA, the feature layout, the tasks left out and the
-    training settings (None: `target` has no known vector ISA)."""
+    """The cache key of the model for `target`'s vector ISA over `db`: the confirmations'
+    fingerprint, the ISA, the feature layout, the tasks left out and the training settings
+    (None: `target` has no known vector ISA)."""
     isa = _vector_isa(target)
     if isa is None:
         return None
-    text = json.dumps([FEATURE_VERSION, sorted(isa), db.record_stats(), str(db.path),
-                       str(db.base), sorted(exclude_tasks), PER_TASK, TRAIN])
+    text = json.dumps([FEATURE_VERSION, sorted(isa), db.choice_stats(), str(db.path),
+                       str(db.base), sorted(exclude_tasks), TRAIN])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def training_rows(db: Database, target: str, exclude_tasks=()):
-    """X, y (throughput normalised per group) and group ids of the ISA's stored rows, one
-    group per (task, target), without the tasks in `exclude_tasks`."""
+    """X (features and their difference from the default's) and y (log of the default's
+    time over the config's, paired per round) of every compared config in the newest
+    confirmation of each task and thread count on the ISA's targets, without the tasks in
+    `exclude_tasks`; None when fewer than MIN_LABELS configs other than defaults were
+    compared."""
     exclude = set(exclude_tasks)
-    Xs, ys, groups = [], [], []
-    for tgt in isa_targets(db, target):
-        for task_key, (X, seconds) in db.feature_rows(tgt, FEATURE_VERSION,
-                                                      per_task=ALL_ROWS).items():
-            if task_key in exclude:
-                continue
-            y = normalize_throughput(seconds[-PER_TASK:])
-            if len(y) < 2 or np.ptp(y) == 0:
-                continue
-            Xs.append(relative_rows(X[-PER_TASK:], X[0]))   # the first measured: the default
-            ys.append(y)
-            groups.append(np.full(len(y), len(groups)))
-    if not Xs:
+    isa = _vector_isa(target)
+    Xs, ys, labels = [], [], 0
+    for choice in db.latest_choices():
+        if choice.task_key in exclude or _vector_isa(choice.target) != isa:
+            continue
+        rows = [r for r in choice.candidates
+                if r.get("feature_version") == FEATURE_VERSION and r.get("features")
+                and r.get("ratio")]
+        if not rows or rows[0].get("source", "default") != "default" or len(rows) < 2:
+            continue
+        X = np.asarray([r["features"] for r in rows], dtype=np.float32)
+        Xs.append(relative_rows(X, X[0]))
+        ys.append(np.clip(-np.log([r["ratio"] for r in rows]), -MAX_LOG_SPEEDUP,
+                          MAX_LOG_SPEEDUP))
+        labels += len(rows) - 1
+    if labels < MIN_LABELS:
         return None
-    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(groups)
+    return np.concatenate(Xs), np.concatenate(ys)
 
 
 class Forest:
@@ -153,16 +167,19 @@ class Forest:
 
 def train_model(db: Database, target: str, exclude_tasks=(), path: Path | None = None
                 ) -> Path | None:
-    """Train the ISA's model on `db` and save it at `path` (written whole, then renamed, so
-    a concurrent reader never sees half a file); None when the database has too few rows."""
+    """Train the ISA's model on `db`'s confirmations and save it at `path` (written whole,
+    then renamed, so a concurrent reader never sees half a file); None when the database
+    has too few labels."""
     data = training_rows(db, target, exclude_tasks)
     if data is None:
         return None
-    X, y, groups = data
+    X, y = data
     start = time.perf_counter()
     model = XGBCostModel(n_rounds=TRAIN["n_rounds"], max_depth=TRAIN["max_depth"],
-                         learning_rate=TRAIN["learning_rate"], nthread=1)
-    model.fit(X, y, groups)
+                         learning_rate=TRAIN["learning_rate"], nthread=1,
+                         objective=TRAIN["objective"],
+                         min_child_weight=TRAIN["min_child_weight"])
+    model.fit(X, y)
     if not model.is_trained:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,8 +192,8 @@ def train_model(db: Database, target: str, exclude_tasks=(), path: Path | None =
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    log.info("zero-shot model: trained on %d rows of %d tasks in %.1f s -> %s", len(y),
-             len(np.unique(groups)), time.perf_counter() - start, path)
+    log.info("zero-shot model: trained on %d compared configs in %.1f s -> %s", len(y),
+             time.perf_counter() - start, path)
     return path
 
 
@@ -217,25 +234,12 @@ def load_forest(path: str | Path) -> Forest:
     return _forests[key]
 
 
-def candidates(space: SearchSpace, n_neighbors: int | None = None,
-               n_samples: int | None = None) -> list[dict]:
-    """The default first, then distinct mutations of it and random configs (default
-    N_NEIGHBORS and N_SAMPLES); the same list for the same task in any process (seeded by
-    the workload key)."""
+def candidates(space: SearchSpace, n_neighbors: int | None = None) -> list[dict]:
+    """The default first, then distinct mutations of it (default N_NEIGHBORS); the same list
+    for the same task in any process (seeded by the workload key)."""
     n_neighbors = N_NEIGHBORS if n_neighbors is None else n_neighbors
-    n_samples = N_SAMPLES if n_samples is None else n_samples
-    rng = random.Random(zlib.crc32(space.task.workload_key.encode()))
     default = space.default_config()
-    out = {config_key(default): default}
-    for _ in range(4 * n_neighbors):
-        if len(out) > n_neighbors:
-            break
-        config = space.neighbors(default, rng)
-        out.setdefault(config_key(config), config)
-    for _ in range(n_samples):
-        config = space.sample(rng)
-        out.setdefault(config_key(config), config)
-    return list(out.values())
+    return [default] + space.mutations(default, n_neighbors, space.task.workload_key)
 
 
 def _signature(shapes) -> tuple:
@@ -324,8 +328,9 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
     scores = forest.predict(relative_rows(X, X[0] if ok[0] else X[int(np.argmax(ok))]))
     scores[~ok] = -np.inf
     best = int(np.argmax(scores))           # the first of equal scores: the default wins ties
-    if scores[best] <= scores[0] and ok[0]:
+    if ok[0] and scores[best] - scores[0] < -math.log(1.0 - PICK_MARGIN):
         best = 0
-    log.debug("%s: zero-shot ranked %d configs in %.2f s, picked #%d", space.task.name,
-              len(configs), featurize.seconds, best)
+    log.debug("%s: zero-shot ranked %d configs in %.2f s, picked #%d (predicted %.2fx)",
+              space.task.name, len(configs), featurize.seconds, best,
+              math.exp(scores[best] - scores[0]) if ok[0] else math.nan)
     return configs[best], best != 0

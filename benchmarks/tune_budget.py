@@ -31,6 +31,7 @@ from common import (emit_json, interleaved_medians, kiln_threads, ort_session,  
                     print_table)
 
 import kiln  # noqa: E402
+from kiln.autotune.confirm import CONFIRM, ConfirmOptions  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.cli import parse_duration  # noqa: E402
 from kiln.graph.models_zoo import regnetx_like  # noqa: E402
@@ -81,6 +82,12 @@ def main(argv=None) -> int:
     parser.add_argument("--time", type=parse_duration, default=600.0,
                         help="total tuning time, e.g. 90s, 10m (default 10m)")
     parser.add_argument("--points", type=int, default=5, help="tuning slices (default 5)")
+    parser.add_argument("--mutations", type=int, default=CONFIRM.mutations,
+                        help="mutations per task and pass of the closing climb (0: confirm the "
+                             f"leaders only; default {CONFIRM.mutations})")
+    parser.add_argument("--share", type=float, default=CONFIRM.share,
+                        help="share of each slice kept for the climb (with --mutations; "
+                             f"default {CONFIRM.share})")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5,
@@ -96,6 +103,9 @@ def main(argv=None) -> int:
     if args.cpu and args.threads != 1:
         parser.error("--cpu measures the calling thread: use it with --threads 1")
     clock = time.thread_time if args.cpu else time.perf_counter
+    if not 0.0 <= args.share <= 1.0 or args.mutations < 0:
+        parser.error("--share is a fraction in [0, 1] and --mutations a count >= 0")
+    confirm = ConfirmOptions(mutations=args.mutations, share=args.share)
     logging.basicConfig(level=logging.WARNING)
     model = regnetx_like(image_size=args.image_size)
     x = np.random.default_rng(0).standard_normal((1, 3, args.image_size, args.image_size)) \
@@ -114,7 +124,8 @@ def main(argv=None) -> int:
                                    args.repeat, clock)})
         for _ in range(args.points):
             start = time.perf_counter()
-            reports = kiln.tune(model, db=db, time_budget=args.time / args.points)
+            reports = kiln.tune(model, db=db, time_budget=args.time / args.points,
+                                confirm=confirm)
             tuned += time.perf_counter() - start
             trials = sum(r.trials for r in reports)
             points.append({"tuning_s": tuned, "trials": trials,
@@ -137,6 +148,7 @@ def main(argv=None) -> int:
     below = next((p["tuning_s"] for p in points if p["ratio"] < 1.0), None)
     emit_json({"bench": "tune_budget", "model": "regnetx_like", "image_size": args.image_size,
                "threads": args.threads, "time_budget_s": args.time,
+               "mutations": args.mutations, "climb_share": args.share,
                "clock": "thread_time" if args.cpu else "perf_counter",
                "default_ratio": round(points[0]["ratio"], 3),
                "final_ratio": round(points[-1]["ratio"], 3),

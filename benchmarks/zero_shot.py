@@ -1,18 +1,21 @@
 """Zero-shot schedules, leave one model out: defaults vs the cost model's picks vs tuned records.
 
-    python benchmarks/zero_shot.py [--models default_cnn,mlp] [--threads 1] [--repeat 15]
-                                   [--db tuning_logs/kiln.db]
+    python benchmarks/zero_shot.py [--models default_cnn,mlp,regnetx_like] [--threads 1]
+                                   [--repeat 15] [--rounds 3] [--cpu] [--db tuning_logs/kiln.db]
 
-For each bundled benchmark model M (graph/task_catalog.BENCHMARK_MODELS): a copy of the
-database without the records of M's tasks (their workload keys; another model's identical
-task goes too) is the held-out database; the zero-shot model is trained on it (on this
-CPU's vector ISA, cached under KILN_CACHE_DIR like any compile's), so nothing measured on M
-informs its picks. M is then compiled three ways at --threads: `default` (db=None),
-`zero-shot` (the held-out database: every task without records, so each is ranked) and
-`tuned` (the full database, zero-shot off: M's own records, the default where a task has
-none), each timed against onnxruntime in the same run (ratios, median of --repeat runs;
-the machine may be shared). Every compiled model's outputs are checked against
-onnxruntime's. Prints a table and, as the last line, one JSON object.
+For each model M (a bundled benchmark model, graph/task_catalog.BENCHMARK_MODELS, or one of
+graph/models_zoo.py): a copy of the database without the records and confirmations of M's
+tasks (their workload keys; another model's identical task goes too) is the held-out
+database; the zero-shot model is trained on it (on this CPU's vector ISA, cached under
+KILN_CACHE_DIR like any compile's), so nothing measured on M informs its picks. M is then
+compiled three ways at --threads: `default` (db=None), `zero-shot` (the held-out database:
+every task without records, so each is ranked) and `tuned` (the full database, zero-shot
+off: M's own records, the default where a task has none). They are timed in --rounds
+interleaved rounds, onnxruntime right before each variant (a median of --repeat runs each);
+the ratio to onnxruntime is taken per round and its median reported. --cpu times by the
+calling thread's CPU time (1 thread), which leaves out what other processes take on a
+shared machine. Every compiled model's outputs are checked against onnxruntime's. Prints a
+table and, as the last line, one JSON object.
 """
 from __future__ import annotations
 
@@ -37,13 +40,16 @@ from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune import zero_shot as Z  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.graph.compile import compile_model, model_tasks, prepare_graph  # noqa: E402
+from kiln.graph import models_zoo  # noqa: E402
 from kiln.graph.task_catalog import BENCHMARK_MODELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+ZOO = ("regnetx_like", "rexnet_like", "mobilenetv3_like", "vit_tiny_like", "densenet_like")
 
 
 def held_out_db(source: Path, keys: set[str], folder: Path) -> Path:
-    """A copy of `source` without the records (and their feature rows) of tasks `keys`."""
+    """A copy of `source` without the records (and their feature rows) and the
+    confirmations of tasks `keys`."""
     path = folder / "held_out.db"
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
@@ -53,13 +59,22 @@ def held_out_db(source: Path, keys: set[str], folder: Path) -> Path:
     conn.execute(f"DELETE FROM features WHERE record_id IN (SELECT id FROM records WHERE "
                  f"task_key IN ({marks}))", sorted(keys))
     conn.execute(f"DELETE FROM records WHERE task_key IN ({marks})", sorted(keys))
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'choices'").fetchone():
+        conn.execute(f"DELETE FROM choices WHERE task_key IN ({marks})", sorted(keys))
     conn.commit()
     conn.close()
     return path
 
 
-def run_model(name: str, db_path: Path, threads: int, repeat: int, folder: Path) -> dict:
-    model = BENCHMARK_MODELS[name]()
+def build_model(name: str):
+    if name in BENCHMARK_MODELS:
+        return BENCHMARK_MODELS[name]()
+    return getattr(models_zoo, name)()
+
+
+def run_model(name: str, db_path: Path, threads: int, repeat: int, folder: Path,
+              rounds: int = 3, clock=time.perf_counter) -> dict:
+    model = build_model(name)
     target = canonical_target("native")
     tasks = model_tasks(model, target)
     keys = {mt.task.workload_key for mt in tasks}
@@ -87,14 +102,18 @@ def run_model(name: str, db_path: Path, threads: int, repeat: int, folder: Path)
     row["zero_shot_picks"] = sum(s.source == "zero-shot"
                                  for s in compiled["zero_shot"].plan.steps)
     row["kernel_calls"] = len(compiled["zero_shot"].plan.steps)
-    # interleaved, ort right before each: ratios taken under the same load
-    t_ort = []
+    # interleaved rounds, ort right before each variant: ratios taken under the same load
+    t_ort, ratios, times = [], {v: [] for v in variants}, {v: [] for v in variants}
+    for _ in range(rounds):
+        for variant in variants:
+            ort_s = median_seconds(lambda: session.run(None, feeds), repeat, clock=clock)
+            t = median_seconds(lambda: compiled[variant].run(inputs), repeat, clock=clock)
+            t_ort.append(ort_s)
+            times[variant].append(t)
+            ratios[variant].append(t / ort_s)
     for variant in variants:
-        ort_s = median_seconds(lambda: session.run(None, feeds), repeat)
-        t = median_seconds(lambda: compiled[variant].run(inputs), repeat)
-        t_ort.append(ort_s)
-        row[f"{variant}_ms"] = t * 1e3
-        row[f"{variant}_vs_ort"] = t / ort_s
+        row[f"{variant}_ms"] = float(np.median(times[variant])) * 1e3
+        row[f"{variant}_vs_ort"] = float(np.median(ratios[variant]))
     row["ort_ms"] = float(np.median(t_ort)) * 1e3
     row["zero_shot_over_default"] = row["zero_shot_vs_ort"] / row["default_vs_ort"]
     return row
@@ -113,19 +132,25 @@ def main(argv=None) -> int:
     parser.add_argument("--db", default=str(ROOT / "tuning_logs" / "kiln.db"))
     parser.add_argument("--neighbors", type=int, default=Z.N_NEIGHBORS,
                         help="mutations of the default ranked per task")
-    parser.add_argument("--samples", type=int, default=Z.N_SAMPLES,
-                        help="random configs ranked per task")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time by the calling thread's CPU time (1 thread only)")
     args = parser.parse_args(argv)
-    Z.N_NEIGHBORS, Z.N_SAMPLES = args.neighbors, args.samples   # (forked workers inherit)
+    if args.cpu and args.threads != 1:
+        parser.error("--cpu times the calling thread: use it with --threads 1")
+    Z.N_NEIGHBORS = args.neighbors      # (forked workers inherit)
+    clock = time.thread_time if args.cpu else time.perf_counter
     logging.basicConfig(level=logging.WARNING)
     names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m not in BENCHMARK_MODELS]
+    unknown = [m for m in names if m not in BENCHMARK_MODELS and m not in ZOO]
     if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(BENCHMARK_MODELS)}")
+        parser.error(f"unknown model(s) {unknown}; choose from "
+                     f"{', '.join([*BENCHMARK_MODELS, *ZOO])}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            rows.append(run_model(name, Path(args.db), args.threads, args.repeat, Path(tmp)))
+            rows.append(run_model(name, Path(args.db), args.threads, args.repeat, Path(tmp),
+                                  args.rounds, clock))
             print(f"# {name}: " + json.dumps(rows[-1], sort_keys=True), file=sys.stderr,
                   flush=True)
     cols = ["model", "tasks", "tasks_with_records", "zero_shot_picks", "ort_ms",
@@ -133,7 +158,8 @@ def main(argv=None) -> int:
             "zero_shot_compile_s", "default_compile_s"]
     print_table(cols, [[r[c] for c in cols] for r in rows])
     summary = {
-        "threads": args.threads, "neighbors": args.neighbors, "samples": args.samples,
+        "threads": args.threads, "neighbors": args.neighbors, "rounds": args.rounds,
+        "clock": "thread CPU" if args.cpu else "wall",
         "geomean_default_vs_ort": geomean(r["default_vs_ort"] for r in rows),
         "geomean_zero_shot_vs_ort": geomean(r["zero_shot_vs_ort"] for r in rows),
         "geomean_tuned_vs_ort": geomean(r["tuned_vs_ort"] for r in rows),

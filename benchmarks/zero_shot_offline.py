@@ -1,18 +1,19 @@
-"""Does the zero-shot cost model transfer? Leave one model out, on stored measurements only.
+"""Does the zero-shot cost model transfer? Leave one model out, on stored confirmations only.
 
     python benchmarks/zero_shot_offline.py [--db tuning_logs/kiln.db] [--threads 1]
-                                           [--absolute]
+                                           [--models resnet18_like,regnetx_like,...]
 
 benchmarks/zero_shot.py compiles and times whole models, which takes minutes and moves with
 the machine's load. This asks the question underneath it in seconds, with no timing at all:
-for each bundled benchmark model M, the zero-shot model is trained exactly as a compile trains
-it (autotune/zero_shot.py) on this CPU's vector ISA with every task of M left out, and then
-ranks the candidates already measured for each of M's tasks (at --threads, on this CPU's
-target) whose current default schedule is among them. The pick's measured time is compared
-with the default's: speedup > 1 means the model's pick ran faster than the default did.
-"oracle" is the fastest measured candidate, the most any ranking of that pool could gain.
-`--absolute` trains and ranks on the features alone (the layout before the difference from
-the default was added), for comparison. Prints a table and, last, one JSON line.
+for each model M (a bundled benchmark model, graph/task_catalog.py, or one of
+graph/models_zoo.py), the zero-shot model is trained exactly as a compile trains it
+(autotune/zero_shot.py) on this CPU's vector ISA with every task of M left out, and then ranks
+the configs compared in the confirmation of each of M's tasks at --threads (`kiln confirm`:
+the default, leading records and mutations of the default, timed side by side). The pick
+follows the compile's rule (the default unless a config is predicted PICK_MARGIN faster), and
+its measured paired speedup over the default is reported: > 1 means the pick ran faster.
+"oracle" is the best compared config, the most any ranking of those pools could gain.
+Prints a table and, last, one JSON line.
 """
 from __future__ import annotations
 
@@ -28,28 +29,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.autotune import zero_shot as Z  # noqa: E402
-from kiln.autotune.database import Database, config_key  # noqa: E402
+from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.autotune.features import FEATURE_VERSION  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.graph import models_zoo  # noqa: E402
+from kiln.graph.compile import model_tasks  # noqa: E402
 from kiln.graph.task_catalog import BENCHMARK_MODELS, catalog_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measured_pool(db: Database, task, target: str, threads: int):
-    """(features, seconds, index of the default) of the task's measured candidates that
-    have stored features, or None when the current default was not measured."""
-    vectors = db.feature_vectors(task.workload_key, target, FEATURE_VERSION)
-    rows = [(vectors[config_key(r.config)], r.mean_cost, config_key(r.config))
-            for r in db.records(task.workload_key, target, threads)
-            if config_key(r.config) in vectors]
-    keys = [k for *_, k in rows]
-    default = config_key(SearchSpace(task, threads).default_config())
-    if default not in keys or not math.isfinite(rows[keys.index(default)][1]):
-        return None
-    return (np.stack([x for x, *_ in rows]), np.array([c for _, c, _ in rows]),
-            keys.index(default))
+def model_keys(name: str, target: str) -> set[str]:
+    """The workload keys of model `name`'s tasks (a bundled benchmark model: every compile
+    variant; a models_zoo one: today's compile)."""
+    if name in BENCHMARK_MODELS:
+        return {t.workload_key for t in catalog_tasks(target, [name])}
+    return {t.task.workload_key for t in model_tasks(getattr(models_zoo, name)(), target)}
+
+
+def labelled_pools(db: Database, keys: set[str], target: str, threads: int) -> list:
+    """(relative features, speedups over the default) of each confirmation of `keys` at
+    `threads` with at least one compared config besides the default."""
+    out = []
+    for choice in db.latest_choices([target]):
+        if choice.task_key not in keys or choice.threads != threads:
+            continue
+        rows = [r for r in choice.candidates if r.get("features") and r.get("ratio")
+                and r.get("feature_version") == FEATURE_VERSION]
+        if len(rows) < 2 or rows[0].get("source") != "default":
+            continue
+        X = np.asarray([r["features"] for r in rows], dtype=np.float32)
+        out.append((Z.relative_rows(X, X[0]), 1.0 / np.array([r["ratio"] for r in rows])))
+    return out
 
 
 def geomean(values) -> float:
@@ -57,59 +68,59 @@ def geomean(values) -> float:
     return float(np.exp(np.mean(np.log(values)))) if values else math.nan
 
 
+ZOO = ("regnetx_like", "rexnet_like", "mobilenetv3_like", "vit_tiny_like", "densenet_like")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=str(ROOT / "tuning_logs" / "kiln.db"))
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--absolute", action="store_true",
-                        help="features alone, without their difference from the default")
+    parser.add_argument("--models", default=",".join([*BENCHMARK_MODELS, *ZOO]))
     args = parser.parse_args(argv)
-    if args.absolute:
-        Z.relative_rows = lambda X, reference: np.asarray(X, dtype=np.float32)
     db = Database(args.db)
     target = canonical_target("native")
-    by_model = {}
-    for name in BENCHMARK_MODELS:
-        tasks = {t.workload_key: t for t in catalog_tasks(target, [name])}
-        by_model[name] = tasks
+    margin = -math.log(1.0 - Z.PICK_MARGIN)
     rows, figures = [], {}
     all_speedups, all_oracle = [], []
     with tempfile.TemporaryDirectory() as folder:
-        for name, tasks in by_model.items():
-            pools = {k: p for k, t in tasks.items()
-                     if (p := measured_pool(db, t, target, args.threads)) is not None}
+        for name in [m for m in args.models.split(",") if m]:
+            keys = model_keys(name, target)
+            pools = labelled_pools(db, keys, target, args.threads)
             if not pools:
                 continue
-            path = Z.train_model(db, target, exclude_tasks=set(tasks),
+            path = Z.train_model(db, target, exclude_tasks=keys,
                                  path=Path(folder) / f"{name}.json")
+            if path is None:
+                print(f"# {name}: too few labels without it", file=sys.stderr)
+                continue
             forest = Z.load_forest(path)
-            speedups, oracle = [], []
-            for X, seconds, default in pools.values():
-                scores = forest.predict(Z.relative_rows(X, X[default]))
-                scores[~np.isfinite(seconds)] = -np.inf
+            speedups, oracle, picks = [], [], 0
+            for X, speedup in pools:
+                scores = forest.predict(X)
                 pick = int(np.argmax(scores))
-                if scores[pick] <= scores[default]:
-                    pick = default              # as rank_candidates: the default wins ties
-                speedups.append(seconds[default] / seconds[pick])
-                oracle.append(seconds[default] / seconds[np.isfinite(seconds)].min())
+                if scores[pick] - scores[0] < margin:
+                    pick = 0                    # as rank_candidates: the default stays
+                picks += pick != 0
+                speedups.append(float(speedup[pick]))
+                oracle.append(float(speedup.max()))
             slower = int(sum(s < 0.97 for s in speedups))
             faster = int(sum(s > 1.03 for s in speedups))
-            rows.append([name, len(tasks), len(pools), geomean(speedups), geomean(oracle),
+            rows.append([name, len(pools), picks, geomean(speedups), geomean(oracle),
                          faster, slower, min(speedups)])
-            figures[name] = {"tasks": len(pools), "speedup": geomean(speedups),
+            figures[name] = {"tasks": len(pools), "picks": picks, "speedup": geomean(speedups),
                              "oracle": geomean(oracle), "faster": faster, "slower": slower}
             all_speedups += speedups
             all_oracle += oracle
-    rows.append(["all", "", len(all_speedups), geomean(all_speedups), geomean(all_oracle),
-                 sum(s > 1.03 for s in all_speedups), sum(s < 0.97 for s in all_speedups),
+    rows.append(["all", len(all_speedups), sum(r[2] for r in rows), geomean(all_speedups),
+                 geomean(all_oracle), sum(s > 1.03 for s in all_speedups),
+                 sum(s < 0.97 for s in all_speedups),
                  min(all_speedups) if all_speedups else math.nan])
-    print(f"zero-shot picks vs the default, leave one model out ({'absolute features' if args.absolute else 'features + difference from the default'}), "
+    print(f"zero-shot picks vs the default, leave one model out, on confirmations, "
           f"{target.split()[1]}, {args.threads} thread(s)")
-    print_table(["model", "tasks", "with default measured", "pick speedup (geomean)",
+    print_table(["model", "confirmed tasks", "non-default picks", "pick speedup (geomean)",
                  "oracle", "faster >3%", "slower >3%", "worst"], rows)
     figures["all"] = {"tasks": len(all_speedups), "speedup": geomean(all_speedups),
                       "oracle": geomean(all_oracle)}
-    figures["rows"] = "absolute" if args.absolute else "features+delta"
     emit_json(figures)
     return 0
 

@@ -281,3 +281,23 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
     return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
                       database, callback=callback, **options)
 
+
+def confirm_model(model, target: str = "native", db=None, options=None,
+                  threads: int | None = None, input_shapes=None, layout: str = "nchwc",
+                  winograd: bool = True) -> dict:
+    """Confirm every task of the model, heaviest first (autotune/confirm.py): its default,
+    leading records and, with `options.mutations`, mutations of the default timed side by
+    side at `threads`; the winners and the labels the zero-shot model learns from go to
+    `db` (required). Returns workload key -> Choice of the tasks confirmed."""
+    from ..autotune.confirm import CONFIRM, confirm_tasks
+    from ..autotune.measure import MeasureOptions, Runner
+    database = _open_db(db)
+    if database is None:
+        raise KilnError("confirm_model needs a tuning database to write to: pass "
+                        "db=Database(path) or a path such as 'tuning_logs/kiln.db'")
+    tasks = sorted(model_tasks(model, target, input_shapes, layout, winograd),
+                   key=lambda t: -t.weight * t.task.flops)
+    with Runner(MeasureOptions(threads=threads or num_threads_from_env())) as runner:
+        return confirm_tasks([(t.task, None) for t in tasks], canonical_target(target),
+                             database, runner, options=options or CONFIRM)
+

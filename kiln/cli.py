@@ -130,7 +130,7 @@ def cmd_tune(args) -> int:
             trials = DEFAULT_MODEL_TRIALS
         return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
                            leaders=args.leaders, layout=args.layout,
-                           winograd=args.winograd)
+                           winograd=args.winograd, mutations=args.mutations)
     model, name = _default_model()
     trials, seconds = args.trials, args.time
     missing, total = _tasks_without_records(model, args.target, db, args.layout, args.winograd)
@@ -150,7 +150,7 @@ def cmd_tune(args) -> int:
                       "stops early and keeps every measurement)")
     return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
                        seconds, leaders=args.leaders, layout=args.layout,
-                       winograd=args.winograd)
+                       winograd=args.winograd, mutations=args.mutations)
 
 
 def _count(n: int, noun: str) -> str:
@@ -189,7 +189,7 @@ def _tune_op(args, db) -> int:
 
 def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
                 seconds: float | None, leaders: int = 3, layout: str = "nchwc",
-                winograd: bool = True) -> int:
+                winograd: bool = True, mutations: int = 0) -> int:
     from .autotune.confirm import ConfirmOptions
     from .graph.compile import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
@@ -197,9 +197,11 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
     console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
     start = time.perf_counter()
     with _ProgressBar(trials, seconds) as bar:
-        if leaders < 0:
-            raise KilnError(f"--leaders {leaders}: give a count >= 0 (0: no confirmation)")
-        confirm = ConfirmOptions(leaders=leaders) if leaders else None
+        if leaders < 0 or mutations < 0:
+            raise KilnError(f"--leaders {leaders} --mutations {mutations}: give counts >= 0 "
+                            "(both 0: no confirmation)")
+        confirm = (ConfirmOptions(leaders=leaders, mutations=mutations)
+                   if leaders or mutations else None)
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
                              layout=layout, winograd=winograd, time_budget=seconds,
                              confirm=confirm)
@@ -222,6 +224,38 @@ def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
     from .graph.compile import compile_model
     compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
     _print_comparison(model, compiled, repeat=repeat, name=name)
+    return 0
+
+
+def cmd_confirm(args) -> int:
+    from .autotune.confirm import ConfirmOptions
+    from .graph.compile import confirm_model
+    from .graph.models import MODELS
+    db = _open_db(args.db)
+    if args.model is None:
+        model, name = _default_model()
+    elif args.model in MODELS:
+        model, name = MODELS[args.model](), args.model
+    else:
+        model, name = args.model, args.model
+    for flag, value, low in (("--leaders", args.leaders, 0), ("--mutations", args.mutations, 0),
+                             ("--rounds", args.rounds, 3)):
+        if value < low:
+            raise KilnError(f"{flag} {value}: give a count >= {low}")
+    options = ConfirmOptions(leaders=args.leaders, rounds=args.rounds, mutations=args.mutations)
+    console.print(f"confirming {name} on {args.target}: each task's default, its "
+                  f"{args.leaders} fastest records and {args.mutations} mutations of the "
+                  f"default, side by side in {args.rounds} rounds ({_db_name(db)})")
+    start = time.perf_counter()
+    choices = confirm_model(model, target=args.target, db=db, options=options,
+                            threads=args.threads, layout=args.layout, winograd=args.winograd)
+    tuned = [c for c in choices.values() if not c.is_default]
+    labels = sum(len(c.candidates) - 1 for c in choices.values())
+    console.print(f"confirmed {_count(len(choices), 'task')} in "
+                  f"{time.perf_counter() - start:.1f} s: {len(tuned)} take another schedule "
+                  f"({_geomean([c.speedup for c in tuned]):.2f}x the default's speed, "
+                  f"geomean), {len(choices) - len(tuned)} keep the default; {labels} compared "
+                  "configs stored for the zero-shot model")
     return 0
 
 
@@ -363,7 +397,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the confirmation that ends tuning times each task's default and "
                            "its K fastest records side by side and keeps the winner "
                            "(default 3; 0: no confirmation, the fastest record is used)")
+    tune.add_argument("--mutations", type=int, default=0, metavar="N",
+                      help="also time N mutations of each task's incumbent in the "
+                           "confirmation; with --time it then climbs, pass after pass, in "
+                           "half of the budget (default 0)")
     tune.set_defaults(func=cmd_tune)
+
+    conf = sub.add_parser("confirm", help="time each task's default, fastest records and "
+                          "mutations side by side; keep the winners (and the zero-shot "
+                          "model's labels)")
+    conf.add_argument("model", nargs="?", help="an ONNX file or a bundled model name "
+                      "(default: the ResNet-18-shaped default model)")
+    conf.add_argument("--leaders", type=int, default=3, metavar="K",
+                      help="fastest records per task (default 3)")
+    conf.add_argument("--mutations", type=int, default=6, metavar="N",
+                      help="mutations of the default per task (default 6)")
+    conf.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    conf.set_defaults(func=cmd_confirm)
 
     comp = sub.add_parser("compile", help="compile a model into a shared library")
     comp.add_argument("model")
@@ -401,11 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
 
-    for p in (tune, comp, bench, logs):
+    for p in (tune, conf, comp, bench, logs):
         p.add_argument("--db", help="tuning database file (default: your own log, "
                        "KILN_TUNING_DB or ~/.local/share/kiln/tuning.db, layered over the "
                        "records shipped with Kiln; new measurements go to your log)")
-    for p in (tune, comp, bench):
+    for p in (tune, conf, comp, bench):
         p.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
         p.add_argument("--threads", type=int, metavar="N",
                        help="threads to measure / run at (same as KILN_NUM_THREADS=N; default: "

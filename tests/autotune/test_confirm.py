@@ -1,13 +1,15 @@
 """Confirmation: the default and the leading records timed again side by side; the winner,
 stored as a Choice, outranks the plain minimum of the records until a faster record comes."""
 import dataclasses
+import json
 import pickle
 import random
 import sqlite3
 
 import pytest
 from kiln.autotune.compare import compare_payload
-from kiln.autotune.confirm import ConfirmOptions, confirm_reserve, confirm_task, leading_records
+from kiln.autotune.confirm import (ConfirmOptions, climb_mutations, confirm_reserve, confirm_task,
+                                   confirm_tasks, leading_records)
 from kiln.autotune.database import Choice, Database, Record, config_key
 from kiln.autotune.dispatch import (
     CONFIRMED_DEFAULT_SOURCE,
@@ -57,15 +59,18 @@ class FakeRunner:
 
     threads = 1
 
-    def __init__(self, costs: dict):
+    def __init__(self, costs: dict, fallback=None):
         self.costs = costs
+        self.fallback = fallback        # the costs of a config not in `costs`
         self.calls = []
 
     def compare(self, task, data, configs, target, rounds=7, rotate_bytes=None):
         self.calls.append([config_key(c) for c in configs])
         out = []
         for config in configs:
-            value = self.costs[config_key(config)]
+            value = self.costs.get(config_key(config), self.fallback)
+            if callable(value):
+                value = value(config)
             out.append(MeasureResult(MeasureStatus.OK, tuple(value)) if isinstance(value, list)
                        else MeasureResult(value, error_text="broken"))
         return out
@@ -208,6 +213,90 @@ def test_confirm_does_nothing_without_leaders_or_with_a_broken_default(tmp_path)
     db2 = Database(tmp_path / "d.db")
     db2.commit_record(_record(task, other, 1e-6, threads=2))
     assert leading_records(task, TARGET, db2, space, 3) == []
+
+
+def test_mutations_are_compared_and_every_config_keeps_its_features_and_ratio(tmp_path):
+    """With mutations, a task with no leader is confirmed too: the default and the
+    mutations (the same ones for the same task) are timed side by side, and each compared
+    config's features, source and paired ratio are stored with the choice (the zero-shot
+    model's labels). A mutation that wins by the margin is the choice."""
+    from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
+    db = Database(tmp_path / "c.db")
+    task = _task()
+    space = _space(task)
+    default = space.default_config()
+    mutants = climb_mutations(space, default, 4, 0)
+    assert len(mutants) == 4 and default not in mutants
+    assert mutants == climb_mutations(_space(task), default, 4, 0)
+    assert mutants != climb_mutations(space, default, 4, 1)
+    runner = FakeRunner({config_key(default): [10.0, 20.0, 10.0],
+                         config_key(mutants[2]): [5.0, 10.0, 5.0],
+                         config_key(mutants[3]): MeasureStatus.WRONG_ANSWER},
+                        fallback=[12.0, 24.0, 12.0])
+    assert confirm_task(task, TARGET, db, runner, ConfirmOptions(mutations=0),
+                        TaskData.make(task)) is None        # nothing to compare with
+    choice = confirm_task(task, TARGET, db, runner, ConfirmOptions(mutations=4),
+                          TaskData.make(task))
+    assert runner.calls[-1] == [config_key(c) for c in [default, *mutants]]
+    assert not choice.is_default and choice.config == mutants[2]
+    assert choice.speedup == pytest.approx(2.0)
+    assert choice.best_record_seconds == float("inf")
+    rows = db.choice(task.workload_key, TARGET, 1).candidates
+    assert [r["source"] for r in rows] == ["default"] + ["mutation"] * 4
+    assert [r["ratio"] for r in rows] == pytest.approx([1.0, 1.2, 1.2, 0.5, None])
+    assert all(len(r["features"]) == N_FEATURES and r["feature_version"] == FEATURE_VERSION
+               for r in rows)
+    assert rows[0]["features"] != rows[1]["features"]
+    assert db.latest_choices([TARGET]) == [db.choice(task.workload_key, TARGET, 1)]
+    # the task has no record: the confirmed mutation is what compiles take, until a record
+    assert select_record(task, TARGET, db, 1).record.config == mutants[2]
+    db.commit_record(_record(task, mutants[0], 1e-6))
+    assert select_record(task, TARGET, db, 1).record.config == mutants[0]
+
+
+def test_the_climb_mutates_its_incumbent_until_no_task_improves(tmp_path):
+    """With mutations and a deadline, passes repeat: each compares the default, the
+    incumbent (the last winner) and new mutations of it; the winner's time never rises;
+    leaders come in the first pass only; the climb ends when every task has gone PATIENCE
+    passes without a new winner, or at the deadline."""
+    import time
+    import zlib
+    from kiln.autotune.confirm import PATIENCE
+    db = Database(tmp_path / "c.db")
+    task = _task()
+    space = _space(task)
+    default = space.default_config()
+    leader = _other_configs(space, 1)[0]
+    db.commit_record(_record(task, leader, 1e-6))
+
+    def cost(config):       # a fixed made-up landscape: the default is slow
+        if config_key(config) == config_key(default):
+            return [10.0] * 3
+        return [5.0 + zlib.crc32(config_key(config).encode()) % 1000 / 100.0] * 3
+
+    runner = FakeRunner({}, fallback=cost)
+    options = ConfirmOptions(leaders=1, mutations=3)
+    choices = confirm_tasks([(task, TaskData.make(task))], TARGET, db, runner,
+                            deadline=time.perf_counter() + 600, options=options)
+    calls = runner.calls
+    assert len(calls) >= PATIENCE + 1
+    assert config_key(leader) in calls[0] and all(config_key(leader) not in c
+                                                  for c in calls[1:] if c[1] != config_key(leader))
+    assert all(c[0] == config_key(default) for c in calls)
+    history = [row for row in db._db.query("SELECT config, seconds FROM choices ORDER BY id")]
+    assert len(history) == len(calls)
+    seconds = [h["seconds"] for h in history]
+    assert seconds == sorted(seconds, reverse=True)                 # never worse
+    for before, call in zip(history, calls[1:]):
+        assert call[1] == config_key(json.loads(before["config"]))  # the incumbent goes on
+    assert seconds[-PATIENCE:] == [seconds[-1]] * PATIENCE          # stopped after no gain
+    assert choices[task.workload_key].seconds == seconds[-1]
+    # no deadline: one pass; a deadline already passed: none
+    runner.calls = []
+    confirm_tasks([(task, None)], TARGET, db, runner, options=options)
+    assert len(runner.calls) == 1
+    assert confirm_tasks([(task, None)], TARGET, db, runner, deadline=time.perf_counter(),
+                         options=options) == {}
 
 
 def test_side_by_side_timing_builds_checks_and_times_every_config():

@@ -7,9 +7,9 @@ import pytest
 
 import kiln
 from kiln.autotune import zero_shot as Z
-from kiln.autotune.database import Database, Record
+from kiln.autotune.database import Choice, Database, Record
 from kiln.autotune.dispatch import Selection, apply_selection, canonical_target
-from kiln.autotune.features import FEATURE_VERSION
+from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
 from kiln.autotune.search import Featurizer
 from kiln.autotune.space import SearchSpace
 from kiln.autotune.task import Task
@@ -18,9 +18,9 @@ from kiln.graph.compile import model_tasks
 
 
 def _synthetic_db(path, tasks, seed=0) -> Database:
-    """Records with feature vectors for `tasks` on this CPU: in every task the default is
-    the slowest and random configs are faster (a made-up log, so the model has something
-    to learn that moves picks away from the default)."""
+    """For `tasks` on this CPU: records with feature vectors, and a confirmation in which
+    every compared mutation beat the default (a made-up log, so the model has something to
+    learn that moves picks away from the default)."""
     db = Database(path)
     target = canonical_target("native")
     rng = random.Random(seed)
@@ -36,7 +36,25 @@ def _synthetic_db(path, tasks, seed=0) -> Database:
             cost = 2e-3 if k == 0 else 1e-3 * (1 + 0.5 * rng.random())
             db.commit_record(Record(task.workload_key, target, config, (cost,), "OK",
                                     threads=1), vector, FEATURE_VERSION)
+        _commit_confirmation(db, task, [0.6 + 0.3 * rng.random() for _ in range(10)])
     return db
+
+
+def _commit_confirmation(db, task, ratios, features=None):
+    """A confirmation of `task`'s default against len(ratios) mutations of it, each with
+    the given paired ratio (its time over the default's), as confirm_task stores it."""
+    space = SearchSpace(task, threads=1)
+    default = space.default_config()
+    configs = [default] + space.mutations(default, len(ratios), task.workload_key)
+    X, ok = Featurizer(space).matrix(configs)
+    rows = [{"config": c, "source": "default" if i == 0 else "mutation", "status": "OK",
+             "seconds": 1e-3 * r, "ratio": r, "feature_version": FEATURE_VERSION,
+             "features": (features[i] if features is not None else X[i].tolist())
+             if ok[i] else None}
+            for i, (c, r) in enumerate(zip(configs, [1.0, *ratios]))]
+    winner = min(rows, key=lambda r: r["ratio"])
+    db.commit_choice(Choice(task.workload_key, canonical_target("native"), 1, winner["config"],
+                            winner is rows[0], winner["seconds"], 1e-3, 1e-3, tuple(rows)))
 
 
 def _other_tasks():
@@ -63,7 +81,7 @@ def test_forest_matches_xgboost_predictions(tmp_path):
 
 
 def test_model_is_cached_and_a_corrupt_file_is_rebuilt(tmp_path, monkeypatch):
-    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:2])
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:3])
     target = canonical_target("native")
     trained = []
     real_train = Z.train_model
@@ -76,12 +94,8 @@ def test_model_is_cached_and_a_corrupt_file_is_rebuilt(tmp_path, monkeypatch):
     assert Z.model_for(db, target, directory=tmp_path / "cache") == path
     assert trained == [1, 1]                               # rebuilt, and readable again
     Z.Forest(path)
-    # a new record changes the key: a new model
-    task = _other_tasks()[0]
-    space = SearchSpace(task, threads=1)
-    config = space.default_config()
-    db.commit_record(Record(task.workload_key, target, config, (5e-3,), "OK", threads=1),
-                     Featurizer(space)(config), FEATURE_VERSION)
+    # a new confirmation changes the key: a new model
+    _commit_confirmation(db, _other_tasks()[3], [0.8, 0.9, 1.1])
     assert Z.model_for(db, target, directory=tmp_path / "cache") != path
     assert trained == [1, 1, 1]
 
@@ -90,6 +104,68 @@ def test_no_rows_no_model(tmp_path):
     db = Database(tmp_path / "empty.db")
     assert Z.model_for(db, canonical_target("native"), directory=tmp_path / "c") is None
     assert Z.model_for(None, canonical_target("native"), directory=tmp_path / "c") is None
+
+
+def test_the_model_learns_from_confirmations_only_and_leaves_tasks_out(tmp_path):
+    """Training rows are the compared configs of the newest confirmations (features and
+    their difference from the default, log speedup as the label); records alone teach
+    nothing, stale feature layouts and left-out tasks are skipped, and too few labels give
+    no model."""
+    target = canonical_target("native")
+    tasks = _other_tasks()
+    db = Database(tmp_path / "log.db")
+    _commit_confirmation(db, tasks[0], [0.5] * 8)
+    assert Z.training_rows(db, target) is None                 # 8 labels < MIN_LABELS
+    _commit_confirmation(db, tasks[1], [2.0] * 10)
+    _commit_confirmation(db, tasks[2], [1.0] * 10)
+    X, y = Z.training_rows(db, target)
+    assert X.shape == (31, 2 * N_FEATURES) and len(y) == 31
+    assert sorted(set(np.round(y, 6))) == pytest.approx([-np.log(2.0), 0.0, np.log(2.0)])
+    assert np.all(X[0, N_FEATURES:] == 0)                      # the default: no difference
+    assert Z.training_rows(db, target, exclude_tasks={tasks[0].workload_key}) is None
+    _commit_confirmation(db, tasks[3], [1.0] * 10)
+    X, y = Z.training_rows(db, target, exclude_tasks={tasks[0].workload_key})
+    assert len(y) == 33 and np.all(y <= 0)
+    # a newer confirmation of the same task replaces the older one's labels
+    _commit_confirmation(db, tasks[1], [0.25] * 10)
+    X, y = Z.training_rows(db, target)
+    assert len(y) == 42 and y.max() == pytest.approx(np.log(4.0))
+    # labels of another feature layout are not used
+    stale = Database(tmp_path / "stale.db")
+    for task in tasks[:3]:
+        _commit_confirmation(stale, task, [0.5] * 10)
+    stale._db.conn.execute("UPDATE choices SET candidates = REPLACE(candidates, ?, ?)",
+                           (f'"feature_version": "{FEATURE_VERSION}"', '"feature_version": "0"'))
+    stale._db.conn.commit()
+    assert Z.training_rows(stale, target) is None
+    # the fitted model prefers what was measured faster
+    path = Z.model_for(db, target, directory=tmp_path / "cache")
+    space = SearchSpace(tasks[0], threads=1)
+    pool = Z.candidates(space, 8)
+    X, ok = Featurizer(space).matrix(pool)
+    scores = Z.load_forest(path).predict(Z.relative_rows(X, X[0]))
+    assert scores[1:][ok[1:]].max() > scores[0] + 0.1
+
+
+class _FixedForest:
+    """Scores the candidates in order: the default first."""
+
+    def __init__(self, scores):
+        self.scores = np.asarray(scores, dtype=np.float64)
+
+    def predict(self, X):
+        return self.scores[:len(X)]
+
+
+def test_a_pick_needs_a_predicted_margin_over_the_default():
+    space = SearchSpace(Task.from_op("matmul", (24, 40, 56)), threads=1)
+    pool = Z.candidates(space, 4)
+    assert len(pool) == 5
+    small = -np.log(1 - Z.PICK_MARGIN) * 0.9
+    config, picked = Z.rank_candidates(space, _FixedForest([0, small, 0, 0, 0]), pool)
+    assert not picked and config == pool[0]
+    config, picked = Z.rank_candidates(space, _FixedForest([0, 0, 0.2, 0.1, -1]), pool)
+    assert picked and config == pool[2]
 
 
 def test_candidates_are_deterministic_and_start_with_the_default():

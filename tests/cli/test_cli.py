@@ -92,6 +92,33 @@ def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
     assert "all from the database" in out and "0/3" not in out, out
 
 
+def test_confirm_compares_mutations_of_an_untuned_model_and_compiles_follow(tmp_path):
+    """`kiln confirm` on a model with no records: each task's default against N mutations,
+    side by side; the labels are stored, and a compile takes the confirmed winners."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w])
+    path = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    db = str(tmp_path / "m.db")
+    code, out = kiln("confirm", str(path), "--mutations", "2", "--rounds", "3", "--db", db,
+                     "--threads", "1")
+    assert code == 0, out
+    assert "confirmed 1 task in" in " ".join(out.split()), out
+    with sqlite3.connect(db) as conn:
+        (candidates,) = conn.execute("SELECT candidates FROM choices").fetchone()
+    rows = json.loads(candidates)
+    assert [r["source"] for r in rows] == ["default", "mutation", "mutation"]
+    assert all(r["features"] and r["ratio"] for r in rows)
+    code, out = kiln("confirm", str(path), "--mutations", "-1", "--db", db)
+    assert code == 1 and "--mutations -1" in out
+
+
 def test_compile_in_either_layout_and_refuse_an_unknown_one(tmp_path):
     from kiln.graph.models import save_default_model
     model = str(save_default_model(tmp_path / "cnn.onnx"))
