@@ -7,11 +7,16 @@ lucky one. Here every config is built and checked first, then timed in interleav
 (each round visits every kernel, in a rotated order), so a slow moment slows all of them
 alike; and each call reads a different copy of the arguments, from a set larger than the
 L2 cache, as a kernel inside a model does (the model's other kernels ran in between).
+
+At one thread the kernels run on the worker's own thread, and they are timed by its CPU
+time: on a shared machine, wall-clock batches of a few milliseconds are cut by other
+processes' time slices. Under a load of 4 on 2 cores, MobileNetV2's wall-clock
+confirmations did not repeat (claimed 1.32x over the defaults, 0.99x when timed again;
+single tasks from 0.45x to 4.2x; benchmarks/RESULTS.md, session 13).
 """
 from __future__ import annotations
 
 import math
-import time
 import traceback
 
 import numpy as np
@@ -19,7 +24,7 @@ import numpy as np
 from .. import codegen
 from ..schedule.lower import lower
 from ..te.errors import KilnError, ScheduleError
-from .measure import MeasureResult, MeasureStatus, _compare, _held_task, _poisoned
+from .measure import MeasureResult, MeasureStatus, _compare, _held_task, _poisoned, kernel_clock
 
 # bytes of argument copies the calls cycle through: past a 0.5-2 MB L2, inside L3
 ROTATE_BYTES = 8 << 20
@@ -80,6 +85,7 @@ def _arguments(entry) -> list[np.ndarray]:
 
 def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int) -> dict[int, list]:
     """Per kernel index, its mean call time in each of `rounds` interleaved rounds."""
+    clock = kernel_clock()
     first = _arguments(entry)
     size = max(1, sum(a.nbytes for a in first))
     copies = [first] + [_arguments(entry)
@@ -88,9 +94,9 @@ def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int) -> dict[i
     for index, kernel in kernels.items():
         for args in copies[:2]:
             kernel(*args)                           # warm-up: page faults, thread pool
-        start = time.perf_counter()
+        start = clock()
         kernel(*first)
-        once = max(time.perf_counter() - start, 1e-7)
+        once = max(clock() - start, 1e-7)
         calls[index] = max(2, round(BATCH_SECONDS / once))
     order = list(kernels)
     costs: dict[int, list] = {index: [] for index in order}
@@ -98,10 +104,10 @@ def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int) -> dict[i
     for r in range(rounds):
         for index in order[r % len(order):] + order[:r % len(order)]:
             kernel, n = kernels[index], calls[index]
-            start = time.perf_counter()
+            start = clock()
             for i in range(position, position + n):
                 kernel(*copies[i % len(copies)])
-            costs[index].append((time.perf_counter() - start) / n)
+            costs[index].append((clock() - start) / n)
             position += n
     return costs
 

@@ -155,12 +155,20 @@ def _fault(kind: str | None) -> None:
 SUB_BATCHES = 8
 
 
+def kernel_clock():
+    """The clock kernels are timed by in the worker: the calling thread's CPU time when they
+    run on it alone (KILN_NUM_THREADS=1), which leaves out other processes' time slices on a
+    shared machine (autotune/compare.py has the figures); else the wall clock."""
+    return time.thread_time if num_threads_from_env() == 1 else time.perf_counter
+
+
 def _time_kernel(kernel, arrays, options: MeasureOptions,
                  best_seconds: float = math.inf) -> tuple[float, ...]:
+    clock = kernel_clock()
     kernel(*arrays)                                   # warm-up (page faults, thread pool)
-    start = time.perf_counter()
+    start = clock()
     kernel(*arrays)
-    once = max(time.perf_counter() - start, 1e-7)
+    once = max(clock() - start, 1e-7)
     if once > options.early_stop * best_seconds:
         return (once,)     # clearly slower than the best so far: don't spend repeats on it
     number = max(1, int(math.ceil(options.min_repeat_seconds / once)))
@@ -173,10 +181,10 @@ def _time_kernel(kernel, arrays, options: MeasureOptions,
             flush[:] = 1
         means = []
         for _ in range(batches):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(per_batch):
                 kernel(*arrays)
-            means.append((time.perf_counter() - start) / per_batch)
+            means.append((clock() - start) / per_batch)
         costs.append(statistics.median(means))
     return tuple(costs)
 

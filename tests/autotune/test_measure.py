@@ -211,3 +211,24 @@ def test_a_repeat_costs_its_undisturbed_batches(monkeypatch):
     assert len(costs) == 3 and all(c == pytest.approx(100e-6) for c in costs)
     costs = measure._time_kernel(kernel, (2,), options)             # every other call
     assert all(c > 1e-3 for c in costs)
+
+
+def test_a_one_thread_kernel_is_timed_by_cpu_time_so_time_slices_lost_do_not_count(
+        monkeypatch):
+    """At KILN_NUM_THREADS=1 the worker times kernels by its thread's CPU time: a kernel
+    that spends most of its call off the CPU (as when another process takes the core) costs
+    only what it ran; at more threads the wall clock, which counts it all."""
+    import time
+    from kiln.autotune.measure import _time_kernel, kernel_clock
+
+    def kernel():
+        time.sleep(0.002)                   # off the CPU
+        sum(range(2000))                    # on it, briefly
+
+    options = MeasureOptions(repeat=3, min_repeat_seconds=0.0)
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    assert kernel_clock() is time.thread_time
+    assert max(_time_kernel(kernel, [], options)) < 0.001
+    monkeypatch.setenv("KILN_NUM_THREADS", "2")
+    assert kernel_clock() is time.perf_counter
+    assert min(_time_kernel(kernel, [], options)) >= 0.002
