@@ -185,8 +185,10 @@ def _two_sided(mat, i1: E.Expr, i2: E.Expr, read) -> E.Expr:
     branches hold only nonzero terms. The inner sums t[a][k] = sum_b mat[k][b] X[a, b] are
     built once and shared by every branch that uses them."""
     rows, cols = len(mat), len(mat[0])
-    inner = [[_combination(mat[k], [read(a, b) for b in range(cols)]) for k in range(rows)]
-             for a in range(cols)]
+    # each input read built once: the expression is the same, but shared nodes make the
+    # walks, hashes and equality tests of building, keying and lowering it cheap
+    x = [[read(a, b) for b in range(cols)] for a in range(cols)]
+    inner = [[_combination(mat[k], x[a]) for k in range(rows)] for a in range(cols)]
     branches = [_select_chain(i2, [_combination(mat[k1], [inner[a][k2] for a in range(cols)])
                                    for k2 in range(rows)]) for k1 in range(rows)]
     return _select_chain(i1, branches)
