@@ -5,8 +5,8 @@
 
 One process, no kernel cache, no tuning database (default schedules), kernels compiled one
 after another as a compile worker does: schedule (search space default + apply), lower (loop
-IR), emit (loop IR -> llvmlite module -> text), LLVM (parse + verify + O3 passes), machine
-code (object file emission). Parent phases: ONNX frontend + graph passes + fusion, and task
+IR), emit (loop IR -> llvmlite module -> text, with Python's garbage collector paused as
+build() pauses it), LLVM (parse + verify + O3 passes), machine code (object file emission). Parent phases: ONNX frontend + graph passes + fusion, and task
 extraction (TE lowering of the groups, workload keys). All figures are CPU seconds of this
 process (time.process_time): the machine is shared and wall time mostly measures waiting.
 Prints a table of the slowest kernels, the phase totals and per-kernel percentiles, and, as
@@ -28,7 +28,7 @@ import onnx  # noqa: E402
 from kiln.autotune.dispatch import Selection, apply_selection, canonical_target  # noqa: E402
 from kiln.autotune.space import SearchSpace  # noqa: E402
 from kiln.codegen import Target, jit  # noqa: E402
-from kiln.codegen.build import DEFAULT_FASTMATH, param_specs  # noqa: E402
+from kiln.codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs  # noqa: E402
 from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name  # noqa: E402
 from kiln.codegen.pyentry import add_python_entry  # noqa: E402
 from kiln.codegen.runtime_config import num_threads_from_env  # noqa: E402
@@ -63,9 +63,10 @@ def measure(model, threads: int) -> dict:
         c1 = clock()
         func = lower(sch, args, name=mt.name)
         c2 = clock()
-        module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
-        add_python_entry(module, symbol_name(func.name), param_specs(func))
-        text = str(module)
+        with gc_paused():   # as build() emits
+            module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
+            add_python_entry(module, symbol_name(func.name), param_specs(func))
+            text = str(module)
         c3 = clock()
         mod = jit.optimize(text, tgt)
         c4 = clock()

@@ -119,17 +119,30 @@ class ExprEmitter:
         self._var_level: dict = {}
         self._share_ok: dict = {}
 
-    def push_scope(self, var: E.Var | None = None):
+    def push_scope(self, var: E.Var | None = None, level: int | None = None):
         """Open a scope: a control-flow region (var None: code that may not run, whose values
-        do not dominate what follows), or the binding of `var`. Returns what pop_scope needs."""
+        do not dominate what follows), or the binding of `var`. Returns what pop_scope needs.
+        `level`: the scope the values that depend on `var` belong to, when not this new one
+        (a vector loop's lane ramp, see outer_level)."""
         self._scopes.append([])
-        level = len(self._scopes) - 1
+        new = len(self._scopes) - 1
         if var is None:
-            saved, self._control = self._control, level
+            saved, self._control = self._control, new
             return ("control", saved)
         saved = self._var_level.get(var)
-        self._var_level[var] = level
+        self._var_level[var] = new if level is None else level
         return ("var", var, saved)
+
+    def outer_level(self, e: E.Expr) -> int:
+        """The innermost open scope that the value of `e` depends on (its variables'
+        bindings and the control-flow region): where a value computed from `e` stays valid.
+        A vectorized loop's lane variable is bound at the level of its start: the ramp is the
+        same value every time the loop is entered there (each unrolled copy around it), so
+        what depends on the lanes is shared between the copies, keyed on the Lanes too."""
+        level = self._control
+        for v in _free_vars(e):
+            level = max(level, self._var_level.get(v, 0))
+        return level
 
     def pop_scope(self, token) -> None:
         for key in self._scopes.pop():
@@ -152,11 +165,8 @@ class ExprEmitter:
         return ok
 
     def _remember(self, key, e: E.Expr, value: ir.Value) -> None:
-        level = self._control
-        for v in _free_vars(e):
-            level = max(level, self._var_level.get(v, 0))
         self._shared[key] = value
-        self._scopes[level].append(key)
+        self._scopes[self.outer_level(e)].append(key)
 
     # ------------------------------------------------------------------ entry points
     def expr(self, e: E.Expr, *, index: bool = False) -> ir.Value:
@@ -179,7 +189,9 @@ class ExprEmitter:
         return self.lanes is not None and self.lanes.var in _free_vars(e)
 
     def _emit(self, e: E.Expr) -> ir.Value:
-        key = (e, self._index)
+        lanes = self.lanes
+        key = ((e, self._index, lanes) if lanes is not None and lanes.var in _free_vars(e)
+               else (e, self._index))
         hit = self._memo.get(key)
         if hit is None:
             if self._index is ADDRESS and isinstance(e, _OPAQUE):

@@ -15,6 +15,7 @@ from ..te.visit import substitute
 from . import llvm_types as T
 from . import loop_hints
 from .attributes import kernel_function_attributes
+from .emit_expr import _free_vars
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
 from .tails import split_tails
@@ -115,21 +116,34 @@ class _UnitLoopRemover(StmtMutator):
 
     def __init__(self):
         self.mapping: dict[E.Var, E.Expr] = {}
+        # rewritten expressions under the current mapping (cleared when it changes): the
+        # same index expressions recur in every statement of a tile
+        self.done: dict[E.Expr, E.Expr] = {}
 
     def visit_expr(self, expr: E.Expr) -> E.Expr:
         if not self.mapping:
             return expr
-        new = substitute(expr, self.mapping)
-        return expr if new is expr else simplify(new)
+        found = self.done.get(expr)
+        if found is not None:
+            return found
+        if self.mapping.keys().isdisjoint(_free_vars(expr)):
+            new = expr
+        else:
+            new = substitute(expr, self.mapping)
+            new = expr if new is expr else simplify(new)
+        self.done[expr] = new
+        return new
 
     def visit_For(self, loop: For) -> Stmt:
         if not isinstance(loop.extent, E.IntImm) or loop.extent.value != 1:
             return self.generic_visit(loop)
         self.mapping[loop.loop_var] = self.visit_expr(loop.min)
+        self.done = {}
         try:
             return self.visit(loop.body)
         finally:
             del self.mapping[loop.loop_var]
+            self.done = {}
 
 
 class _Stored(StmtVisitor):

@@ -125,11 +125,12 @@ class FunctionEmitter(ExprEmitter):
             latch.set_metadata("llvm.loop", loop_md)
         bld.position_at_end(done)
 
-    def _bind(self, var: E.Var, value: ir.Value, body: Stmt, min_expr: E.Expr) -> None:
+    def _bind(self, var: E.Var, value: ir.Value, body: Stmt, min_expr: E.Expr,
+              level: int | None = None) -> None:
         if self.is_nonneg(min_expr):
             self.nonneg.add(var)
         self.vars[var] = value
-        scope = self.push_scope(var)
+        scope = self.push_scope(var, level)
         try:
             self.emit(body)
         finally:
@@ -170,7 +171,8 @@ class FunctionEmitter(ExprEmitter):
         base = self.expr(s.min, index=True)
         self.lanes = Lanes(s.loop_var, s.min, extent)
         try:
-            self._bind(s.loop_var, T.ramp(self.builder, base, extent), s.body, s.min)
+            self._bind(s.loop_var, T.ramp(self.builder, base, extent), s.body, s.min,
+                       level=self.outer_level(s.min))
         finally:
             self.lanes = None
 

@@ -8,7 +8,7 @@ import pytest
 from .cg_util import buf, load, loop, rand
 from kiln.codegen import Target, build, emit_expr, fold
 from kiln.codegen.emit_module import emit_module
-from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store, seq
+from kiln.schedule.ir import For, ForKind, IfThenElse, PrimFunc, Store, seq
 from kiln.te import expr as E
 
 RNG = np.random.default_rng(11)
@@ -137,3 +137,62 @@ def test_gather_with_int32_index_loaded_from_memory(wide, monkeypatch):
     c = np.zeros(8, np.float32)
     build(func)(x, idx, c)
     np.testing.assert_array_equal(c, x[idx])
+
+
+def _unrolled_around_lanes(n_rows: int, lanes: int):
+    """out[r, l] = (a[l] * 3 + b[l]) * (r + 1) over unrolled rows r, vector lanes l: the
+    lane-dependent sum a*3 + b is the same in every unrolled row."""
+    A, B, C = (buf(x, "float32", [n_rows * lanes]) for x in "ABC")
+    r, v = E.var("r"), E.var("v")
+    store = Store(C, r * lanes + v, (load(A, v) * 3.0 + load(B, v)) * E.cast(r + 1, "float32"))
+    inner = For(v, E.const(0), E.const(lanes), ForKind.VECTORIZED, store)
+    return PrimFunc("rows", (A, B, C), loop(r, n_rows, inner, ForKind.UNROLLED))
+
+
+@pytest.mark.parametrize("rows, lanes", [(1, 8), (3, 8), (5, 16), (7, 4)])
+def test_lane_values_are_shared_between_unrolled_copies(rows, lanes):
+    """The vector loop's lanes are the same ramp in every unrolled row: its loads and the
+    sum built from them are emitted once, and the kernel still matches numpy."""
+    func = _unrolled_around_lanes(rows, lanes)
+    a, b = rand((rows * lanes,), "float32", RNG), rand((rows * lanes,), "float32", RNG)
+    c = np.zeros(rows * lanes, np.float32)
+    build(func)(a, b, c)
+    av, bv = a[:lanes], b[:lanes]
+    want = np.concatenate([(av * np.float32(3) + bv) * np.float32(r + 1) for r in range(rows)])
+    np.testing.assert_allclose(c, want, rtol=1e-6, atol=1e-5)
+    text = str(emit_module(func, Target.native(), ("contract",), parallel="serial"))
+    kernel = text.split("__pyentry")[0]
+    assert kernel.count(f"load <{lanes} x float>") == 2     # a and b once, not per row
+
+
+@pytest.mark.parametrize("rows, lanes", [(3, 8), (4, 16)])
+def test_lane_values_are_not_shared_when_the_ramp_depends_on_the_row(rows, lanes):
+    """A vector loop starting at r * lanes reads other elements in every row: nothing
+    lane-dependent may be reused between the rows."""
+    n = rows * lanes
+    A, B, C = (buf(x, "float32", [n]) for x in "ABC")
+    r, v = E.var("r"), E.var("v")
+    store = Store(C, v, (load(A, v) * 3.0 + load(B, v)) * E.cast(r + 1, "float32"))
+    inner = For(v, r * lanes, E.const(lanes), ForKind.VECTORIZED, store)
+    func = PrimFunc("rows_shifted", (A, B, C), loop(r, rows, inner, ForKind.UNROLLED))
+    a, b = rand((n,), "float32", RNG), rand((n,), "float32", RNG)
+    c = np.zeros(n, np.float32)
+    build(func)(a, b, c)
+    scale = np.repeat(np.arange(1, rows + 1, dtype=np.float32), lanes)
+    np.testing.assert_allclose(c, (a * np.float32(3) + b) * scale, rtol=1e-6, atol=1e-5)
+
+
+def test_lane_values_are_not_shared_between_vector_loops_of_other_widths():
+    """Two vector loops over the same variable with different widths (a tile and its tail)
+    after an unrolled copy of each: values of one width never stand in for the other."""
+    A, C = buf("A", "float32", [24]), buf("C", "float32", [48])
+    r, v = E.var("r"), E.var("v")
+    wide = For(v, E.const(0), E.const(16), ForKind.VECTORIZED,
+               Store(C, r * 24 + v, load(A, v) * 2.0 + 1.0))
+    tail = For(v, E.const(16), E.const(8), ForKind.VECTORIZED,
+               Store(C, r * 24 + v, load(A, v) * 2.0 + 1.0))
+    func = PrimFunc("tiles", (A, C), loop(r, 2, seq(wide, tail), ForKind.UNROLLED))
+    a, c = rand((24,), "float32", RNG), np.zeros(48, np.float32)
+    build(func)(a, c)
+    want = np.tile(a * np.float32(2) + np.float32(1), 2)
+    np.testing.assert_allclose(c, want, rtol=1e-6, atol=1e-6)

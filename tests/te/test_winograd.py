@@ -79,6 +79,22 @@ def test_pack_weight_is_g_g_gt(m, rng):
     np.testing.assert_allclose(u[:, :, f // 16, c, f % 16], expect, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("m", W.TILE_SIZES)
+@pytest.mark.parametrize("f, c, b", [(3, 1, 1), (21, 7, 3), (16, 13, 8)])
+def test_pack_weight_every_entry_awkward_shapes(m, f, c, b, rng):
+    """Every (f, c) of an odd-sized weight against G g G^T computed one pair at a time."""
+    w = rng.standard_normal((f, c, 3, 3)).astype(np.float32)
+    u = W.pack_winograd_weight(w, m, b)
+    _, g, _ = W.winograd_matrices_f64(m)
+    assert u.shape == (m + 2, m + 2, f // b, c, b) and u.dtype == np.float32
+    assert u.flags.c_contiguous
+    for fi in range(f):
+        for ci in range(c):
+            expect = (g @ w[fi, ci].astype(np.float64) @ g.T).astype(np.float32)
+            np.testing.assert_allclose(u[:, :, fi // b, ci, fi % b], expect, rtol=1e-6,
+                                       atol=1e-6)
+
+
 def _run_conv(run, x, w, m, pads, b):
     X = te.placeholder((x.shape[0], x.shape[1] // b) + x.shape[2:] + (b,), name="X")
     Ut = te.placeholder((m + 2, m + 2, w.shape[0] // b, w.shape[1], b), name="U")
