@@ -1,7 +1,8 @@
 """Export torchvision architectures (random weights, batch 1) to ONNX for benchmarks/architectures.py.
 
     /path/to/torch-venv/bin/python benchmarks/export_torchvision.py [--out /tmp/kiln_tv]
-                                   [--models resnet18,convnext_tiny] [--size 128] [--more]
+                                   [--models resnet18,convnext_tiny] [--size 128]
+                                   [--more | --extra]
 
 Needs torch and torchvision (not Kiln's dependencies: run it with a Python that has them).
 Each model is built with its default constructor (random initialisation, seeded), put in eval
@@ -55,8 +56,25 @@ MORE = {
     "shufflenet_v2_x0_5": 96,
     "alexnet": 224,
 }
+# A third set (`--extra`): deeper and wider residual nets, VGG with batch norm, inverted
+# residuals without squeeze-excite, a wider RegNet, Swin-V2 (cosine attention, log-spaced
+# position bias), FCN segmentation on a ResNet-50 (dilated convs), SqueezeNet 1.0.
+EXTRA = {
+    "resnet50": 112,
+    "wide_resnet50_2": 96,
+    "vgg11_bn": 224,       # the 7x7 adaptive pool needs a multiple of 224 / 32
+    "mobilenet_v2": 128,
+    "efficientnet_b1": 128,
+    "regnet_x_1_6gf": 96,
+    "shufflenet_v2_x1_5": 128,
+    "fcn_resnet50": 96,
+    "squeezenet1_0": 128,
+    "swin_v2_t": 128,
+    "densenet169": 96,
+    "resnet101": 96,
+}
 VIDEO = ("r3d_18", "r2plus1d_18")
-SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large")
+SEGMENTATION = ("deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large", "fcn_resnet50")
 # vit_s_16 is ViT-Small/16 (12 layers of width 384, 6 heads), built from torchvision's
 # VisionTransformer class: vit_b_16 at 224 is 350 MB and ~17 GFLOPs, too slow to time often.
 
@@ -117,9 +135,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="/tmp/kiln_tv")
     parser.add_argument("--models", default=None,
                         help=f"comma-separated (default: {','.join(MODELS)}; with --more: "
-                             f"{','.join(MORE)})")
+                             f"{','.join(MORE)}; with --extra: {','.join(EXTRA)})")
     parser.add_argument("--more", action="store_true",
                         help="the MORE set: video, windowed attention, segmentation")
+    parser.add_argument("--extra", action="store_true",
+                        help="the EXTRA set: deeper/wider CNNs, VGG, Swin-V2, FCN")
     parser.add_argument("--size", type=int, default=0, help="input side for every model")
     parser.add_argument("--opset", type=int, default=17)
     args = parser.parse_args(argv)
@@ -129,9 +149,10 @@ def main(argv=None) -> int:
     torch.backends.mha.set_fastpath_enabled(False)
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    names = args.models.split(",") if args.models else list(MORE if args.more else MODELS)
+    default = EXTRA if args.extra else MORE if args.more else MODELS
+    names = args.models.split(",") if args.models else list(default)
     for name in [n for n in names if n]:
-        side = args.size or {**MODELS, **MORE}.get(name, 128)
+        side = args.size or {**MODELS, **MORE, **EXTRA}.get(name, 128)
         path = os.path.join(args.out, f"{name}.onnx")
         start = time.perf_counter()
         try:

@@ -2,7 +2,7 @@
 benchmarks/architectures.py.
 
     /path/to/torch-venv/bin/python benchmarks/export_transformers.py [--out /tmp/kiln_hf]
-                                   [--models bert,gpt2,whisper_enc]
+                                   [--models bert,gpt2,whisper_enc] [--extra]
 
 Needs torch and transformers (not Kiln's dependencies: run it with a Python that has them;
 torchvision is not imported). Each architecture is built from its config class at a reduced
@@ -82,10 +82,71 @@ def architectures(T):
     }
 
 
+def extra_architectures(T):
+    """A second set (`--extra`): more encoders (DistilBERT, RoBERTa, ALBERT's shared layers,
+    MobileBERT's bottlenecks and NoNorm, ELECTRA, SqueezeBERT's grouped 1-D convs), decoders
+    (OPT, BLOOM's ALiBi, GPT-NeoX's and Phi's partial rotary), vision transformers (DeiT,
+    BEiT's relative position bias, DINOv2's interpolated position embedding, LeViT) and CNNs
+    (PoolFormer, ResNet, MobileNetV2)."""
+    small = dict(attn_implementation="eager")
+    text = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    image = {"pixel_values": (1, 3, 64, 64)}
+    bert_like = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=512)
+    vit_like = dict(image_size=64, patch_size=8, hidden_size=128, num_hidden_layers=2,
+                    num_attention_heads=4)
+    return {
+        "distilbert": (lambda: T.DistilBertModel(T.DistilBertConfig(
+            vocab_size=1000, dim=128, n_layers=2, n_heads=4, hidden_dim=512, **small)),
+            text, TEXT_AXES),
+        "roberta": (lambda: T.RobertaModel(T.RobertaConfig(**bert_like, **small)),
+                    text, TEXT_AXES),
+        "albert": (lambda: T.AlbertModel(T.AlbertConfig(embedding_size=64, **bert_like,
+                                                        **small)), text, TEXT_AXES),
+        "mobilebert": (lambda: T.MobileBertModel(T.MobileBertConfig(
+            vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, embedding_size=64, intra_bottleneck_size=64,
+            true_hidden_size=64, num_feedforward_networks=2, **small)), text, TEXT_AXES),
+        "electra": (lambda: T.ElectraModel(T.ElectraConfig(embedding_size=64, **bert_like,
+                                                           **small)), text, TEXT_AXES),
+        "squeezebert": (lambda: T.SqueezeBertModel(T.SqueezeBertConfig(
+            embedding_size=128, **bert_like)), text, TEXT_AXES),
+        "opt": (lambda: T.OPTModel(T.OPTConfig(
+            vocab_size=1000, hidden_size=128, num_hidden_layers=2, ffn_dim=512,
+            num_attention_heads=4, word_embed_proj_dim=128, max_position_embeddings=128,
+            use_cache=False, **small)), text, TEXT_AXES),
+        "bloom": (lambda: T.BloomModel(T.BloomConfig(
+            vocab_size=1000, hidden_size=128, n_layer=2, n_head=4, use_cache=False,
+            **small)), text, TEXT_AXES),
+        "gpt_neox": (lambda: T.GPTNeoXModel(T.GPTNeoXConfig(
+            **bert_like, rotary_pct=0.25, use_cache=False, **small)), text, TEXT_AXES),
+        "phi": (lambda: T.PhiModel(T.PhiConfig(
+            **bert_like, partial_rotary_factor=0.5, use_cache=False, **small)),
+            text, TEXT_AXES),
+        "deit": (lambda: T.DeiTModel(T.DeiTConfig(**vit_like, intermediate_size=512,
+                                                  **small)), image, None),
+        "beit": (lambda: T.BeitModel(T.BeitConfig(**vit_like, intermediate_size=512,
+                                                  use_relative_position_bias=True, **small)),
+                 image, None),
+        "dinov2": (lambda: T.Dinov2Model(T.Dinov2Config(**vit_like, **small)), image, None),
+        "levit": (lambda: T.LevitModel(T.LevitConfig(image_size=128)),
+                  {"pixel_values": (1, 3, 128, 128)}, None),
+        "poolformer": (lambda: T.PoolFormerModel(T.PoolFormerConfig(
+            hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])), image, None),
+        "resnet_hf": (lambda: T.ResNetModel(T.ResNetConfig(
+            embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+            layer_type="bottleneck")), image, None),
+        "mobilenet_v2_hf": (lambda: T.MobileNetV2Model(T.MobileNetV2Config(image_size=64)),
+                            image, None),
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/kiln_hf")
     parser.add_argument("--models", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--extra", action="store_true",
+                        help="the second set (extra_architectures) instead of the first")
     args = parser.parse_args(argv)
     sys.modules["torchvision"] = None   # transformers imports it when present; not needed
     import torch
@@ -103,7 +164,7 @@ def main(argv=None) -> int:
             return out[0]
 
     torch.manual_seed(0)
-    known = architectures(transformers)
+    known = (extra_architectures if args.extra else architectures)(transformers)
     names = args.models.split(",") if args.models else list(known)
     unknown = [n for n in names if n not in known]
     if unknown:

@@ -18,6 +18,12 @@ more than 8 channels that 8 does not divide take blocks of 8, the last one padde
 (channel_block; from 512 channels on, blocks of 16, the last one padded): convs read and
 write zeros there, only ops that keep a finite lane finite run on a padded value, and
 `from_blocked` crops.
+
+A grouped conv whose groups do not line up with its channels' block but do with blocks of 8
+(RegNet's 24-wide groups over 912 or 336 channels, in blocks of 16) reads its input re-blocked
+to 8 and writes blocks of 8 (`reblock`: an NCHW round trip, once per value and block), so a
+value's block is not always channel_block's: every rule reads the block of the twin it has,
+and an operand blocked otherwise is re-blocked to match (binary ops, depthwise convs).
 """
 from __future__ import annotations
 
@@ -60,6 +66,7 @@ def channel_block(channels: int) -> int | None:
 
 
 PAD_BLOCK = 8
+REBLOCK = 8     # the block a grouped conv takes when its groups miss its channels' block
 WIDE_PAD_CHANNELS = 512
 # unary ops whose result is finite wherever their input is: a padded lane (0 after a conv)
 # stays finite through them, and a finite lane times the next conv's zero weight is zero
@@ -80,6 +87,7 @@ class _Rewriter:
         self.taken = set(self.constants) | {v.name for v in graph.inputs} \
             | {v.name for n in graph.nodes for v in n.outputs}
         self.blocked: dict[str, Value] = {}     # plain name -> blocked twin
+        self.reblocked: dict[tuple[str, int], Value] = {}   # (plain name, block) -> twin
         self.plain: set[str] = {v.name for v in graph.inputs} | set(self.constants)
         self.nodes: list[Node] = []
         self.changed = False
@@ -114,16 +122,29 @@ class _Rewriter:
         return value
 
     def as_blocked(self, value: Value, block: int) -> Value:
-        """The blocked twin of `value`, converting it (once) when it has none."""
+        """The twin of `value` in blocks of `block`, converting it (once) when it has none:
+        from NCHW, or from its twin in another block through NCHW (`reblock`)."""
         twin = self.blocked.get(value.name)
-        if twin is not None:
+        if twin is not None and twin.shape[-1] == block:
             return twin
-        twin = Value(self.fresh(f"{value.name}/nchwc{block}"), blocked_shape(value.shape, block),
-                     value.dtype)
-        self.nodes.append(Node("to_blocked", (value,), (twin,), FrozenDict(block=block),
+        other = self.reblocked.get((value.name, block))
+        if other is not None:
+            return other
+        source = self.as_plain(value) if twin is not None else value
+        new = Value(self.fresh(f"{value.name}/nchwc{block}"), blocked_shape(value.shape, block),
+                    value.dtype)
+        self.nodes.append(Node("to_blocked", (source,), (new,), FrozenDict(block=block),
                                self.fresh(f"{value.name}/to_blocked")))
-        self.blocked[value.name] = twin
-        return twin
+        if twin is None:
+            self.blocked[value.name] = new
+        else:
+            self.reblocked[(value.name, block)] = new
+        return new
+
+    def block_of(self, value: Value) -> int | None:
+        """The block of `value`'s twin if it has one, else the block its channels take."""
+        twin = self.blocked.get(value.name)
+        return twin.shape[-1] if twin is not None else channel_block(value.shape[1])
 
     def emit_blocked(self, node: Node, op: str, inputs, attrs, block: int) -> None:
         """`node` rewritten as `op` on `inputs`; its output becomes a blocked twin."""
@@ -173,25 +194,29 @@ class _Rewriter:
             self.emit_blocked(node, "conv2d_nchwc", (xin, wv),
                               dict(attrs, block=out_block, in_block=in_block), out_block)
             return True
-        block = channel_block(x.shape[1])
+        if groups != x.shape[1] or f != groups or cg != 1:
+            return self.grouped_conv(node, weight, attrs)
+        block = self.block_of(x)
         if block is None:
             return False
-        if groups != x.shape[1] or f != groups or cg != 1:
-            return self.grouped_conv(node, weight, attrs, block)
         packed = pack_depthwise_weight(_pad_axis(weight, 0, block), block)
         wv = self.constant(f"{w.name}/dw{block}", packed, w.dtype)
         self.emit_blocked(node, "depthwise_conv2d_nchwc", (self.as_blocked(x, block), wv),
                           attrs, block)
         return True
 
-    def grouped_conv(self, node: Node, weight: np.ndarray, attrs: dict, block: int) -> bool:
-        """groups > 1, not depthwise: blocked when its groups and the channels' block line up
-        (te.ops.grouped_conv_blocking) and the filters take the same block as the input."""
+    def grouped_conv(self, node: Node, weight: np.ndarray, attrs: dict) -> bool:
+        """groups > 1, not depthwise: blocked when its groups line up with the block of its
+        input (te.ops.grouped_conv_blocking) and the filters take the same block, else with
+        blocks of REBLOCK (the input re-blocked, the output in blocks of REBLOCK)."""
         x, w = node.inputs[0], node.inputs[1]
         groups, f = node.attrs["groups"], weight.shape[0]
-        if channel_block(f) != block or \
+        block = self.block_of(x)
+        if block is None or channel_block(f) != block or \
                 grouped_conv_blocking(x.shape[1], f, groups, block) is None:
-            return False
+            block = REBLOCK
+            if grouped_conv_blocking(x.shape[1], f, groups, block) is None:
+                return False
         packed, per_group = pack_grouped_conv_weight(weight, groups, block)
         wv = self.constant(f"{w.name}/grouped{block}", packed, w.dtype)
         self.emit_blocked(node, "grouped_conv2d_nchwc", (self.as_blocked(x, block), wv),
@@ -223,8 +248,10 @@ class _Rewriter:
         out = node.outputs[0]
         if len(out.shape) != 4 or not any(v.name in self.blocked for v in node.inputs):
             return False
-        block = next(self.blocked[v.name].shape[-1] for v in node.inputs
-                     if v.name in self.blocked)
+        # the block of a full-size blocked operand (a per-channel one re-blocks cheaply)
+        blocked = [v for v in node.inputs if v.name in self.blocked]
+        block = self.blocked[next((v for v in blocked if v.shape == out.shape),
+                                  blocked[0]).name].shape[-1]
         padded = out.shape[1] % block != 0
         if padded and node.op not in _PAD_SAFE_BINARY and not (
                 node.op in ("div", "pow") and node.inputs[1].name in self.constants):
@@ -234,9 +261,10 @@ class _Rewriter:
         plan = []
         for v in node.inputs:
             twin = self.blocked.get(v.name)
-            if twin is not None and twin.shape[-1] == block and (
-                    v.shape == out.shape or _is_per_channel(v.shape, out.shape)):
-                plan.append(twin)            # same shape, or (N, C, 1, 1): broadcasts
+            if twin is not None and (v.shape == out.shape
+                                     or _is_per_channel(v.shape, out.shape)):
+                # same shape, or (N, C, 1, 1): broadcasts; re-blocked below if need be
+                plan.append(twin if twin.shape[-1] == block else None)
             elif v.name in self.constants:
                 fill = 1.0 if node.op in ("div", "pow") else 0.0
                 twin = self.per_channel(v, out.shape[1], block, fill)

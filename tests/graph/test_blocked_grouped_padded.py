@@ -50,6 +50,8 @@ def _grouped_model(c, groups, h, w, stride):
     (48, 6, 7, 5, 1, True),     # group width 8, block 16: two groups per block
     (24, 3, 1, 1, 1, True),     # one group per block, 1x1 spatial
     (32, 2, 5, 3, 2, True),     # two blocks per group, strided
+    (48, 2, 5, 7, 1, True),     # 24-wide groups over blocks of 16: re-blocked to 8
+    (80, 5, 6, 6, 2, True),     # 16-wide groups, blocks of 16, strided
     (36, 3, 5, 5, 1, False)])   # 12-wide groups in padded blocks of 8: stay NCHW
 def test_grouped_convs_run_blocked_where_groups_line_up(c, groups, h, w, stride, blocked):
     model = _grouped_model(c, groups, h, w, stride)
@@ -165,3 +167,46 @@ def test_channel_block_pads_to_16_only_for_wide_channels():
     from kiln.graph.passes.blocked_layout import channel_block
     assert [channel_block(c) for c in (8, 24, 440, 504, 512, 520, 1000, 27, 600, 1001)] == \
         [8, 8, 8, 8, 16, 16, 16, 8, 16, 16]
+
+
+def _mixed_blocks_model(c, groups, h, w):
+    """RegNet-Y-like, with a value in two blocks: 1x1 conv to c channels (blocks of 16),
+    relu, a grouped 3x3 conv whose groups need blocks of 8, relu, a residual add of the two
+    (8 against 16), squeeze-excite (the gate's 1x1 conv writes blocks of 16, the gated value
+    is in 8), a depthwise conv on the gated value and on the 16-blocked one, summed, and a
+    1x1 conv to 11."""
+    r = 7
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "wg"], ["g"], group=groups, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["g"], ["gr"]),
+             helper.make_node("Add", ["gr", "ar"], ["res"]),
+             helper.make_node("GlobalAveragePool", ["res"], ["p"]),
+             helper.make_node("Conv", ["p", "ws1", "bs1"], ["s1"]),
+             helper.make_node("Relu", ["s1"], ["s1r"]),
+             helper.make_node("Conv", ["s1r", "ws2", "bs2"], ["s2"]),
+             helper.make_node("Sigmoid", ["s2"], ["gate"]),
+             helper.make_node("Mul", ["gate", "gr"], ["se"]),
+             helper.make_node("Conv", ["se", "wd"], ["d1"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["ar", "wd"], ["d2"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["d1", "d2"], ["d"]),
+             helper.make_node("Conv", ["d", "w2"], ["y"])]
+    inits = {"w1": f32(c, 5, 1, 1), "wg": f32(c, c // groups, 3, 3),
+             "ws1": f32(r, c, 1, 1), "bs1": f32(r), "ws2": f32(c, r, 1, 1), "bs2": f32(c),
+             "wd": f32(c, 1, 3, 3), "w2": f32(11, c, 1, 1)}
+    return make_model(nodes, {"x": ((1, 5, h, w), "float32")}, ["y"], inits)
+
+
+@pytest.mark.parametrize("c,groups,h,w", [(48, 2, 5, 7), (144, 6, 3, 1)])
+def test_a_value_in_two_blocks_meets_its_other_block(c, groups, h, w):
+    """The grouped conv's output is in blocks of 8 where its channel count takes 16: the
+    residual add, the squeeze-excite gate and the depthwise convs re-block what they read,
+    and every conv stays blocked."""
+    graph = _check(_mixed_blocks_model(c, groups, h, w), {"x": f32(1, 5, h, w)})
+    ops = [n.op for n in graph.nodes]
+    assert "grouped_conv2d_nchwc" in ops and ops.count("depthwise_conv2d_nchwc") == 2
+    # only the squeeze conv to 7 channels (no block of its own) stays NCHW
+    assert [n.outputs[0].shape[1] for n in graph.nodes if n.op == "conv2d"] == [7]
+    blocks = [(n.op, n.outputs[0].shape[-1]) for n in graph.nodes
+              if n.op in ("conv2d_nchwc", "grouped_conv2d_nchwc")]
+    assert blocks[:2] == [("conv2d_nchwc", 16), ("grouped_conv2d_nchwc", 8)]
