@@ -25,3 +25,41 @@ def test_every_committed_record_fits_todays_space(tmp_path):
     rows = db._db.conn.execute("SELECT COUNT(*) FROM records WHERE schema_version != ?",
                                (SCHEMA_VERSION,)).fetchone()
     assert rows[0] == report["stale"]
+
+
+@pytest.mark.slow
+def test_every_committed_choice_fits_todays_space_and_trains_the_zero_shot_model(tmp_path):
+    """The committed confirmations (`kiln confirm` over the bundled and models_zoo models at
+    one thread) name configs that fit today's spaces, carry today's feature layout, and
+    are enough labels for the zero-shot model."""
+    from kiln.autotune import zero_shot as Z
+    from kiln.autotune.dispatch import canonical_target
+    from kiln.autotune.space import SearchSpace
+    from kiln.graph import models_zoo
+    from kiln.graph.compile import model_tasks
+    from kiln.graph.task_catalog import tasks_by_key
+    target = canonical_target("native")
+    db = Database(shipped_db_path())
+    choices = db.latest_choices()
+    assert len(choices) > 250
+    tasks = {}
+    for choice in choices:
+        tasks.setdefault(choice.target, tasks_by_key(choice.target))
+    for build in (models_zoo.regnetx_like, models_zoo.rexnet_like, models_zoo.mobilenetv3_like,
+                  models_zoo.vit_tiny_like, models_zoo.densenet_like):
+        for mt in model_tasks(build(), target):
+            for known in tasks.values():
+                known.setdefault(mt.task.workload_key, mt.task)
+    missing, misfit = [], []
+    for choice in choices:
+        task = tasks[choice.target].get(choice.task_key)
+        if task is None:
+            missing.append(choice.task_key)
+            continue
+        space = SearchSpace(task.retargeted(choice.target), choice.threads)
+        for row in choice.candidates:
+            if space.misfit(row["config"]) is not None:
+                misfit.append((task.name, row["source"], space.misfit(row["config"])))
+    assert missing == [] and misfit == [], (missing[:3], misfit[:3])
+    X, y = Z.training_rows(db, target)
+    assert len(y) > 1000 and X.shape[1] == 2 * len(choices[0].candidates[0]["features"])
