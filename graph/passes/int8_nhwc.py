@@ -29,6 +29,7 @@ from ..ops import OPS
 from .dce import eliminate_dead_code
 from .rewrite import Namer
 from .simplify import cancel_transposes
+from .sink_layout import sink_layout_moves
 
 _EPILOGUE = (OpClass.ELEMWISE, OpClass.BROADCAST)
 _INTS = ("uint8", "int8")
@@ -313,4 +314,6 @@ def to_pixel_major_int8(graph: Graph) -> Graph:
     for node in graph.nodes:
         nodes.extend(rewriter.replaced.get(node.name, [node]))
     graph = graph.replace(nodes=tuple(nodes), constants=rewriter.constants)
-    return eliminate_dead_code(cancel_transposes(eliminate_dead_code(graph)))
+    graph = cancel_transposes(eliminate_dead_code(graph))
+    # the float detours between rewritten convs (DQ -> sigmoid/mul -> Q) move pixel-major
+    return eliminate_dead_code(cancel_transposes(sink_layout_moves(graph, quantized=True)))

@@ -26,11 +26,19 @@ from .rewrite import Namer
 _NOT_POINTWISE = frozenset({"batch_norm", "quantize_linear", "dequantize_linear", "requantize",
                             "lowbit_quantize", "lowbit_dequantize", "lowbit_decode",
                             "lowbit_encode", "bitcast"})
+_REDUCES = frozenset({"reduce_mean", "reduce_sum", "reduce_max", "reduce_min"})
 # a broadcast constant is expanded (to the extent a reshape's groups need) up to this size
 MAX_CONSTANT_ELEMENTS = 1 << 20
 
 
-def _pointwise(node: Node) -> bool:
+# per-tensor (de)quantization is pointwise: with `quantized`, moves sink through them
+_PER_TENSOR = frozenset({"quantize_linear", "dequantize_linear"})
+
+
+def _pointwise(node: Node, quantized: bool = False) -> bool:
+    if (quantized and node.op in _PER_TENSOR and len(node.outputs) == 1
+            and all(v is None or v.shape == () for v in node.inputs[1:])):
+        return True
     return (op_class(node.op) in (OpClass.ELEMWISE, OpClass.BROADCAST)
             and node.op not in _NOT_POINTWISE and "axis" not in node.attrs
             and len(node.outputs) == 1)
@@ -84,7 +92,8 @@ def _constant_through(move: Node, array: np.ndarray) -> np.ndarray | None:
 
 
 class _Sinker:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, quantized: bool = False):
+        self.quantized = quantized
         self.constants = dict(graph.constants)
         self.namer = Namer(graph)
         self.producers: dict[str, Node] = {}
@@ -92,19 +101,22 @@ class _Sinker:
 
     def sink(self, node: Node) -> list[Node]:
         """`node`, or the same op on the unmoved operands followed by the move."""
-        if not _pointwise(node):
+        if self.quantized and node.op in _REDUCES and node.attrs.get("keepdims"):
+            return self._sink_reduce(node)
+        if not _pointwise(node, self.quantized):
             return [node]
         out = node.outputs[0]
         moves = [self.producers.get(v.name) for v in node.inputs
                  if v is not None and v.name not in self.constants and v.shape != ()]
         if not moves or any(m is None or m.op not in ("transpose", "reshape") for m in moves):
             return [node]
-        move = moves[0]
-        if any(not _same_move(m, move) or m.outputs[0].shape != out.shape for m in moves):
+        move = next((m for m in moves if m.outputs[0].shape == out.shape), None)
+        if move is None or any(not ((_same_move(m, move) and m.outputs[0].shape == out.shape)
+                                    or self._broadcast_transpose(m, move)) for m in moves):
             return [node]
         inputs = []
         for v in node.inputs:
-            if v is None or (v.name not in self.constants and v.shape == ()):
+            if v is None or v.shape == ():      # a scalar broadcasts alike either way
                 inputs.append(v)
             elif v.name in self.constants:
                 array = _constant_through(move, self.constants[v.name])
@@ -119,6 +131,32 @@ class _Sinker:
         self.changed = True
         self.producers[moved.name] = inner
         return self.sink(inner) + [outer]
+
+    def _sink_reduce(self, node: Node) -> list[Node]:
+        """reduce(T(x), axes, keepdims) == T(reduce(x, perm[axes], keepdims)): a global pool
+        over a pixel-major activation reduces it in place."""
+        move = self.producers.get(node.inputs[0].name)
+        if move is None or move.op != "transpose" or len(node.inputs) != 1:
+            return [node]
+        perm = move.attrs["perm"]
+        src = move.inputs[0]
+        axes = tuple(sorted(perm[a] for a in node.attrs["axes"]))
+        shape = tuple(1 if k in axes else d for k, d in enumerate(src.shape))
+        out = node.outputs[0]
+        moved = Value(self.namer(f"{out.name}/unmoved"), shape, out.dtype)
+        inner = Node(node.op, (src,), (moved,), node.attrs.replace(axes=axes), node.name)
+        outer = Node("transpose", (moved,), (out,), move.attrs,
+                     self.namer(f"{node.name}/transpose"))
+        self.changed = True
+        self.producers[moved.name] = inner
+        return [inner, outer]
+
+    def _broadcast_transpose(self, m: Node, move: Node) -> bool:
+        """With `quantized`: `m` transposes a smaller operand by `move`'s permutation, so
+        op(T(a), T(b)) == T(op(a, b)) under numpy broadcasting (equal ranks)."""
+        return (self.quantized and m.op == move.op == "transpose"
+                and m.attrs == move.attrs and m.outputs[0].shape != move.outputs[0].shape
+                and len(m.inputs[0].shape) == len(move.inputs[0].shape))
 
     def _constant(self, value: Value, array: np.ndarray) -> Value:
         name = self.namer(f"{value.name}/moved")
@@ -141,6 +179,10 @@ class _Sinker:
         return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
 
 
-def sink_layout_moves(graph: Graph) -> Graph:
-    """Move every transpose and reshape past the pointwise ops that read it (module doc)."""
-    return _Sinker(graph).run(graph)
+def sink_layout_moves(graph: Graph, quantized: bool = False) -> Graph:
+    """Move every transpose and reshape past the pointwise ops that read it (module doc).
+    `quantized` (the int8 passes): also past per-tensor QuantizeLinear/DequantizeLinear
+    (scalar scale and zero point) and into broadcasting ops whose smaller operands are
+    transposed by the same permutation, so an int8 chain's NCHW float detour (DQ -> SiLU ->
+    Q between two pixel-major convs) runs pixel-major and its transposes cancel."""
+    return _Sinker(graph, quantized).run(graph)

@@ -217,3 +217,50 @@ def test_short_k_int8_gemm_default_tiles_divide_the_rows():
     config = SearchSpace(Task("mm", (out,), (a, w, out)), threads=1).default_config()
     mid, inner = config["s0/tile/0"]
     assert 3136 % (mid * inner) == 0 and inner > 1
+
+
+def _silu_se_model(c: int, f: int, h: int, w: int):
+    """x -> Q -> DQ -> Conv 3x3 -> Q -> DQ -> SiLU (Sigmoid -> Q -> DQ -> Mul, all QDQ) ->
+    squeeze-excite (GlobalAveragePool -> Q -> DQ -> Sigmoid -> Q -> DQ -> Mul) -> Q -> DQ ->
+    Conv 1x1 -> Q -> DQ -> y: EfficientNet's float detours between two int8 convs, each
+    with its own scale and a nonzero zero point."""
+    scales = {"xs": (0.02, 128), "ys": (0.03, 3), "ss": (1 / 255, 0), "ms": (0.025, 9),
+              "ps": (0.02, 5), "gs": (1 / 250, 2), "es": (0.021, 11), "zs": (0.05, 121)}
+    inits = {}
+    for name, (scale, zp) in scales.items():
+        inits[name], inits[name[0] + "zp"] = np.float32(scale), np.array(zp, np.uint8)
+
+    def qdq(src, scale, dst):
+        zp = scale[0] + "zp"
+        return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
+                helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
+
+    def conv(k, src, dst, cin, cout, kernel):
+        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
+        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
+        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
+        return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
+                                 [f"wf{k}"], axis=0),
+                helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+
+    nodes = (qdq("x", "xs", "xf") + conv(0, "xf", "c0", c, f, 3) + qdq("c0", "ys", "yf")
+             + [helper.make_node("Sigmoid", ["yf"], ["sig"])] + qdq("sig", "ss", "sf")
+             + [helper.make_node("Mul", ["yf", "sf"], ["silu"])] + qdq("silu", "ms", "mf")
+             + [helper.make_node("GlobalAveragePool", ["mf"], ["pool"])]
+             + qdq("pool", "ps", "pf") + [helper.make_node("Sigmoid", ["pf"], ["gate"])]
+             + qdq("gate", "gs", "gf") + [helper.make_node("Mul", ["mf", "gf"], ["se"])]
+             + qdq("se", "es", "ef") + conv(1, "ef", "c1", f, f + 3, 1) + qdq("c1", "zs", "y"))
+    return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
+
+
+def test_float_detours_between_convs_run_pixel_major():
+    """QDQ SiLU and squeeze-excite between two int8 convs: the per-tensor (de)quantizes,
+    the sigmoid, the broadcast gate multiply and the global pool take the NHWC activations
+    as they are (graph/passes/sink_layout.py, quantized), so no transpose is left between
+    the convs; bit-identical to the NCHW detour."""
+    model = _silu_se_model(5, 12, 7, 6)
+    feeds = {"x": R.standard_normal((1, 5, 7, 6)).astype(np.float32)}
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "sigmoid", "reduce_mean"})
+    assert nhwc.op_counts().get("transpose") == 2, nhwc.op_counts()   # in and out only
+    pool = next(n for n in nhwc.nodes if n.op == "reduce_mean")
+    assert pool.inputs[0].shape == (1, 7, 6, 12) and pool.attr("axes") == (1, 2)
