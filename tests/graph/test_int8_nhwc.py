@@ -94,6 +94,25 @@ def test_dense_conv_as_pixel_major_gemm_is_exact(xdtype, c, f, h, w, strides, ke
         assert any(n.op == "quantize_linear" for n in anchor.nodes)
 
 
+@pytest.mark.parametrize("xdtype,c,f,groups,h,w,kernel,strides,pads,residual", [
+    ("uint8", 12, 9, 3, 5, 7, (3, 3), (1, 1), (1, 1, 1, 1), False),   # zero point in pads
+    ("int8", 16, 6, 2, 6, 5, (3, 3), (2, 2), (1, 0, 1, 1), True),     # int8 x, a residual
+    ("uint8", 8, 10, 2, 3, 3, (1, 1), (1, 1), (0, 0, 0, 0), False),   # 1x1, no window
+])
+def test_grouped_conv_as_per_group_gemms_is_exact(xdtype, c, f, groups, h, w, kernel,
+                                                  strides, pads, residual):
+    """A grouped (not depthwise) int8 conv: per group a slice of the NHWC words, a GEMM
+    with the group's weight, the outputs concatenated; bit-identical to conv2d_integer."""
+    model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads, groups)
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 2}
+    if residual:
+        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+        ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "concat"})
+    assert nhwc.op_counts()["matmul_int8x4"] == groups
+
+
 @pytest.mark.parametrize("xdtype,c,h,w,kernel,strides,pads", [
     ("uint8", 13, 7, 5, (3, 3), (1, 1), (1, 1, 1, 1)),     # prime channels
     ("int8", 8, 9, 9, (3, 3), (2, 2), (1, 1, 1, 1)),       # stride 2, int8 activations
