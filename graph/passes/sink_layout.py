@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ir import Graph, Node, OpClass, Value
+from ..ir import FrozenDict, Graph, Node, OpClass, Value
 from ..ops import op_class
 from .dce import eliminate_dead_code
 from .rewrite import Namer
@@ -103,6 +103,10 @@ class _Sinker:
         """`node`, or the same op on the unmoved operands followed by the move."""
         if self.quantized and node.op in _REDUCES and node.attrs.get("keepdims"):
             return self._sink_reduce(node)
+        if self.quantized and node.op == "concat":
+            return self._sink_concat(node)
+        if self.quantized and node.op in ("max_pool2d", "avg_pool2d"):
+            return self._sink_pool(node)
         if not _pointwise(node, self.quantized):
             return [node]
         out = node.outputs[0]
@@ -145,6 +149,58 @@ class _Sinker:
         out = node.outputs[0]
         moved = Value(self.namer(f"{out.name}/unmoved"), shape, out.dtype)
         inner = Node(node.op, (src,), (moved,), node.attrs.replace(axes=axes), node.name)
+        outer = Node("transpose", (moved,), (out,), move.attrs,
+                     self.namer(f"{node.name}/transpose"))
+        self.changed = True
+        self.producers[moved.name] = inner
+        return [inner, outer]
+
+    def _sink_concat(self, node: Node) -> list[Node]:
+        """concat(T(a), T(b), ..., axis) == T(concat(a, b, ..., perm[axis])) when every input
+        is transposed by the same permutation (DenseNet's and SqueezeNet's channel concats
+        of pixel-major conv outputs)."""
+        moves = [self.producers.get(v.name) for v in node.inputs]
+        first = moves[0]
+        if any(m is None or m.op != "transpose" or m.attrs != first.attrs for m in moves):
+            return [node]
+        perm = first.attrs["perm"]
+        axis = perm[node.attrs["axis"] % len(perm)]
+        srcs = tuple(m.inputs[0] for m in moves)
+        shape = list(srcs[0].shape)
+        shape[axis] = sum(v.shape[axis] for v in srcs)
+        return self._moved(node, srcs, tuple(shape), node.attrs.replace(axis=axis), first)
+
+    def _sink_pool(self, node: Node) -> list[Node]:
+        """pool(T(x)) for x pixel-major [N, H, W, C] and T to NCHW: the pool over x viewed as
+        the channel-blocked [N, 1, H, W, C] (one block of all channels), then T."""
+        move = self.producers.get(node.inputs[0].name)
+        out = node.outputs[0]
+        if move is None or move.op != "transpose" or tuple(move.attrs["perm"]) != (0, 3, 1, 2) \
+                or len(out.shape) != 4:
+            return [node]
+        src = move.inputs[0]
+        n, h, w, c = src.shape
+        _, _, oh, ow = out.shape
+        blocked = Value(self.namer(f"{src.name}/blocked"), (n, 1, h, w, c), src.dtype)
+        pooled = Value(self.namer(f"{out.name}/blocked"), (n, 1, oh, ow, c), out.dtype)
+        flat = Value(self.namer(f"{out.name}/unmoved"), (n, oh, ow, c), out.dtype)
+        nodes = [Node("reshape", (src,), (blocked,), FrozenDict(shape=blocked.shape),
+                      self.namer(f"{node.name}/view")),
+                 Node(node.op, (blocked,), (pooled,), node.attrs, node.name),
+                 Node("reshape", (pooled,), (flat,), FrozenDict(shape=flat.shape),
+                      self.namer(f"{node.name}/unview")),
+                 Node("transpose", (flat,), (out,), move.attrs,
+                      self.namer(f"{node.name}/transpose"))]
+        self.changed = True
+        for new in nodes[:3]:
+            self.producers[new.outputs[0].name] = new
+        return nodes
+
+    def _moved(self, node: Node, srcs, shape, attrs, move: Node) -> list[Node]:
+        """`node` over `srcs` (shape `shape`), then `move` of its result."""
+        out = node.outputs[0]
+        moved = Value(self.namer(f"{out.name}/unmoved"), shape, out.dtype)
+        inner = Node(node.op, tuple(srcs), (moved,), attrs, node.name)
         outer = Node("transpose", (moved,), (out,), move.attrs,
                      self.namer(f"{node.name}/transpose"))
         self.changed = True
