@@ -26,6 +26,11 @@ from .rewrite import Namer
 _NOT_POINTWISE = frozenset({"batch_norm", "quantize_linear", "dequantize_linear", "requantize",
                             "lowbit_quantize", "lowbit_dequantize", "lowbit_decode",
                             "lowbit_encode", "bitcast"})
+# concat lowers to a chain of selects that loads every input for every element; along the
+# innermost (vector) axis that chain costs more than along channels of NCHW: 1 thread, float,
+# inputs [1, 32, 28, 28] vs [1, 28, 28, 32] (a throwaway script): 2 inputs 0.16 ms NCHW,
+# 0.08 NHWC; 8 inputs 0.56 vs 1.16; 32 inputs 17 vs 34. So only narrow concats move.
+MAX_CONCAT_SINK = 4
 _REDUCES = frozenset({"reduce_mean", "reduce_sum", "reduce_max", "reduce_min"})
 # a broadcast constant is expanded (to the extent a reshape's groups need) up to this size
 MAX_CONSTANT_ELEMENTS = 1 << 20
@@ -157,8 +162,10 @@ class _Sinker:
 
     def _sink_concat(self, node: Node) -> list[Node]:
         """concat(T(a), T(b), ..., axis) == T(concat(a, b, ..., perm[axis])) when every input
-        is transposed by the same permutation (DenseNet's and SqueezeNet's channel concats
-        of pixel-major conv outputs)."""
+        is transposed by the same permutation (SqueezeNet's, GoogLeNet's and Inception's
+        channel concats of pixel-major conv outputs; at most MAX_CONCAT_SINK inputs)."""
+        if len(node.inputs) > MAX_CONCAT_SINK:
+            return [node]
         moves = [self.producers.get(v.name) for v in node.inputs]
         first = moves[0]
         if any(m is None or m.op != "transpose" or m.attrs != first.attrs for m in moves):
