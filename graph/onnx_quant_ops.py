@@ -313,4 +313,32 @@ def _renamed(ctx, value: Value, name: str) -> Value:
         ctx.output_names = saved
 
 
+def _integer_conv_1d(original, w_index: int):
+    """Wrap an integer conv converter (ConvInteger, QLinearConv): a rank-3 input [N, C, L]
+    and weight [F, Cg, K] run as [N, C, 1, L] and [F, Cg, 1, K] with the window attributes
+    lifted (onnx_ops_spatial._lift_1d), the result viewed back as [N, F, L'] (Whisper's and
+    wav2vec2's audio convs under quantize_dynamic)."""
+    from .onnx_ops_spatial import _lift_1d
+
+    def conv(ctx, *args, **attrs):
+        x, w = args[0], args[w_index]
+        if len(x.shape) != 3 or w is None or len(w.shape) != 3:
+            return original(ctx, *args, **attrs)
+        args = list(args)
+        args[0] = ctx.emit("reshape", [x], {"shape": (x.shape[0], x.shape[1], 1, x.shape[2])})
+        args[w_index] = ctx.emit("reshape", [w], {"shape": w.shape[:2] + (1, w.shape[2])})
+        names = ctx.output_names
+        ctx.output_names = [""] * len(names)   # the 4-D result is not the node's output
+        try:
+            y4 = original(ctx, *args, **_lift_1d(attrs))
+        finally:
+            ctx.output_names = names
+        n, f, _, length = y4.shape
+        return ctx.emit("reshape", [y4], {"shape": (n, f, length)}, final=True)
+    return conv
+
+
+CONVERTERS["ConvInteger"] = _integer_conv_1d(CONVERTERS["ConvInteger"], 1)
+CONVERTERS["QLinearConv"] = _integer_conv_1d(CONVERTERS["QLinearConv"], 3)
+
 from . import onnx_quant_contrib  # noqa: E402,F401 - registers onnxruntime's other QOperator ops

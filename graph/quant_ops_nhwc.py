@@ -9,6 +9,8 @@ inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
   which for a buffer in memory is a view (graph/tasks.py ALIAS_OPS), no kernel. OPAQUE, so
   fusion leaves it alone and never inlines it into a consumer, which would assemble every word
   from four byte loads.
+- `im2col_nhwc_int8x4` with attr words (start, count): the columns of that range of the
+  input's words only (one group of a grouped conv), C4 = count.
 - `im2col_nhwc_int8x4` with attr split_taps: the columns as [N, OH, OW, KH, KW * C4] (the
   same bytes): a stem's copy (C4 = 1) then runs along each tap row without div/mod.
 - `im2col_nhwc_int8x4` with attr pairs: the columns as int16 pairs [N, OH, OW, KH * KW, 2,
@@ -85,6 +87,11 @@ def _infer_im2col_nhwc(ins, attrs):
                          f"{x.dtype}{list(x.shape)}")
     n, h, w, c4 = x.shape
     kh, kw = attrs["kernel"]
+    if attrs.get("words"):
+        start, c4 = attrs["words"]
+        if start < 0 or c4 < 1 or start + c4 > x.shape[3]:
+            raise ValueError(f"im2col_nhwc_int8x4: words {tuple(attrs['words'])} outside the "
+                             f"{x.shape[3]} words of its input")
     if attrs.get("split_taps"):
         if attrs.get("pairs"):
             raise ValueError("im2col_nhwc_int8x4: split_taps and pairs do not combine")
@@ -105,6 +112,9 @@ OPS["im2col_nhwc_int8x4"] = OpDef("im2col_nhwc_int8x4", OpClass.OPAQUE, _infer_i
 
 def _im2col_nhwc_reference(node, x):
     attrs = node.attrs
+    if attrs.get("words"):
+        start, count = attrs["words"]
+        x = x[..., start:start + count]
     xp = _pad_nhwc(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
     taps = [t for _, _, t in _taps(xp, attrs["kernel"], attrs, node.outputs[0].shape[1:3])]
     cols = np.ascontiguousarray(np.stack(taps, axis=3)).astype(np.int32)
@@ -149,7 +159,8 @@ for _name in ("im2col_nhwc_int8x4",):
     LOWERINGS[_name] = lambda node, args: [tqn.im2col_nhwc_int8x4(
         args[0], *node.attrs["kernel"], int(node.attrs["pad_word"]),
         tuple(node.attrs["strides"]), tuple(node.attrs["pads"]), tuple(node.attrs["dilations"]),
-        pairs=bool(node.attr("pairs")), split_taps=bool(node.attr("split_taps")))]
+        pairs=bool(node.attr("pairs")), split_taps=bool(node.attr("split_taps")),
+        words=node.attr("words"))]
 LOWERINGS["depthwise_conv2d_integer_nhwc"] = _lower_depthwise_nhwc
 
 

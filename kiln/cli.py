@@ -279,7 +279,8 @@ def cmd_bench(args) -> int:
 def cmd_quantize(args) -> int:
     from .quantize import quantize_model
     out = quantize_model(args.model, args.output, mode=args.mode, calibrate=args.calibrate,
-                         random=args.random, per_channel=not args.per_tensor)
+                         random=args.random, per_channel=not args.per_tensor,
+                         quant_format=args.format, activation=args.activation)
     console.print(f"wrote {out} ({args.mode} int8, via onnxruntime.quantization)")
     return 0
 
@@ -440,6 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="calibrate on N random normal inputs (default 8)")
     quant.add_argument("--per-tensor", action="store_true",
                        help="one weight scale per tensor (default: per output channel)")
+    quant.add_argument("--format", default="qdq", choices=("qdq", "qoperator"),
+                       help="static mode: QuantizeLinear/DequantizeLinear pairs (qdq) or "
+                            "QLinearConv/QLinearMatMul/... (qoperator)")
+    quant.add_argument("--activation", default="uint8", choices=("uint8", "int8"),
+                       help="static mode: the activations' type (weights are int8)")
     quant.set_defaults(func=cmd_quantize)
 
     logs = sub.add_parser("logs", help="what the tuning database holds")

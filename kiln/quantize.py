@@ -89,10 +89,12 @@ class _Reader:
 
 def quantize_model(model: str | os.PathLike, output: str | os.PathLike, mode: str = "static",
                    calibrate: str | os.PathLike | None = None, random: int = 8,
-                   per_channel: bool = True, quant_format: str = "qdq") -> Path:
+                   per_channel: bool = True, quant_format: str = "qdq",
+                   activation: str = "uint8") -> Path:
     """Write the int8 version of `model` to `output` and return its path. `quant_format`
     (static mode): "qdq" (QuantizeLinear/DequantizeLinear around float ops) or "qoperator"
-    (QLinearConv, QLinearMatMul, QLinearAdd, ...)."""
+    (QLinearConv, QLinearMatMul, QLinearAdd, ...); `activation` (static mode): the
+    activations' type, "uint8" or "int8" (weights are int8 either way)."""
     if mode not in MODES:
         raise KilnError(f"quantize mode {mode!r} is unknown; use one of {', '.join(MODES)}")
     src = Path(model)
@@ -100,6 +102,9 @@ def quantize_model(model: str | os.PathLike, output: str | os.PathLike, mode: st
         raise ModelFormatError(f"model file '{src}' does not exist")
     if quant_format not in ("qdq", "qoperator"):
         raise KilnError(f"quantize format {quant_format!r} is unknown; use qdq or qoperator")
+    if activation not in ("uint8", "int8"):
+        raise KilnError(f"quantize activation type {activation!r} is unknown; use uint8 or "
+                        "int8")
     if random < 1:
         raise KilnError(f"--random {random}: give at least 1 random calibration input")
     from onnxruntime.quantization import (QuantFormat, QuantType, quantize_dynamic,
@@ -117,6 +122,6 @@ def quantize_model(model: str | os.PathLike, output: str | os.PathLike, mode: st
         quant_pre_process(str(src), prepared, skip_symbolic_shape=True)
         quantize_static(prepared, str(out), _Reader(feeds), quant_format=QuantFormat.QDQ if quant_format == "qdq"
                         else QuantFormat.QOperator,
-                        per_channel=per_channel, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8)
+                        per_channel=per_channel, activation_type=QuantType.QUInt8 if activation == "uint8"
+                        else QuantType.QInt8, weight_type=QuantType.QInt8)
     return out

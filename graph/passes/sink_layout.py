@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ir import Graph, Node, OpClass, Value
+from ..ir import FrozenDict, Graph, Node, OpClass, Value
 from ..ops import op_class
 from .dce import eliminate_dead_code
 from .rewrite import Namer
@@ -26,11 +26,24 @@ from .rewrite import Namer
 _NOT_POINTWISE = frozenset({"batch_norm", "quantize_linear", "dequantize_linear", "requantize",
                             "lowbit_quantize", "lowbit_dequantize", "lowbit_decode",
                             "lowbit_encode", "bitcast"})
+# concat lowers to a chain of selects that loads every input for every element; along the
+# innermost (vector) axis that chain costs more than along channels of NCHW: 1 thread, float,
+# inputs [1, 32, 28, 28] vs [1, 28, 28, 32] (a throwaway script): 2 inputs 0.16 ms NCHW,
+# 0.08 NHWC; 8 inputs 0.56 vs 1.16; 32 inputs 17 vs 34. So only narrow concats move.
+MAX_CONCAT_SINK = 4
+_REDUCES = frozenset({"reduce_mean", "reduce_sum", "reduce_max", "reduce_min"})
 # a broadcast constant is expanded (to the extent a reshape's groups need) up to this size
 MAX_CONSTANT_ELEMENTS = 1 << 20
 
 
-def _pointwise(node: Node) -> bool:
+# per-tensor (de)quantization is pointwise: with `quantized`, moves sink through them
+_PER_TENSOR = frozenset({"quantize_linear", "dequantize_linear"})
+
+
+def _pointwise(node: Node, quantized: bool = False) -> bool:
+    if (quantized and node.op in _PER_TENSOR and len(node.outputs) == 1
+            and all(v is None or v.shape == () for v in node.inputs[1:])):
+        return True
     return (op_class(node.op) in (OpClass.ELEMWISE, OpClass.BROADCAST)
             and node.op not in _NOT_POINTWISE and "axis" not in node.attrs
             and len(node.outputs) == 1)
@@ -84,7 +97,8 @@ def _constant_through(move: Node, array: np.ndarray) -> np.ndarray | None:
 
 
 class _Sinker:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, quantized: bool = False):
+        self.quantized = quantized
         self.constants = dict(graph.constants)
         self.namer = Namer(graph)
         self.producers: dict[str, Node] = {}
@@ -92,19 +106,26 @@ class _Sinker:
 
     def sink(self, node: Node) -> list[Node]:
         """`node`, or the same op on the unmoved operands followed by the move."""
-        if not _pointwise(node):
+        if self.quantized and node.op in _REDUCES and node.attrs.get("keepdims"):
+            return self._sink_reduce(node)
+        if self.quantized and node.op == "concat":
+            return self._sink_concat(node)
+        if self.quantized and node.op in ("max_pool2d", "avg_pool2d"):
+            return self._sink_pool(node)
+        if not _pointwise(node, self.quantized):
             return [node]
         out = node.outputs[0]
         moves = [self.producers.get(v.name) for v in node.inputs
                  if v is not None and v.name not in self.constants and v.shape != ()]
         if not moves or any(m is None or m.op not in ("transpose", "reshape") for m in moves):
             return [node]
-        move = moves[0]
-        if any(not _same_move(m, move) or m.outputs[0].shape != out.shape for m in moves):
+        move = next((m for m in moves if m.outputs[0].shape == out.shape), None)
+        if move is None or any(not ((_same_move(m, move) and m.outputs[0].shape == out.shape)
+                                    or self._broadcast_transpose(m, move)) for m in moves):
             return [node]
         inputs = []
         for v in node.inputs:
-            if v is None or (v.name not in self.constants and v.shape == ()):
+            if v is None or v.shape == ():      # a scalar broadcasts alike either way
                 inputs.append(v)
             elif v.name in self.constants:
                 array = _constant_through(move, self.constants[v.name])
@@ -119,6 +140,86 @@ class _Sinker:
         self.changed = True
         self.producers[moved.name] = inner
         return self.sink(inner) + [outer]
+
+    def _sink_reduce(self, node: Node) -> list[Node]:
+        """reduce(T(x), axes, keepdims) == T(reduce(x, perm[axes], keepdims)): a global pool
+        over a pixel-major activation reduces it in place."""
+        move = self.producers.get(node.inputs[0].name)
+        if move is None or move.op != "transpose" or len(node.inputs) != 1:
+            return [node]
+        perm = move.attrs["perm"]
+        src = move.inputs[0]
+        axes = tuple(sorted(perm[a] for a in node.attrs["axes"]))
+        shape = tuple(1 if k in axes else d for k, d in enumerate(src.shape))
+        out = node.outputs[0]
+        moved = Value(self.namer(f"{out.name}/unmoved"), shape, out.dtype)
+        inner = Node(node.op, (src,), (moved,), node.attrs.replace(axes=axes), node.name)
+        outer = Node("transpose", (moved,), (out,), move.attrs,
+                     self.namer(f"{node.name}/transpose"))
+        self.changed = True
+        self.producers[moved.name] = inner
+        return [inner, outer]
+
+    def _sink_concat(self, node: Node) -> list[Node]:
+        """concat(T(a), T(b), ..., axis) == T(concat(a, b, ..., perm[axis])) when every input
+        is transposed by the same permutation (SqueezeNet's, GoogLeNet's and Inception's
+        channel concats of pixel-major conv outputs; at most MAX_CONCAT_SINK inputs)."""
+        if len(node.inputs) > MAX_CONCAT_SINK:
+            return [node]
+        moves = [self.producers.get(v.name) for v in node.inputs]
+        first = moves[0]
+        if any(m is None or m.op != "transpose" or m.attrs != first.attrs for m in moves):
+            return [node]
+        perm = first.attrs["perm"]
+        axis = perm[node.attrs["axis"] % len(perm)]
+        srcs = tuple(m.inputs[0] for m in moves)
+        shape = list(srcs[0].shape)
+        shape[axis] = sum(v.shape[axis] for v in srcs)
+        return self._moved(node, srcs, tuple(shape), node.attrs.replace(axis=axis), first)
+
+    def _sink_pool(self, node: Node) -> list[Node]:
+        """pool(T(x)) for x pixel-major [N, H, W, C] and T to NCHW: the pool over x viewed as
+        the channel-blocked [N, 1, H, W, C] (one block of all channels), then T."""
+        move = self.producers.get(node.inputs[0].name)
+        out = node.outputs[0]
+        if move is None or move.op != "transpose" or tuple(move.attrs["perm"]) != (0, 3, 1, 2) \
+                or len(out.shape) != 4:
+            return [node]
+        src = move.inputs[0]
+        n, h, w, c = src.shape
+        _, _, oh, ow = out.shape
+        blocked = Value(self.namer(f"{src.name}/blocked"), (n, 1, h, w, c), src.dtype)
+        pooled = Value(self.namer(f"{out.name}/blocked"), (n, 1, oh, ow, c), out.dtype)
+        flat = Value(self.namer(f"{out.name}/unmoved"), (n, oh, ow, c), out.dtype)
+        nodes = [Node("reshape", (src,), (blocked,), FrozenDict(shape=blocked.shape),
+                      self.namer(f"{node.name}/view")),
+                 Node(node.op, (blocked,), (pooled,), node.attrs, node.name),
+                 Node("reshape", (pooled,), (flat,), FrozenDict(shape=flat.shape),
+                      self.namer(f"{node.name}/unview")),
+                 Node("transpose", (flat,), (out,), move.attrs,
+                      self.namer(f"{node.name}/transpose"))]
+        self.changed = True
+        for new in nodes[:3]:
+            self.producers[new.outputs[0].name] = new
+        return nodes
+
+    def _moved(self, node: Node, srcs, shape, attrs, move: Node) -> list[Node]:
+        """`node` over `srcs` (shape `shape`), then `move` of its result."""
+        out = node.outputs[0]
+        moved = Value(self.namer(f"{out.name}/unmoved"), shape, out.dtype)
+        inner = Node(node.op, tuple(srcs), (moved,), attrs, node.name)
+        outer = Node("transpose", (moved,), (out,), move.attrs,
+                     self.namer(f"{node.name}/transpose"))
+        self.changed = True
+        self.producers[moved.name] = inner
+        return [inner, outer]
+
+    def _broadcast_transpose(self, m: Node, move: Node) -> bool:
+        """With `quantized`: `m` transposes a smaller operand by `move`'s permutation, so
+        op(T(a), T(b)) == T(op(a, b)) under numpy broadcasting (equal ranks)."""
+        return (self.quantized and m.op == move.op == "transpose"
+                and m.attrs == move.attrs and m.outputs[0].shape != move.outputs[0].shape
+                and len(m.inputs[0].shape) == len(move.inputs[0].shape))
 
     def _constant(self, value: Value, array: np.ndarray) -> Value:
         name = self.namer(f"{value.name}/moved")
@@ -141,6 +242,10 @@ class _Sinker:
         return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
 
 
-def sink_layout_moves(graph: Graph) -> Graph:
-    """Move every transpose and reshape past the pointwise ops that read it (module doc)."""
-    return _Sinker(graph).run(graph)
+def sink_layout_moves(graph: Graph, quantized: bool = False) -> Graph:
+    """Move every transpose and reshape past the pointwise ops that read it (module doc).
+    `quantized` (the int8 passes): also past per-tensor QuantizeLinear/DequantizeLinear
+    (scalar scale and zero point) and into broadcasting ops whose smaller operands are
+    transposed by the same permutation, so an int8 chain's NCHW float detour (DQ -> SiLU ->
+    Q between two pixel-major convs) runs pixel-major and its transposes cancel."""
+    return _Sinker(graph, quantized).run(graph)

@@ -44,7 +44,8 @@ def _read_padded(x: Tensor, b, y, xx, c, top: int, left: int, fill: E.Expr) -> E
 
 def im2col_nhwc_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
                        padding=(0, 0, 0, 0), dilation=1, name: str | None = None,
-                       pairs: bool = False, split_taps: bool = False) -> Tensor:
+                       pairs: bool = False, split_taps: bool = False,
+                       words: tuple[int, int] | None = None) -> Tensor:
     """The windows of packed NHWC activations x[N, H, W, C4] (4 channels a word) as
     pixel-major columns [N, OH, OW, KH * KW, C4]: element (n, y, x, t, c) is
     padded[n, y * sh + (t // KW) * dh, x * sw + (t % KW) * dw, c], the padding holding
@@ -62,10 +63,20 @@ def im2col_nhwc_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
     (sh, sw), (dh, dw), (top, left), (oh, ow) = _window("im2col_nhwc_int8x4", h, w, kh, kw,
                                                         stride, padding, dilation)
     fill = E.const(int(pad_word), "int32")
+    c0 = 0
+    if words is not None:
+        c0, count = (int(v) for v in words)
+        if c0 < 0 or count < 1 or c0 + count > c4:
+            raise TEError(f"im2col_nhwc_int8x4(): words {tuple(words)} is outside the "
+                          f"{c4} words of '{x.name}'")
+        if split_taps or pairs:
+            raise TEError("im2col_nhwc_int8x4(): words combines with neither split_taps nor "
+                          "pairs")
+        c4 = count
 
     def body(b, y, xx, t, c):
-        return _read_padded(x, b, y * sh + (t // kw) * dh, xx * sw + (t % kw) * dw, c,
-                            top, left, fill)
+        return _read_padded(x, b, y * sh + (t // kw) * dh, xx * sw + (t % kw) * dw,
+                            c + c0 if c0 else c, top, left, fill)
 
     if split_taps:
         if pairs:

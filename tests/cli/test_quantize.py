@@ -65,3 +65,22 @@ def test_bad_calibration_directory_is_a_clear_error(tmp_path):
     code, text = run_kiln("quantize", str(src), "-o", str(tmp_path / "q.onnx"),
                           "--calibrate", str(tmp_path / "empty"))
     assert code == 1 and "no .npy or .npz" in text, text
+
+
+def test_qoperator_format_and_int8_activations(tmp_path):
+    """--format qoperator writes QLinear* ops; --activation int8 gives int8 zero points."""
+    src = tmp_path / "cnn.onnx"
+    onnx.save(default_cnn(), src)
+    qop, s8 = tmp_path / "qop.onnx", tmp_path / "s8.onnx"
+    code, text = run_kiln("quantize", str(src), "-o", str(qop), "--random", "2",
+                          "--format", "qoperator")
+    assert code == 0, text
+    assert "QLinearConv" in {n.op_type for n in onnx.load(str(qop)).graph.node}
+    code, text = run_kiln("quantize", str(src), "-o", str(s8), "--random", "2",
+                          "--activation", "int8")
+    assert code == 0, text
+    model = onnx.load(str(s8))
+    inits = {t.name: t for t in model.graph.initializer}
+    first_q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    assert inits[first_q.input[2]].data_type == onnx.TensorProto.INT8
+    _close_to_onnxruntime(s8, atol=0.5)

@@ -51,7 +51,10 @@ def _depthwise_model(xdtype: str, c: int, h: int, w: int, kernel, strides, pads)
     return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
 
 
-def _check_exact(model, feeds, want_ops: set[str]):
+def _check_exact(model, feeds, want_ops: set[str], steps: float = 0.0):
+    """The pixel-major graph's reference equals the NCHW one's; the compiled model equals it
+    too, or (`steps`, for float ops between the convs whose rounding order may differ at a
+    tie, e.g. an average pool) lies within that many of the output's steps (0.05)."""
     graph = load_onnx(model)
     plain = optimize(graph, skip=SKIP)
     nhwc = optimize(graph)
@@ -61,7 +64,7 @@ def _check_exact(model, feeds, want_ops: set[str]):
     want = run_reference(plain, feeds)["y"]
     np.testing.assert_array_equal(run_reference(nhwc, feeds)["y"], want)
     got = kiln.compile(model, db=None, jobs=1).run(feeds)[0]
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, want, rtol=0, atol=steps * 0.05 * 1.0001)
     return nhwc
 
 
@@ -92,6 +95,25 @@ def test_dense_conv_as_pixel_major_gemm_is_exact(xdtype, c, f, h, w, strides, ke
     assert any(n.op == "requantize" for n in anchor.nodes)     # the epilogue stays fused
     if residual:   # the residual DQ -> Add -> Q too
         assert any(n.op == "quantize_linear" for n in anchor.nodes)
+
+
+@pytest.mark.parametrize("xdtype,c,f,groups,h,w,kernel,strides,pads,residual", [
+    ("uint8", 12, 9, 3, 5, 7, (3, 3), (1, 1), (1, 1, 1, 1), False),   # zero point in pads
+    ("int8", 16, 6, 2, 6, 5, (3, 3), (2, 2), (1, 0, 1, 1), True),     # int8 x, a residual
+    ("uint8", 8, 10, 2, 3, 3, (1, 1), (1, 1), (0, 0, 0, 0), False),   # 1x1, no window
+])
+def test_grouped_conv_as_per_group_gemms_is_exact(xdtype, c, f, groups, h, w, kernel,
+                                                  strides, pads, residual):
+    """A grouped (not depthwise) int8 conv: per group a slice of the NHWC words, a GEMM
+    with the group's weight, the outputs concatenated; bit-identical to conv2d_integer."""
+    model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads, groups)
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 2}
+    if residual:
+        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+        ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "concat"})
+    assert nhwc.op_counts()["matmul_int8x4"] == groups
 
 
 @pytest.mark.parametrize("xdtype,c,h,w,kernel,strides,pads", [
@@ -217,3 +239,97 @@ def test_short_k_int8_gemm_default_tiles_divide_the_rows():
     config = SearchSpace(Task("mm", (out,), (a, w, out)), threads=1).default_config()
     mid, inner = config["s0/tile/0"]
     assert 3136 % (mid * inner) == 0 and inner > 1
+
+
+def _silu_se_model(c: int, f: int, h: int, w: int):
+    """x -> Q -> DQ -> Conv 3x3 -> Q -> DQ -> SiLU (Sigmoid -> Q -> DQ -> Mul, all QDQ) ->
+    squeeze-excite (GlobalAveragePool -> Q -> DQ -> Sigmoid -> Q -> DQ -> Mul) -> Q -> DQ ->
+    Conv 1x1 -> Q -> DQ -> y: EfficientNet's float detours between two int8 convs, each
+    with its own scale and a nonzero zero point."""
+    scales = {"xs": (0.02, 128), "ys": (0.03, 3), "ss": (1 / 255, 0), "ms": (0.025, 9),
+              "ps": (0.02, 5), "gs": (1 / 250, 2), "es": (0.021, 11), "zs": (0.05, 121)}
+    inits = {}
+    for name, (scale, zp) in scales.items():
+        inits[name], inits[name[0] + "zp"] = np.float32(scale), np.array(zp, np.uint8)
+
+    def qdq(src, scale, dst):
+        zp = scale[0] + "zp"
+        return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
+                helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
+
+    def conv(k, src, dst, cin, cout, kernel):
+        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
+        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
+        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
+        return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
+                                 [f"wf{k}"], axis=0),
+                helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+
+    nodes = (qdq("x", "xs", "xf") + conv(0, "xf", "c0", c, f, 3) + qdq("c0", "ys", "yf")
+             + [helper.make_node("Sigmoid", ["yf"], ["sig"])] + qdq("sig", "ss", "sf")
+             + [helper.make_node("Mul", ["yf", "sf"], ["silu"])] + qdq("silu", "ms", "mf")
+             + [helper.make_node("GlobalAveragePool", ["mf"], ["pool"])]
+             + qdq("pool", "ps", "pf") + [helper.make_node("Sigmoid", ["pf"], ["gate"])]
+             + qdq("gate", "gs", "gf") + [helper.make_node("Mul", ["mf", "gf"], ["se"])]
+             + qdq("se", "es", "ef") + conv(1, "ef", "c1", f, f + 3, 1) + qdq("c1", "zs", "y"))
+    return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
+
+
+def test_float_detours_between_convs_run_pixel_major():
+    """QDQ SiLU and squeeze-excite between two int8 convs: the per-tensor (de)quantizes,
+    the sigmoid, the broadcast gate multiply and the global pool take the NHWC activations
+    as they are (graph/passes/sink_layout.py, quantized), so no transpose is left between
+    the convs; bit-identical to the NCHW detour."""
+    model = _silu_se_model(5, 12, 7, 6)
+    feeds = {"x": R.standard_normal((1, 5, 7, 6)).astype(np.float32)}
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "sigmoid", "reduce_mean"})
+    assert nhwc.op_counts().get("transpose") == 2, nhwc.op_counts()   # in and out only
+    pool = next(n for n in nhwc.nodes if n.op == "reduce_mean")
+    assert pool.inputs[0].shape == (1, 7, 6, 12) and pool.attr("axes") == (1, 2)
+
+
+def _concat_pool_model(c: int, f1: int, f2: int, h: int, w: int):
+    """Two int8 convs of x -> QDQ each -> Concat (channels) -> QDQ -> AveragePool 2x2/2
+    (pads, count_include_pad 0) -> QDQ -> Conv 1x1 -> QDQ -> y: DenseNet's and SqueezeNet's
+    concats and transitions between int8 convs."""
+    inits = {}
+    for name, (scale, zp) in {"xs": (0.02, 128), "as": (0.03, 3), "bs": (0.04, 250),
+                              "cs": (0.035, 7), "ps": (0.03, 1), "zs": (0.05, 121)}.items():
+        inits[name], inits[name[0] + "zp"] = np.float32(scale), np.array(zp, np.uint8)
+
+    def qdq(src, scale, dst):
+        zp = scale[0] + "zp"
+        return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
+                helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
+
+    def conv(k, src, dst, cin, cout, kernel):
+        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
+        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
+        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
+        return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
+                                 [f"wf{k}"], axis=0),
+                helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+
+    nodes = (qdq("x", "xs", "xf") + conv(0, "xf", "a", c, f1, 3) + qdq("a", "as", "af")
+             + conv(1, "xf", "b", c, f2, 1) + qdq("b", "bs", "bf")
+             + [helper.make_node("Concat", ["af", "bf"], ["cat"], axis=1)]
+             + qdq("cat", "cs", "cf")
+             + [helper.make_node("AveragePool", ["cf"], ["pool"], kernel_shape=[2, 2],
+                                 strides=[2, 2], pads=[0, 0, 1, 1])]
+             + qdq("pool", "ps", "pf") + conv(2, "pf", "c2", f1 + f2, 5, 1)
+             + qdq("c2", "zs", "y"))
+    return make_model(nodes, {"x": ((1, c, h, w), "float32")}, ["y"], inits)
+
+
+def test_concat_and_pool_between_convs_run_pixel_major():
+    """A channel concat of two int8 convs and an average pool after it run on the NHWC
+    activations (the concat along the last axis, the pool over the [N, 1, H, W, C] view):
+    no transpose between the convs; bit-identical to the NCHW form."""
+    model = _concat_pool_model(5, 8, 4, 7, 5)
+    feeds = {"x": R.standard_normal((1, 5, 7, 5)).astype(np.float32)}
+    # the float average pool rounds like the NCHW form's compiled pool, not always like the
+    # reference's at ties: one output step
+    nhwc = _check_exact(model, feeds, {"matmul_int8x4", "concat", "avg_pool2d"}, steps=1)
+    assert nhwc.op_counts().get("transpose") == 2, nhwc.op_counts()
+    cat = next(n for n in nhwc.nodes if n.op == "concat")
+    assert cat.attr("axis") == 3 and cat.outputs[0].shape == (1, 7, 5, 12)

@@ -23,11 +23,11 @@ NCHW = ("pixel-major int8",)
 
 
 def _pointwise_model(xdtype: str, c: int, f: int, h: int, w: int, residual: bool,
-                     strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0)):
+                     strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0), groups: int = 1):
     """x -> Q -> DQ -> Conv 1x1 (per-channel int8 W, int32 bias) -> Relu -> Q [-> DQ ->
     Add(DQ(Q(r))) -> Q] -> DQ -> y."""
     x_zp, y_zp = (131, 117) if xdtype == "uint8" else (-9, 4)
-    wq = R.integers(-127, 128, size=(f, c) + tuple(kernel)).astype(np.int8)
+    wq = R.integers(-127, 128, size=(f, c // groups) + tuple(kernel)).astype(np.int8)
     ws = R.uniform(0.002, 0.01, f).astype(np.float32)
     xs, ys = np.float32(0.02), np.float32(0.05)
     inits = {"xs": xs, "xzp": np.array(x_zp, xdtype), "wq": wq, "ws": ws,
@@ -39,7 +39,7 @@ def _pointwise_model(xdtype: str, c: int, f: int, h: int, w: int, residual: bool
              helper.make_node("DequantizeLinear", ["wq", "ws", "wzp"], ["wf"], axis=0),
              helper.make_node("DequantizeLinear", ["bq", "bs", "bzp"], ["bf"], axis=0),
              helper.make_node("Conv", ["xf", "wf", "bf"], ["conv"], strides=list(strides),
-                              pads=list(pads)),
+                              pads=list(pads), group=groups),
              helper.make_node("Relu", ["conv"], ["act"]),
              helper.make_node("QuantizeLinear", ["act", "ys", "yzp"], ["yq"])]
     inputs = {"x": ((1, c, h, w), "float32")}

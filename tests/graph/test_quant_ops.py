@@ -235,3 +235,29 @@ def test_blocked_dequantization():
     model = make_model([node], {"x": x}, [("y", "float32")],
                        {"s": f32(4, 2, lo=0.1, hi=1.0)}, opset=21)
     check(model, {"x": x}, exact=True)
+
+@pytest.mark.parametrize("group,wzp", [(1, False), (3, True)])
+def test_conv_integer_1d(group, wzp):
+    """ConvInteger over [N, C, L] (Whisper's and wav2vec2's audio convs, dynamic): run as a
+    2-D conv over [N, C, 1, L]; exact against the evaluator, zero points nonzero."""
+    x = u8(1, 6, 13)
+    w = (u8 if wzp else s8)(9, 6 // group, 3)
+    inits = {"w": w, "xzp": np.array(131, np.uint8)}
+    if wzp:
+        inits["wzp"] = np.array(9, np.uint8)
+    model = one_node("ConvInteger", {"x": x}, inits, "int32", opset=13, group=group,
+                     pads=[1, 2], strides=[2], dilations=[1])
+    check(model, {"x": x}, exact=True)
+
+
+def test_qlinear_conv_1d():
+    x, w = u8(2, 5, 11), s8(7, 5, 3)
+    inits = {"xs": np.float32(0.05), "xzp": np.array(121, np.uint8), "w": w,
+             # a per-tensor weight scale: the evaluator broadcasts per-channel ones as 2-D only
+             "ws": np.float32(0.013), "wzp": np.array(0, np.int8),
+             "ys": np.float32(0.4), "yzp": np.array(100, np.uint8),
+             "b": R.integers(-3000, 3000, 7).astype(np.int32)}
+    names = ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"]
+    node = helper.make_node("QLinearConv", names, ["y"], pads=[1, 0], strides=[2])
+    model = make_model([node], {"x": x}, [("y", "uint8")], inits, opset=13)
+    check(model, {"x": x}, exact=False)
