@@ -42,9 +42,7 @@ def test_every_committed_choice_fits_todays_space_and_trains_the_zero_shot_model
     db = Database(shipped_db_path())
     choices = db.latest_choices()
     assert len(choices) > 250
-    tasks = {}
-    for choice in choices:
-        tasks.setdefault(choice.target, tasks_by_key(choice.target))
+    tasks = {t: tasks_by_key(t) for t in {choice.target for choice in choices}}
     for build in (models_zoo.regnetx_like, models_zoo.rexnet_like, models_zoo.mobilenetv3_like,
                   models_zoo.vit_tiny_like, models_zoo.densenet_like):
         for mt in model_tasks(build(), target):
