@@ -61,8 +61,8 @@ def test_unknown_target(tmp_path):
     assert code == 1 and "znver9" in out
 
 
-@pytest.mark.slow
-def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
+def _tiny_matmul_model(tmp_path):
+    """A one-task ONNX model (MatMul + Relu, [3, 8] x [8, 4]) saved under tmp_path."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -73,6 +73,12 @@ def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w])
     path = tmp_path / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.slow
+def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
+    path = _tiny_matmul_model(tmp_path)
     db = str(tmp_path / "m.db")
     code, out = kiln("tune", str(path), "--trials", "3", "--leaders", "1", "--db", db)
     assert code == 0, out
@@ -95,16 +101,7 @@ def test_tune_model_ends_with_a_confirmation_of_k_leaders(tmp_path):
 def test_confirm_compares_mutations_of_an_untuned_model_and_compiles_follow(tmp_path):
     """`kiln confirm` on a model with no records: each task's default against N mutations,
     side by side; the labels are stored, and a compile takes the confirmed winners."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [w])
-    path = tmp_path / "tiny.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    path = _tiny_matmul_model(tmp_path)
     db = str(tmp_path / "m.db")
     code, out = kiln("confirm", str(path), "--mutations", "2", "--rounds", "3", "--db", db,
                      "--threads", "1")

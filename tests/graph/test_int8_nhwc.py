@@ -5,6 +5,8 @@ bit, the numpy reference of the integer graph without the rewrite (exact accumul
 same requantization); the new ops' references agree with the NCHW ops' references."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -241,6 +243,25 @@ def test_short_k_int8_gemm_default_tiles_divide_the_rows():
     assert 3136 % (mid * inner) == 0 and inner > 1
 
 
+def _qdq(src, scale, dst):
+    """QuantizeLinear -> DequantizeLinear of `src` with the scale named `scale` and the zero
+    point named by its first letter + "zp"."""
+    zp = scale[0] + "zp"
+    return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
+            helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
+
+
+def _int8_conv(inits, k, src, dst, cin, cout, kernel):
+    """A Conv of `src` by the k-th int8 weight (per-channel scales, zero points 0), its
+    initializers added to `inits`."""
+    inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
+    inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
+    inits[f"wzp{k}"] = np.zeros(cout, np.int8)
+    return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
+                             [f"wf{k}"], axis=0),
+            helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+
+
 def _silu_se_model(c: int, f: int, h: int, w: int):
     """x -> Q -> DQ -> Conv 3x3 -> Q -> DQ -> SiLU (Sigmoid -> Q -> DQ -> Mul, all QDQ) ->
     squeeze-excite (GlobalAveragePool -> Q -> DQ -> Sigmoid -> Q -> DQ -> Mul) -> Q -> DQ ->
@@ -252,18 +273,7 @@ def _silu_se_model(c: int, f: int, h: int, w: int):
     for name, (scale, zp) in scales.items():
         inits[name], inits[name[0] + "zp"] = np.float32(scale), np.array(zp, np.uint8)
 
-    def qdq(src, scale, dst):
-        zp = scale[0] + "zp"
-        return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
-                helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
-
-    def conv(k, src, dst, cin, cout, kernel):
-        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
-        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
-        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
-        return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
-                                 [f"wf{k}"], axis=0),
-                helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+    qdq, conv = _qdq, functools.partial(_int8_conv, inits)
 
     nodes = (qdq("x", "xs", "xf") + conv(0, "xf", "c0", c, f, 3) + qdq("c0", "ys", "yf")
              + [helper.make_node("Sigmoid", ["yf"], ["sig"])] + qdq("sig", "ss", "sf")
@@ -297,18 +307,7 @@ def _concat_pool_model(c: int, f1: int, f2: int, h: int, w: int):
                               "cs": (0.035, 7), "ps": (0.03, 1), "zs": (0.05, 121)}.items():
         inits[name], inits[name[0] + "zp"] = np.float32(scale), np.array(zp, np.uint8)
 
-    def qdq(src, scale, dst):
-        zp = scale[0] + "zp"
-        return [helper.make_node("QuantizeLinear", [src, scale, zp], [dst + "q"]),
-                helper.make_node("DequantizeLinear", [dst + "q", scale, zp], [dst])]
-
-    def conv(k, src, dst, cin, cout, kernel):
-        inits[f"w{k}"] = R.integers(-127, 128, size=(cout, cin, kernel, kernel)).astype(np.int8)
-        inits[f"ws{k}"] = R.uniform(0.002, 0.01, cout).astype(np.float32)
-        inits[f"wzp{k}"] = np.zeros(cout, np.int8)
-        return [helper.make_node("DequantizeLinear", [f"w{k}", f"ws{k}", f"wzp{k}"],
-                                 [f"wf{k}"], axis=0),
-                helper.make_node("Conv", [src, f"wf{k}"], [dst], pads=[kernel // 2] * 4)]
+    qdq, conv = _qdq, functools.partial(_int8_conv, inits)
 
     nodes = (qdq("x", "xs", "xf") + conv(0, "xf", "a", c, f1, 3) + qdq("a", "as", "af")
              + conv(1, "xf", "b", c, f2, 1) + qdq("b", "bs", "bf")
