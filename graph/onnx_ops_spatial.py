@@ -73,6 +73,25 @@ def _lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
                     final=True)
 
 
+@converter("GlobalLpPool")
+def _global_lp_pool(ctx, x, p=2):
+    """(sum over every spatial position of |x|^p)^(1/p), per batch and channel."""
+    if len(x.shape) < 3:
+        raise ModelFormatError(f"node '{ctx.node_name}' (GlobalLpPool): input {list(x.shape)} "
+                               "needs a batch, a channel and at least one spatial axis")
+    attrs = {"axes": tuple(range(2, len(x.shape))), "keepdims": 1}
+    magnitude = ctx.emit("abs", [x])
+    if int(p) == 1:
+        return ctx.emit("reduce_sum", [magnitude], attrs, final=True)
+    if int(p) == 2:
+        return ctx.emit("sqrt", [ctx.emit("reduce_sum", [ctx.emit("mul", [x, x])], attrs)],
+                        final=True)
+    powered = ctx.emit("pow", [magnitude, ctx.const(np.array(float(p), dtype=x.dtype))])
+    total = ctx.emit("reduce_sum", [powered], attrs)
+    return ctx.emit("pow", [total, ctx.const(np.array(1.0 / float(p), dtype=x.dtype))],
+                    final=True)
+
+
 @converter("GridSample")
 def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros"):
     mode = mode or ("linear" if ctx.opset >= 20 else "bilinear")
@@ -89,14 +108,43 @@ def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros")
                     final=True)
 
 
+def _resize_10(ctx, x, scales, mode):
+    if scales is None:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize, opset {ctx.opset}) has no "
+                               "scales input")
+    given = [float(v) for v in ctx.static(scales, "scales").reshape(-1)]
+    if len(given) != len(x.shape) or min(given, default=1.0) <= 0:
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize): scales {given} must be "
+                               f"positive, one per axis of {list(x.shape)}")
+    if mode not in ("nearest", "linear"):
+        raise ModelFormatError(f"node '{ctx.node_name}' (Resize, opset {ctx.opset}): mode "
+                               f"{mode!r}; expected nearest or linear")
+    # onnxruntime (the de-facto definition: the opset-10 text does not say) rounds a nearest
+    # source index down where an axis grows and up where it shrinks; nearest is separable,
+    # so mixed axes run as two resizes
+    down = [s < 1 for s in given]
+    passes = ([("ceil", down), ("floor", [not d for d in down])] if mode == "nearest"
+              and any(down) and not all(down) else [("ceil" if all(down) else "floor",
+                                                     [True] * len(given))])
+    value = x
+    for k, (rounding, axes) in enumerate(passes):
+        scales = tuple(s if on else 1.0 for s, on in zip(given, axes))
+        out = tuple(int(np.floor(d * s)) for d, s in zip(value.shape, scales))
+        attrs = {"out_shape": out, "scales": scales, "mode": mode, "coord": "asymmetric",
+                 "nearest_mode": rounding, "cubic_a": -0.75, "exclude_outside": 0,
+                 "roi": ((0.0, 1.0),) * len(x.shape), "extrapolation_value": 0.0}
+        value = ctx.emit("resize", [value], attrs, final=k == len(passes) - 1)
+    return value
+
+
 @converter("Resize")
 def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
             coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75,
             exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
             mode="nearest", nearest_mode="round_prefer_floor"):
     """Scales or sizes (and roi) are read at compile time: they decide the output shape."""
-    if ctx.opset < 11:
-        raise _unsupported(ctx, "Resize before opset 11")
+    if ctx.opset < 11:  # Resize-10: (X, scales), Upsample's asymmetric map, down as well
+        return _resize_10(ctx, x, roi, mode)
     if antialias and (mode == "nearest" or
                       coordinate_transformation_mode == "tf_crop_and_resize"):
         raise _unsupported(ctx, f"Resize with antialias=1 in {mode} mode / "

@@ -371,6 +371,8 @@ def _resize_ref(node, x):
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
     a = node.attrs
+    if a["coord"] == "tf_half_pixel_for_nn":   # Resize-11 only; onnx's evaluator lacks it
+        return _nearest_gather(x, a["out_shape"], a["scales"], a["nearest_mode"])
     roi = np.array([p[0] for p in a["roi"]] + [p[1] for p in a["roi"]], np.float32)
     scales = np.array(a["scales"], np.float32)
     by_scales = all(int(np.floor(i * s)) == o for i, s, o in zip(x.shape, scales,
@@ -389,6 +391,18 @@ def _resize_ref(node, x):
                           initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     return ReferenceEvaluator(m).run(None, {"x": x})[0]
+
+
+def _nearest_gather(x, out_shape, scales, nearest_mode):
+    """Nearest resize with source coordinate (i + 0.5) / scale, one axis at a time."""
+    rounding = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
+                "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+                "floor": np.floor, "ceil": np.ceil}[nearest_mode]
+    for axis, (n_out, scale) in enumerate(zip(out_shape, scales)):
+        source = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) / np.float32(scale)
+        index = np.clip(rounding(source).astype(np.int64), 0, x.shape[axis] - 1)
+        x = np.take(x, index, axis=axis)
+    return x
 
 
 define("resize", OpClass.OPAQUE, lambda ins, attrs: [(tuple(attrs["out_shape"]), ins[0].dtype)],

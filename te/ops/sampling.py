@@ -119,7 +119,7 @@ def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str
 
 
 RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                 "asymmetric", "tf_crop_and_resize")
+                 "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -141,6 +141,8 @@ def _source_coord(i: E.Expr, in_len: int, out_int: int, scale: float, coord: str
         return x * ((in_len - 1) / (out_len - 1)) if out_len != 1 else E.const(0.0, "float32")
     if coord == "asymmetric":
         return x / scale
+    if coord == "tf_half_pixel_for_nn":  # Resize-11 only: pixel centres, no -0.5 back
+        return (x + 0.5) / scale
     start, end = roi
     if out_len > 1:
         return start * (in_len - 1) + x * ((end - start) * (in_len - 1) / (out_len - 1))
