@@ -145,7 +145,10 @@ def _cast(ctx, x, to, saturate=1, round_mode="up"):
 @converter("Dropout")
 def _dropout(ctx, x, ratio=None, training_mode=None, seed=None, is_test=None):
     if training_mode is not None and bool(ctx.static(training_mode, "training_mode")):
-        raise _unsupported(ctx, "Dropout in training mode")
+        # training with ratio 0 drops nothing: the inference form; else the output is random
+        if ratio is None or float(ctx.static(ratio, "ratio")) != 0.0:
+            raise _unsupported(ctx, "Dropout in training mode with a ratio other than 0 (a "
+                                    "random mask)")
     y = ctx.emit("identity", [x], final=True)
     if len(ctx.output_names) > 1 and ctx.output_names[1]:
         mask = ctx.const(np.ones(x.shape, dtype=bool), name=ctx.output_names[1])
