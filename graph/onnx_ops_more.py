@@ -512,4 +512,5 @@ from . import (onnx_ops_attention, onnx_ops_control, onnx_ops_functions,  # noqa
 # noqa below: E402,F401 - they register (onnx_ops_pool3d wraps the pools, MaxPool's Indices
 # output included: onnx_ops_ordering's converter)
 from . import (onnx_ops_bits, onnx_ops_cache, onnx_ops_conv3d,  # noqa: E402,F401
-               onnx_ops_convtranspose3d, onnx_ops_deform, onnx_ops_pool3d, onnx_ops_roi, onnx_ops_signal)
+               onnx_ops_convtranspose3d, onnx_ops_deform, onnx_ops_experimental,
+               onnx_ops_pool3d, onnx_ops_roi, onnx_ops_signal)
