@@ -15,6 +15,7 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
+from .half_convs import convs_in_float32
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
@@ -39,6 +40,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),
     ("fold batch norm", fold_batch_norm),
+    ("float16 convs in float32", convs_in_float32),   # so they take the float32 conv paths
     ("sink layout moves", sink_layout_moves),   # transposes/reshapes past pointwise ops ...
     ("cancel transposes", cancel_transposes),   # ... where they meet their inverse
     ("fold constants again", fold_constants),   # transposed/reshaped weights become constants
