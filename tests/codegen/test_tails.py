@@ -10,7 +10,7 @@ from kiln.autotune.space import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
 from kiln.codegen.promote import promote_register_tiles
-from kiln.codegen.tails import split_tails
+from kiln.codegen.tails import MIN_COPIES_TO_SPLIT_VECTORS, split_tails
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Store, seq
 from kiln.te import expr as E
 from tests.util import knob, run_config, task_inputs
@@ -60,14 +60,12 @@ def test_tiles_that_divide_have_no_tail_copy():
     assert "unrolled(6)" in text and text.count("for t in") == 1 and "else" not in text
 
 
-@pytest.mark.parametrize("case", ["vectorized", "long-serial", "coefficient", "else", "mixed"])
+@pytest.mark.parametrize("case", ["long-serial", "coefficient", "else", "mixed"])
 def test_what_cannot_be_split_is_left_alone(case):
     o, t, j = E.var("o"), E.var("t"), E.var("j")
     x = buf("x", "float32", [256])
     store = Store(x, o * 8 + t, E.const(1.0))
-    if case == "vectorized":
-        nest = loop(o, 4, loop(t, 8, IfThenElse(o * 8 + t < 27, store), ForKind.VECTORIZED))
-    elif case == "long-serial":
+    if case == "long-serial":
         nest = loop(o, 2, loop(t, 100, IfThenElse(o * 100 + t < 150, Store(
             x, o * 100 + t, E.const(1.0))), ForKind.SERIAL))
     elif case == "coefficient":           # base o * 5 is not a multiple of the tile (6)
@@ -163,3 +161,39 @@ def test_a_branch_on_memory_is_not_taken_as_decided():
     inner = IfThenElse(cond, Store(a, E.const(1), E.const(1)), Store(a, E.const(2), E.const(2)))
     nest = loop(o, 2, IfThenElse(cond, seq(Store(a, E.const(0), E.const(9)), inner)))
     assert str(split_tails(nest)).count("if A[0] < 5") == 2
+
+
+def _columns(n_total: int, lanes: int = 8, copies: int = MIN_COPIES_TO_SPLIT_VECTORS):
+    """out[c] += 2 * x[c] + 1 over `n_total` columns in vectors of `lanes`, each lane
+    guarded, `copies` times in an unrolled loop: the vector tail of a width that is not a
+    multiple of the vector (a conv's 19 pixels) inside a register tile's unrolled taps."""
+    x, out = buf("x", "float32", [n_total]), buf("out", "float32", [n_total])
+    o, r, j = E.var("o"), E.var("r"), E.var("j")
+    col = o * lanes + j
+    body = loop(j, lanes, IfThenElse(col < n_total, Store(
+        out, col, load(out, col) + load(x, col) * E.const(2.0) + E.const(1.0))),
+        ForKind.VECTORIZED)
+    return PrimFunc("cols", (x, out), loop(o, -(-n_total // lanes),
+                                           loop(r, copies, body, ForKind.UNROLLED)))
+
+
+def test_a_guarded_vector_becomes_a_whole_vector_and_a_narrow_tail():
+    text = str(split_tails(_columns(19).body))
+    assert "vectorized(8)" in text and "vectorized(3)" in text and "j < 19" not in text
+
+
+def test_a_guarded_vector_in_few_unrolled_copies_keeps_its_mask():
+    func = _columns(19, copies=MIN_COPIES_TO_SPLIT_VECTORS // 2)
+    assert split_tails(func.body) is func.body
+
+
+@pytest.mark.parametrize("n_total", [1, 3, 8, 19, 23])
+def test_split_vector_tails_match_numpy(n_total):
+    kernel = build(_columns(n_total))
+    x = RNG.standard_normal(n_total).astype(np.float32)
+    out = np.zeros(n_total, np.float32)
+    kernel(x, out)
+    want = np.zeros(n_total, np.float32)
+    for _ in range(MIN_COPIES_TO_SPLIT_VECTORS):
+        want += x * np.float32(2) + np.float32(1)
+    np.testing.assert_allclose(out, want, rtol=1e-6)
