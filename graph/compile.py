@@ -48,7 +48,7 @@ LAYOUTS = ("nchwc", "nchw")
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   layout: str = "nchwc", winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  target: str | None = None) -> tuple[Graph, list[FusedGroup]]:
+                  target: str | None = None, proto=None) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
@@ -58,12 +58,13 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     winograd: blocked 3x3 stride-1 convs run as Winograd transforms and batched GEMMs where
     passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct.
     target: the target string the graph is compiled for (passes.TARGET_PASSES: int8 weights
-    as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral."""
+    as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral.
+    proto: the ModelProto already read from the path `model` (not read again)."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
     graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes,
-                                                             values=constants)
+                                                             values=constants, proto=proto)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
     graph = optimize(graph, skip=skip, target=target)
@@ -137,6 +138,25 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
                               "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": skipped}
 
 
+def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: str,
+                       db: Database | None, jobs: int, threads: int, zero_shot: bool):
+    """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
+    worker processes, each task goes to them as soon as it is found
+    (parallel_build.StreamingBuild), but for zero-shot picks, which rank every task first."""
+    if jobs > 1 and not (zero_shot and db is not None) and parallel_build.can_fork_workers():
+        select = lambda mt: select_record(mt.task, target, db, threads)  # noqa: E731
+        with parallel_build.StreamingBuild(target, jobs, _build_task, select,
+                                           threads) as stream:
+            tasks, per_group = extract_tasks(graph, groups, target, on_task=stream.add)
+            if stream.started:
+                kernels, sources, stats = stream.finish()
+                skipped = sum(len(s.skipped) for s in stream.selections.values())
+                return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
+    else:
+        tasks, per_group = extract_tasks(graph, groups, target)
+    return (tasks, per_group, *_build_kernels(tasks, target, db, jobs, threads, zero_shot))
+
+
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
     """Buffer specs and the arena size: inputs, constants, outputs, views, arena slices."""
     specs: dict[str, BufferSpec] = {}
@@ -183,7 +203,7 @@ def compile_model(model, target: str = "native", db=None,
                   jobs: int | None = None, layout: str = "nchwc",
                   threads: int | None = None, winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  zero_shot: bool = False) -> CompiledModel:
+                  zero_shot: bool = False, proto=None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -203,6 +223,8 @@ def compile_model(model, target: str = "native", db=None,
     `db`'s records of this vector ISA ranks best among its default and a sample of others
     (autotune/zero_shot.py; summary source "zero-shot"). Needs a database: off with db=None.
     Off by default: its picks measured slower than the defaults (benchmarks/zero_shot.py).
+    proto: the ModelProto already read from the path `model` (not read again; the path
+    still identifies the model for the model cache).
     """
     start = time.perf_counter()
     target = canonical_target(target)
@@ -223,11 +245,10 @@ def compile_model(model, target: str = "native", db=None,
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
     graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
-                                   target)
-    tasks, per_group = extract_tasks(graph, groups, target)
+                                   target, proto)
     # default schedules are made for `threads` (SearchSpace(task, threads))
-    kernels, sources, build_stats = _build_kernels(tasks, target, database, jobs, threads,
-                                                   zero_shot)
+    tasks, per_group, kernels, sources, build_stats = _extract_and_build(
+        graph, groups, target, database, jobs, threads, zero_shot)
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:

@@ -124,7 +124,7 @@ def compile_specialized(model, target: str = "native", db=None,
             # (the path itself when given one: the model cache identifies a file cheaply)
             compiled = compile_model(proto if isinstance(model, onnx.ModelProto) else model,
                                      input_shapes={s.name: s.dims for s in specs},
-                                     constants=constants, **options)
+                                     constants=constants, proto=proto, **options)
         except InputValueNeeded as exc:
             needed.append(exc.input_name)
         else:

@@ -4,7 +4,7 @@ often it occurs, so a model's ten identical conv blocks are tuned once and built
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -63,9 +63,12 @@ def _task_name(group: FusedGroup, key: str) -> str:
 
 
 def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "native",
-                  constants: Mapping[str, np.ndarray] | None = None
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  on_task: Callable[[ModelTask], None] | None = None
                   ) -> tuple[list[ModelTask], dict[str, tuple[ModelTask, GroupDAG]]]:
-    """Tasks of `groups` (alias groups excluded) and, per group name, its task and own DAG."""
+    """Tasks of `groups` (alias groups excluded) and, per group name, its task and own DAG.
+    `on_task(mt)` is called with each distinct task as soon as it is found (its `groups`
+    not yet filled in: the returned ModelTasks have them), in graph order."""
     constants = graph.constants if constants is None else constants
     by_key: dict[tuple, ModelTask] = {}
     members: dict[tuple, list[str]] = {}
@@ -85,6 +88,8 @@ def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "nat
             task = Task(name, dag.outputs, dag.args, target)
             by_key[key] = ModelTask(task, dag, ())
             members[key] = []
+            if on_task is not None:
+                on_task(by_key[key])
         members[key].append(group.name)
         per_group[group.name] = (key, dag)
     tasks = {key: ModelTask(mt.task, mt.dag, tuple(members[key])) for key, mt in by_key.items()}

@@ -14,7 +14,9 @@ import os
 from dataclasses import dataclass
 
 from ..te.errors import KilnError, LoweringError, ScheduleError
-from ..te.expr import Expr, IntImm, IterKind, IterVar, Reduce, Var, all_of, const
+from ..te.expr import (Expr, IntImm, IterKind, IterVar, Reduce, Var, all_of, const, maximum,
+                       minimum)
+from ..te.ops.tags import clamps_reads
 from ..te.tensor import PlaceholderOp, Tensor, TensorLoad
 from ..te.visit import ExprMutator, apply_combiner, substitute, walk
 from .bound import interval, prove_less
@@ -177,7 +179,7 @@ class _Lowerer:
         info = self.buffers[stage.origin_op]
         out_index = self._out_index(stage, nest, region, info)
         body_expr = self.inline(op.body)
-        to_buffers = _ToBuffers(self.buffers, root_values)
+        to_buffers = _ToBuffers(self.buffers, root_values, clamps_reads(op.tag))
         if isinstance(body_expr, Reduce):
             old = BufferLoad(op.dtype, info.buffer, out_index)
             update_value = apply_combiner(body_expr.combiner, old,
@@ -371,16 +373,20 @@ def _union_hi(a: Expr, b: Expr) -> Expr | None:
 class _ToBuffers(ExprMutator):
     """Stage body -> loop IR: axis vars become root values, tensor reads become buffer loads."""
 
-    def __init__(self, buffers: dict, root_values: dict[Var, Expr]):
+    def __init__(self, buffers: dict, root_values: dict[Var, Expr], clamp: bool = False):
         super().__init__()
         self.buffers = buffers
         self.root_values = root_values
+        self.clamp = clamp      # clamp read indices into the tensor (tags.CLAMP_READS)
 
     def visit_Var(self, node: Var) -> Expr:
         return self.root_values.get(node, node)
 
     def visit_TensorLoad(self, node: TensorLoad) -> Expr:
         indices = [self.visit(i) for i in node.indices]
+        if self.clamp:      # (the simplifier drops the bounds the loop ranges already keep)
+            indices = [minimum(maximum(i, 0), n - 1)
+                       for i, n in zip(indices, node.tensor.shape)]
         info = self.buffers.get(node.tensor.op)
         if info is None:
             raise LoweringError(f"tensor '{node.tensor.name}' is read but has no buffer; "

@@ -9,6 +9,6 @@ from .expr import (Expr, FloatImm, IntImm, IterKind, IterVar, Reduce, Var, abs, 
                    sin, sqrt, tanh, var)
 from .tensor import (ComputeOp, PlaceholderOp, Tensor, TensorLoad, comm_reducer, compute, max,
                      min, placeholder, prod, reduce_axis, sum, thread_axis)
-from .workload import canonical_form, describe, topo_ops, workload_key
+from .workload import canonical_form, canonical_text, describe, topo_ops, workload_key
 
 __all__ = [name for name in dir() if not name.startswith("_")]

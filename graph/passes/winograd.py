@@ -20,6 +20,7 @@ import numpy as np
 
 from ...te.ops import unpack_conv_weight_blocked
 from ...te.ops.winograd import pack_winograd_weight, winograd_tiles
+from ..deferred import DeferredArray
 from ..ir import FrozenDict, Graph, Node, Value
 
 # Below this many input or output channels the transforms (work ~ C + F per tile) outweigh
@@ -57,6 +58,10 @@ def _eligible(node: Node, constants) -> np.ndarray | None:
     return weight
 
 
+def _transformed_weight(packed: np.ndarray, m: int, block: int) -> np.ndarray:
+    return pack_winograd_weight(unpack_conv_weight_blocked(packed), m, block)
+
+
 class _Rewriter:
     def __init__(self, graph: Graph, tile_size):
         self.graph = graph
@@ -74,13 +79,17 @@ class _Rewriter:
         self.taken.add(name)
         return name
 
-    def weight(self, w: Value, packed: np.ndarray, m: int, block: int) -> Value:
+    def weight(self, w: Value, packed: np.ndarray, m: int, block: int, filters: int,
+               channels: int) -> Value:
         """U for weight `w`, once per distinct weight and tile size: a weight shared by
         several convs is one constant (the blocked-layout pass re-packs it per conv, so
-        equal packed weights are recognised by content)."""
+        equal packed weights are recognised by content). Its values are computed when
+        first used (graph/deferred.py: the compile does it while its workers build
+        kernels)."""
         key = (m, packed.shape, hashlib.sha256(packed.tobytes()).hexdigest())
         if key not in self.transformed:
-            u = pack_winograd_weight(unpack_conv_weight_blocked(packed), m, block)
+            u = DeferredArray((m + 2, m + 2, filters // block, channels, block), packed.dtype,
+                              _transformed_weight, packed, m, block)
             name = self.fresh(f"{w.name}/winograd{m}")
             self.constants[name] = u
             self.transformed[key] = Value(name, tuple(u.shape), w.dtype)
@@ -107,7 +116,8 @@ class _Rewriter:
         self.nodes += [
             Node("winograd_input_transform", (x,), (v,), FrozenDict(m=m, pads=pads),
                  self.fresh(f"{node.name}/winograd_input")),
-            Node("winograd_batch_matmul", (v, self.weight(w, packed, m, block)), (mm,),
+            Node("winograd_batch_matmul",
+                 (v, self.weight(w, packed, m, block, filters, channels)), (mm,),
                  FrozenDict(), self.fresh(f"{node.name}/winograd_gemm")),
             Node("winograd_output_transform", (mm,), (out,),
                  FrozenDict(m=m, batch=n, out_hw=(oh, ow)), node.name)]

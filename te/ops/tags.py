@@ -14,6 +14,11 @@ BATCH_MATMUL = "batch_matmul"
 CONV2D_NCHW = "conv2d_nchw"      # every conv2d: plain, grouped and depthwise
 POOL = "pool"                    # pooling window reductions
 PAD = "injective,pad"
+# a tag item, not a class: lowering clamps every index of the stage's reads into its tensor's
+# extent (schedule/lower.py). For bodies that select between a read and a constant: a select
+# computes both values, and a read meant to be discarded must still stay inside its buffer.
+# The same values, so the workload key (which ignores tags) does not change.
+CLAMP_READS = "clamp_reads"
 
 INJECTIVE_KINDS = frozenset((ELEMWISE, BROADCAST, INJECTIVE))
 COMPLEX_KINDS = frozenset((MATMUL, BATCH_MATMUL, CONV2D_NCHW))
@@ -22,6 +27,11 @@ COMPLEX_KINDS = frozenset((MATMUL, BATCH_MATMUL, CONV2D_NCHW))
 def kind_of(tag: str) -> str:
     """The fusion class of a stage tag ("" for an untagged compute)."""
     return tag.split(",", 1)[0]
+
+
+def clamps_reads(tag: str) -> bool:
+    """True when the stage's reads are clamped into their tensors when lowered."""
+    return CLAMP_READS in tag.split(",")
 
 
 def is_injective(tag: str) -> bool:

@@ -42,11 +42,13 @@ from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import check_tensor
-from .tags import BATCH_MATMUL, INJECTIVE
+from .tags import BATCH_MATMUL, CLAMP_READS, INJECTIVE
 
 R = 3                           # the filter size these transforms are for
 TILE_SIZES = (2, 4)             # supported output tile sizes m
-INPUT_TAG = "injective,winograd_input"
+# its zero padding selects between a read and 0: lowering clamps the reads (tags.CLAMP_READS)
+# so that the discarded ones stay inside x (up to a row before or after it otherwise)
+INPUT_TAG = f"injective,winograd_input,{CLAMP_READS}"
 OUTPUT_TAG = "injective,winograd_output"
 
 

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from kiln import te
+from kiln.graph import models
 from kiln.te import ops
 
 _SCRIPT = """
@@ -77,3 +78,40 @@ def test_shared_subexpressions_key_as_their_tree():
 
     assert te.workload_key(build(True)) == te.workload_key(build(False))
     assert te.workload_key(build(True)) != te.workload_key(build(True, other=3.0))
+
+
+def _json_text(outputs) -> str:
+    import json
+    return json.dumps(te.canonical_form(outputs), separators=(",", ":"))
+
+
+def test_canonical_text_is_the_json_of_the_canonical_form_for_every_node_kind():
+    """workload_key hashes text written directly (te/workload.canonical_text): it must be
+    json.dumps of the canonical form byte for byte, or committed records lose their tasks."""
+    from kiln.te import expr as E
+    A = te.placeholder((5, 7), name="A")
+    B = te.placeholder((7,), "int32", name="B")
+    k = te.reduce_axis(7, "k")
+
+    def body(i, j):
+        cond = E.all_of(i > 0, E.logical_not(j.eq(3)))
+        v = E.select(cond, A[i - 1, j] * -0.5, E.const(float("inf"), "float32"))
+        return E.maximum(v, E.cast(B[j], "float32")) + te.exp(A[i, j])
+    C = te.compute((5, 7), body, name="C")
+    D = te.compute((5,), lambda i: te.sum(C[i, k] / 3.0, axis=[k], where=k < 6), name="D")
+    M = te.compute((5,), lambda i: te.max(A[i, k], axis=[k]), name="M")
+    E2 = te.compute((5,), lambda i: M[i] + E.cast(E.minimum(i, 2), "float32"), name="E")
+    for outputs in ([C], [D], [D, E2], [E2, C]):
+        assert te.canonical_text(outputs) == _json_text(outputs)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: models.resnet50_like(image_size=32, base_width=8, num_classes=10),
+    lambda: models.mobilenetv2_like(image_size=32, width_mult=0.25, num_classes=10, stages=3),
+    lambda: models.bert_like_encoder(seq=8, hidden=32, heads=2, layers=1, vocab=50),
+])
+def test_canonical_text_matches_for_every_model_task(build):
+    from kiln.graph.compile import model_tasks
+    for mt in model_tasks(build()):
+        outputs = list(mt.task.outputs)
+        assert te.canonical_text(outputs) == _json_text(outputs), mt.name
