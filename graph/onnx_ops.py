@@ -270,6 +270,22 @@ def _split_pad(total: int, odd_at_end: bool) -> tuple[int, int]:
     return (small, big) if odd_at_end else (big, small)
 
 
+def transpose_kernel(ctx, x: Value, w: Value, group: int, kernel_shape) -> tuple[int, ...]:
+    """The window of a ConvTranspose weight [C, M/group, k...] that fits input `x` and
+    `kernel_shape`; ModelFormatError naming the node otherwise."""
+    c, spatial = x.shape[1], ("kD", "kH", "kW")[5 - len(x.shape):]
+    if len(w.shape) != len(x.shape) or w.shape[0] != c or group < 1 or c % group:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): weight "
+                               f"{list(w.shape)} must be [C={c}, M/group, {', '.join(spatial)}]"
+                               f" with C divisible by group={group}")
+    kernel = tuple(w.shape[2:])
+    if kernel_shape is not None and tuple(kernel_shape) != kernel:
+        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): kernel_shape "
+                               f"{list(kernel_shape)} disagrees with the weight's "
+                               f"{list(kernel)}")
+    return kernel
+
+
 @converter("ConvTranspose")
 def _conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
                     kernel_shape=None, output_padding=None, output_shape=None, pads=None,
@@ -277,16 +293,7 @@ def _conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=
     """conv_transpose_weight (the ONNX weight as stride-phase sub-kernels, folded at compile
     time when it is a constant) + conv2d_transpose + the bias add."""
     _require_2d(ctx, x)
-    c = x.shape[1]
-    if len(w.shape) != 4 or w.shape[0] != c or group < 1 or c % group:
-        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): weight "
-                               f"{list(w.shape)} must be [C={c}, M/group, kH, kW] with C "
-                               f"divisible by group={group}")
-    kernel = tuple(w.shape[2:])
-    if kernel_shape is not None and tuple(kernel_shape) != kernel:
-        raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): kernel_shape "
-                               f"{list(kernel_shape)} disagrees with the weight's "
-                               f"{list(kernel)}")
+    kernel = transpose_kernel(ctx, x, w, group, kernel_shape)
     strides = _window_ints(ctx, "strides", strides, (1, 1), 1)
     dilations = _window_ints(ctx, "dilations", dilations, (1, 1), 1)
     out_pad = _window_ints(ctx, "output_padding", output_padding, (0, 0), 0)

@@ -13,7 +13,7 @@ through unchanged."""
 from __future__ import annotations
 
 from ..te.errors import ModelFormatError
-from .onnx_ops import CONVERTERS, _split_pad, _unsupported
+from .onnx_ops import CONVERTERS, _split_pad, _unsupported, transpose_kernel
 from .onnx_ops_conv3d import _triple
 
 
@@ -64,15 +64,7 @@ def _conv_transpose_3d(original):
             raise _unsupported(ctx, f"a 3-D ConvTranspose over a dynamic shape {list(x.shape)}")
         n, c, *sizes = x.shape
         group = int(group)
-        if len(w.shape) != 5 or w.shape[0] != c or group < 1 or c % group:
-            raise ModelFormatError(f"node '{ctx.node_name}' (ConvTranspose): weight "
-                                   f"{list(w.shape)} must be [C={c}, M/group, kD, kH, kW] with "
-                                   f"C divisible by group={group}")
-        kernel = tuple(w.shape[2:])
-        if kernel_shape is not None and tuple(kernel_shape) != kernel:
-            raise ModelFormatError(f"node '{ctx.node_name}' (ConvTranspose): kernel_shape "
-                                   f"{list(kernel_shape)} disagrees with the weight's "
-                                   f"{list(kernel)}")
+        kernel = transpose_kernel(ctx, x, w, group, kernel_shape)
         strides = _triple(ctx, "strides", strides, 1)
         dilations = _triple(ctx, "dilations", dilations, 1)
         out_pad = _triple(ctx, "output_padding", output_padding or (0, 0, 0), 0)
