@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
@@ -65,3 +67,23 @@ def test_no_16_bit_conv_is_left_in_the_graph():
     convs = [n for n in graph.nodes if n.op.startswith("conv2d")]
     assert convs and all(n.outputs[0].dtype == "float32" for n in convs)
     assert graph.outputs[0].dtype == "float16"
+
+
+@settings(max_examples=6, deadline=None)
+@given(channels=st.sampled_from([(1, 1), (3, 5), (4, 4), (6, 9)]),
+       size=st.tuples(st.integers(1, 9), st.integers(1, 11)),
+       kernel=st.sampled_from([(1, 1), (3, 3), (1, 3), (2, 2)]),
+       stride=st.integers(1, 2), pad=st.integers(0, 1), depthwise=st.booleans())
+def test_any_float16_conv_matches_onnxruntime(channels, size, kernel, stride, pad, depthwise):
+    c, f = (channels[0], channels[0]) if depthwise else channels
+    group = c if depthwise else 1
+    h, w = max(size[0], kernel[0]), max(size[1], kernel[1])
+    x = R.standard_normal((1, c, h, w)).astype(np.float16)
+    weight = (R.standard_normal((f, c // group) + kernel) * 0.3).astype(np.float16)
+    m = conv_model([1, c, h, w], weight, {"group": group, "strides": [stride, stride],
+                                          "pads": [pad] * 4}, TensorProto.FLOAT16)
+    got = kiln.compile(m, db=None, jobs=1).run([x])[0]
+    want = ort_run(m, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=4e-3,
+                               atol=4e-3)
