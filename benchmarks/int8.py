@@ -185,10 +185,12 @@ def _int8_form(form: str):
     graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
     its activation bytes in the inner loop, graph/passes/int8_pairs.py off) or "noperm"
     (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8_perm.py: every
-    GEMM exact through vpmaddwd, as before that pass); the model cache is off for all but
-    the first: its key does not see the switch."""
-    if form not in ("pairs", "bytes", "nchw", "dot4", "noperm"):
-        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4, noperm")
+    GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
+    windowed conv through its im2col copy: graph/passes/int8_implicit.py off); the model
+    cache is off for all but the first: its key does not see the switch."""
+    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit")
+    if form not in forms:
+        raise SystemExit(f"--int8-forms: {form!r} is none of {', '.join(forms)}")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
@@ -200,6 +202,9 @@ def _int8_form(form: str):
     if form == "noperm":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE
                                 if p[0] != "saturation-safe int8 pairs")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noimplicit":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "dot4":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
@@ -462,7 +467,8 @@ def main() -> None:
                         "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
                         "without the activation pairs of graph/passes/int8_pairs.py), noperm (pairs "
                         "without the saturation-safe vpmaddubsw GEMMs of "
-                        "graph/passes/int8_perm.py)")
+                        "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs through im2col, "
+                        "graph/passes/int8_implicit.py off)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "
