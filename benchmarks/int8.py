@@ -45,6 +45,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, kiln_threads, print_table  # noqa: E402
 
+from kiln.autotune import space_defaults  # noqa: E402
 from kiln.codegen import Target  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
@@ -186,12 +187,15 @@ def _int8_form(form: str):
     its activation bytes in the inner loop, graph/passes/int8_pairs.py off) or "noperm"
     (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8_perm.py: every
     GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
-    windowed conv through its im2col copy: graph/passes/int8_implicit.py off); the model
-    cache is off for all but the first: its key does not see the switch."""
-    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit")
+    windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
+    (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
+    short_k_columns off); the model cache is off for all but the first: its key does not see
+    the switch."""
+    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk")
     if form not in forms:
         raise SystemExit(f"--int8-forms: {form!r} is none of {', '.join(forms)}")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
+    saved_short = space_defaults.short_k_columns
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
@@ -203,6 +207,9 @@ def _int8_form(form: str):
         passes.PIPELINE = tuple(p for p in passes.PIPELINE
                                 if p[0] != "saturation-safe int8 pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noshortk":
+        space_defaults.short_k_columns = lambda target, op: False
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "noimplicit":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -213,6 +220,7 @@ def _int8_form(form: str):
         yield
     finally:
         int8_widen.widens_int8 = saved
+        space_defaults.short_k_columns = saved_short
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
@@ -468,7 +476,8 @@ def main() -> None:
                         "without the activation pairs of graph/passes/int8_pairs.py), noperm (pairs "
                         "without the saturation-safe vpmaddubsw GEMMs of "
                         "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs through im2col, "
-                        "graph/passes/int8_implicit.py off)")
+                        "graph/passes/int8_implicit.py off), noshortk (pairs with the short-K GEMMs tiled as "
+                        "longer ones, autotune/space_int8.py short_k_columns off)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "
