@@ -473,11 +473,12 @@ def main() -> None:
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
                         "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
-                        "without the activation pairs of graph/passes/int8_pairs.py), noperm (pairs "
-                        "without the saturation-safe vpmaddubsw GEMMs of "
-                        "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs through im2col, "
-                        "graph/passes/int8_implicit.py off), noshortk (pairs with the short-K GEMMs tiled as "
-                        "longer ones, autotune/space_int8.py short_k_columns off)")
+                        "without the activation pairs of graph/passes/int8_pairs.py), noperm "
+                        "(pairs without the saturation-safe vpmaddubsw GEMMs of "
+                        "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs "
+                        "through im2col, graph/passes/int8_implicit.py off), noshortk (pairs "
+                        "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
+                        "short_k_columns off)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

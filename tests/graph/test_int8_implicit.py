@@ -4,7 +4,8 @@ a multiple of 4 becomes [pad ->] conv_int8x4_perm. The kernel equals numpy's int
 (batch 2, prime spatial sizes, strides, dilations, uneven windows, 8- and
 16-column panels); the compiled models equal, bit for bit, the reference of the graph
 without the pass: uint8 and int8 activations, zero points other than 0 in the padding,
-per-channel scales, a residual. Narrow channels, a column tail, VNNI and no target keep the im2col."""
+per-channel scales, a residual. Narrow channels, a column tail, VNNI and no target keep
+the im2col."""
 from __future__ import annotations
 
 import numpy as np
