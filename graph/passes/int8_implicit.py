@@ -7,8 +7,8 @@ matmul_int8x4_perm. When C4 is a multiple of 4 (at least 16 channels, in 16s), a
 K words lies in one pixel of one tap, so the GEMM can read its 16 bytes from the (padded)
 input words directly: conv_int8x4_perm (te/ops/quantized_perm_conv.py). A padded conv gets a
 pad of its words first (one copy of the image instead of KH * KW). ResNet-18's 56 x 56 x 64
-3x3 convs, 1 thread: im2col 0.26-0.35 ms + GEMM 1.8-2.3 ms -> pad ~0.05 ms + conv ~1.6 ms
-(the padded image, 215 KB, stays in L2; the columns, 1.8 MB, did not).
+3x3 convs, 1 thread: im2col 0.26-0.35 ms + GEMM 1.8-2.3 ms -> pad 0.01-0.03 ms + conv
+1.5-1.7 ms (the padded image, 215 KB, stays in L2; the columns, 1.8 MB, did not).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .dce import eliminate_dead_code
 from .rewrite import Namer
 
 
-def _columns_source(graph: Graph, producers: dict, a: Value) -> Node | None:
+def _columns_source(producers: dict, a: Value) -> Node | None:
     """The plain im2col_nhwc_int8x4 whose [rows, K4] view `a` is, if it is one."""
     view = producers.get(a.name)
     if view is None or view.op != "reshape":
@@ -47,7 +47,7 @@ def to_implicit_int8_convs(graph: Graph, target=None) -> Graph:
     for node in graph.nodes:
         # whole panels only: a guarded column tail inside the tap loops compiles for tens of
         # seconds (13 of 16 columns: 31 s) and no CNN has one
-        cols = (_columns_source(graph, producers, node.inputs[0])
+        cols = (_columns_source(producers, node.inputs[0])
                 if node.op == "matmul_int8x4_perm"
                 and node.attrs["n"] % node.inputs[2].shape[-1] == 0 else None)
         if cols is None:
