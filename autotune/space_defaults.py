@@ -14,7 +14,8 @@ from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
-from .space_int8 import dot4_register_budget, dot4_vector_tile, is_dot4_gemm, uses_dot4
+from .space_int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
+                         short_k_columns, uses_dot4)
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -254,6 +255,8 @@ class DefaultsMixin:
         if inner_r > cap:
             inner_r = _rows_tile(extents[rows], cap)
             out[knob.name] = _nearest(knob.choices, (mid_r, inner_r))
+        if short_k_columns(target, op):       # one panel a cache tile (space_int8.py)
+            out[vec.name] = _nearest(vec.choices, (1, out[vec.name][1]))
         few = _few_rows_big_weight(extents, rows, op)
         whole = _whole_rows_tile(knob.choices, extents, rows, inner_r) if few else None
         leading = _whole_leading_axes(self, label, extents, rows) if few else None

@@ -75,3 +75,26 @@ def dot4_vector_tile(extent: int, lanes: int, tile: int) -> int:
         return tile
     fits = [d for d in range(max(2, lanes // 2), lanes + 1) if extent % d == 0]
     return max(fits) if fits else tile
+
+
+# a dot4 GEMM summing at most this many words per output keeps one column panel per cache
+# tile on a target without VNNI (short_k_columns)
+SHORT_K_WORDS = 6
+
+
+def short_k_columns(target: Target, op: ComputeOp) -> bool:
+    """Whether `op` is a dot4 GEMM over at most SHORT_K_WORDS words per output on a target
+    that splits the activation words (no VNNI): its cache tile then takes one column panel,
+    not several. With several, LLVM hoists the split halves of the register tile's rows (4
+    rows x K words x 2) out of the column-panel loop, and they spill: MobileNetV2's 1x1
+    expand convs 12544 x 4 words -> 96 and 3136 x 6 -> 144, 1 thread: 0.90 -> 0.76 ms and
+    0.47 -> 0.39 ms with one panel (8 words and more: no change)."""
+    if not uses_dot4(op):
+        return False
+    strategies = dot4_strategies(target_features(target))
+    if not strategies or strategies[0][1] == "vnni":
+        return False
+    words = 1
+    for axis in op.reduce_axis:
+        words *= axis.extent
+    return words <= SHORT_K_WORDS

@@ -45,6 +45,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, kiln_threads, print_table  # noqa: E402
 
+from kiln.autotune import space_defaults  # noqa: E402
 from kiln.codegen import Target  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
@@ -58,11 +59,15 @@ CHAINS = 12
 ITERATIONS = 1 << 21
 
 
-def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
+def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False,
+                   perm: bool = False):
     """`void dot_loop(i64 n, i32* out)`: n rounds of `chains` independent dot steps at the
     widest width the target has; returns (module, ops per round, instruction name). With
     `pairs` (a target without VNNI): the exact int16-pair step of dot2_s16 instead, acc +=
-    vpmaddwd(acc, w): 2 multiply-adds per int32 lane."""
+    vpmaddwd(acc, w): 2 multiply-adds per int32 lane. With `perm` (no VNNI): the madd step
+    of dot4_u8s8perm as matmul_int8x4_perm's register tile issues it, one vpshufb of the
+    activation bytes per two accumulators (a row meeting a 16-column panel) before the
+    vpmaddubsw + vpmaddwd + vpaddd of each."""
     lanes, how = dot4_strategies(target_features(target))[0]
     if pairs:
         how = "pairs"
@@ -82,12 +87,17 @@ def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
                  4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd")}[lanes]
         ubsw = ir.Function(module, ir.FunctionType(v16, [v8, v8]), names[0])
         wd = ir.Function(module, ir.FunctionType(v32, [v16, v16]), names[1])
+        shuffle = ir.Function(module, ir.FunctionType(v8, [v8, v8]), {
+            8: "llvm.x86.avx2.pshuf.b", 16: "llvm.x86.avx512.pshuf.b.512",
+            4: "llvm.x86.ssse3.pshuf.b.128"}[lanes])
     entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
     b = ir.IRBuilder(entry)
     # operands come through a volatile-free opaque value so LLVM cannot fold the chains
     a_word = b.bitcast(ir.Constant(v32, [0x01020304] * lanes), v8)
     b_word = b.bitcast(ir.Constant(v32, [0x01FF0203] * lanes), v8)
     ones = ir.Constant(v16, [1] * (2 * lanes))
+    sel_word = b.bitcast(ir.Constant(v32, [0x0C080400 + 0x01010101 * (k % 4)
+                                           for k in range(lanes)]), v8)
     b.branch(loop)
     b.position_at_end(loop)
     counter = b.phi(i64)
@@ -98,6 +108,12 @@ def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
             nxt.append(b.call(dp, [acc, b.bitcast(a_word, v32), b.bitcast(b_word, v32)]))
         elif how == "pairs":
             nxt.append(b.add(acc, b.call(wd, [b.bitcast(acc, v16), b.bitcast(b_word, v16)])))
+        elif perm:   # one vpshufb of the even chain's bytes serves it and the next one
+            k = len(nxt)
+            if k % 2 == 0:
+                picked = b.call(shuffle, [b.bitcast(acc, v8), sel_word])
+            pairs = b.call(ubsw, [picked, b_word])
+            nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
         else:   # acc += pmaddwd(pmaddubsw(acc bytes, b), 1): a dependent chain per register
             pairs = b.call(ubsw, [b.bitcast(acc, v8), b_word])
             nxt.append(b.add(acc, b.call(wd, [pairs, ones])))
@@ -116,7 +132,8 @@ def build_dot_loop(target: Target, chains: int = CHAINS, pairs: bool = False):
     b.ret_void()
     if how == "pairs":
         return module, 2 * 2 * lanes * chains, "vpmaddwd+vpaddd"   # 2 per int32 lane
-    name = "vpdpbusd" if how == "vnni" else "vpmaddubsw+vpmaddwd"
+    name = ("vpdpbusd" if how == "vnni" else
+            "vpshufb/2+vpmaddubsw+vpmaddwd" if perm else "vpmaddubsw+vpmaddwd")
     return module, 2 * 4 * lanes * chains, name   # 4 multiply-adds per int32 lane
 
 
@@ -140,12 +157,24 @@ def run_threads(fn, threads: int, iterations: int) -> float:
     return time.perf_counter() - start
 
 
+def _timed_in_thread(fn, iterations: int) -> float:
+    """Seconds of `fn(iterations, out)` in the calling thread, by --clock (CPU time: what
+    other processes' load does not inflate)."""
+    out = ctypes.c_int32()
+    start = CLOCK()
+    fn(iterations, ctypes.byref(out))
+    return CLOCK() - start
+
+
 def bench_peak(target: Target, repeat: int) -> dict:
     """The target's dot instruction chains and, without VNNI, the exact pair step's
-    (vpmaddwd + vpaddd: what matmul_int16x2 / dot4_u8s16 issue), timed in turns."""
+    (vpmaddwd + vpaddd: what matmul_int16x2 / dot4_u8s16 issue) and the perm step's (a
+    vpshufb per two vpmaddubsw + vpmaddwd + vpaddd: matmul_int8x4_perm), timed in turns;
+    1 thread by --clock in the calling thread, 2 threads by the wall clock."""
     loops = [build_dot_loop(target)]
     if dot4_strategies(target_features(target))[0][1] != "vnni":
         loops.append(build_dot_loop(target, pairs=True))
+        loops.append(build_dot_loop(target, perm=True))
     outs, rows, fns = {"instruction": loops[0][2]}, [], []
     for module, ops_per_round, name in loops:
         compiled = compile_module(module, target)
@@ -154,9 +183,11 @@ def bench_peak(target: Target, repeat: int) -> dict:
     for threads in (1, 2):
         for k, (_, fn, ops_per_round, name) in enumerate(fns):
             run_threads(fn, threads, ITERATIONS // 8)
-            times = [run_threads(fn, threads, ITERATIONS) for _ in range(repeat)]
+            times = [run_threads(fn, threads, ITERATIONS) if threads > 1 or CLOCK is
+                     time.perf_counter else _timed_in_thread(fn, ITERATIONS)
+                     for _ in range(repeat)]
             gops = threads * ITERATIONS * ops_per_round / 1e9
-            key = "peak" if k == 0 else "pairs_peak"
+            key = ("peak", "pairs_peak", "perm_peak")[k]
             outs[f"{key}_gops_{threads}t_median"] = round(gops / statistics.median(times), 1)
             outs[f"{key}_gops_{threads}t_best"] = round(gops / min(times), 1)
             rows.append([name, threads, gops / statistics.median(times), gops / min(times)])
@@ -185,11 +216,22 @@ def _int8_form(form: str):
     graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
     its activation bytes in the inner loop, graph/passes/int8_pairs.py off) or "noperm"
     (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8_perm.py: every
-    GEMM exact through vpmaddwd, as before that pass); the model cache is off for all but
-    the first: its key does not see the switch."""
-    if form not in ("pairs", "bytes", "nchw", "dot4", "noperm"):
-        raise SystemExit(f"--int8-forms: {form!r} is none of pairs, bytes, nchw, dot4, noperm")
+    GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
+    windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
+    (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
+    short_k_columns off); the model cache is off for all but the first: its key does not see
+    the switch."""
+    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk")
+    if "+" in form:      # several switches at once: "noimplicit+noshortk"
+        with contextlib.ExitStack() as stack:
+            for part in form.split("+"):
+                stack.enter_context(_int8_form(part))
+            yield
+        return
+    if form not in forms:
+        raise SystemExit(f"--int8-forms: {form!r} is none of {', '.join(forms)}")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
+    saved_short = space_defaults.short_k_columns
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
@@ -201,6 +243,12 @@ def _int8_form(form: str):
         passes.PIPELINE = tuple(p for p in passes.PIPELINE
                                 if p[0] != "saturation-safe int8 pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noshortk":
+        space_defaults.short_k_columns = lambda target, op: False
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noimplicit":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "dot4":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -208,6 +256,7 @@ def _int8_form(form: str):
         yield
     finally:
         int8_widen.widens_int8 = saved
+        space_defaults.short_k_columns = saved_short
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
@@ -460,9 +509,12 @@ def main() -> None:
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
                         "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
-                        "without the activation pairs of graph/passes/int8_pairs.py), noperm (pairs "
-                        "without the saturation-safe vpmaddubsw GEMMs of "
-                        "graph/passes/int8_perm.py)")
+                        "without the activation pairs of graph/passes/int8_pairs.py), noperm "
+                        "(pairs without the saturation-safe vpmaddubsw GEMMs of "
+                        "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs "
+                        "through im2col, graph/passes/int8_implicit.py off), noshortk (pairs "
+                        "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
+                        "short_k_columns off); join switches with + (noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

@@ -16,6 +16,7 @@ from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .half_convs import convs_in_float32
+from .int8_implicit import to_implicit_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
@@ -32,7 +33,8 @@ from .winograd import to_winograd
 log = logging.getLogger(__name__)
 
 # passes that also take the target the graph is compiled for (None: target-neutral, no-op)
-TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "widen int8 weights",
+TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "implicit int8 convs",
+                           "widen int8 weights",
                            "int16 activation pairs"})
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
@@ -50,6 +52,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("flatten pointwise int8", flatten_pointwise_int8),  # 1x1 packed convs over H*W pixels
     # AVX2 without VNNI: vpmaddubsw where the weight pairs provably cannot saturate ...
     ("saturation-safe int8 pairs", to_saturation_safe_pairs),
+    ("implicit int8 convs", to_implicit_int8_convs),   # ... read from padded words, no im2col
     ("widen int8 weights", widen_int8_weights),   # ... else int16 weight pairs
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
     ("eliminate common subexpressions", eliminate_common_subexpressions),

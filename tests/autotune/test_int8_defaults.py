@@ -103,3 +103,35 @@ def test_dot4_vector_tile_leaves_no_guard():
     assert dot4_vector_tile(49, 8, 8) == 7 and dot4_vector_tile(196, 8, 8) == 7
     assert dot4_vector_tile(3136, 8, 16) == 16          # whole vectors stay as they are
     assert dot4_vector_tile(37, 8, 8) == 8              # a prime: the guarded tail
+
+
+@pytest.mark.parametrize("m,k4,n", [(116, 4, 96), (7, 3, 64)])
+def test_short_k_pair_gemm_takes_one_panel_a_tile_and_is_exact(m, k4, n):
+    """A dot4 GEMM over at most SHORT_K_WORDS words (MobileNetV2's 1x1 expand convs) keeps
+    one column panel per cache tile where the activation words are split (AVX2), so LLVM
+    does not hoist the rows' halves out of a panel loop and spill them; VNNI keeps its
+    tiles."""
+    from kiln.autotune.space_int8 import SHORT_K_WORDS, short_k_columns
+    from kiln.te.ops.quantized import panel_weight_pairs, widen_weight_words
+    assert k4 <= SHORT_K_WORDS
+    rng = np.random.default_rng(k4)
+    w8 = rng.integers(-128, 128, (4 * k4, n)).astype(np.int8)
+    panels = panel_weight_pairs(widen_weight_words(pack_weight_int8x4(w8, 0), 1), 16)
+    a = placeholder((m, k4), "int32", "a")
+    b = placeholder(panels.shape, "int32", "b")
+    c = matmul_int8x4(a, b, n=n)
+    assert short_k_columns(Target.from_string(AVX2), c.op)
+    assert not short_k_columns(Target.from_string("llvm -mcpu=znver4"), c.op)
+    longer = matmul_int8x4(placeholder((m, 8), "int32", "a8"), placeholder(
+        (panels.shape[0], 8, 2, 16), "int32", "b8"), n=n)
+    assert not short_k_columns(Target.from_string(AVX2), longer.op)
+    task = Task("mm", (c,), (a, b, c), AVX2)
+    config = SearchSpace(task).default_config()
+    assert config["s0/tile/1"] == [1, 16]
+    sch, args = SearchSpace(task).apply(config)
+    f = codegen.build(lower(sch, args, name="mm"), target=AVX2, cache_kernel=False)
+    a8 = rng.integers(0, 256, (m, 4 * k4)).astype(np.uint8)
+    a8[0] = 255
+    out = np.empty((m, n), np.int32)
+    f(a8.view(np.int32), panels, out)
+    np.testing.assert_array_equal(out, a8.astype(np.int32) @ w8.astype(np.int32))

@@ -56,7 +56,8 @@ def test_conv_is_exact(xdtype, c, f, h, w, strides, kernel, pads):
     graph = load_onnx(model)
     plain = optimize(graph, target=AVX2, skip=SKIP)
     perm = optimize(graph, target=AVX2)
-    assert "matmul_int8x4_perm" in _ops(perm), _ops(perm)
+    # windowed convs of 16+ channels read padded words (int8_implicit.py): the same weight
+    assert {"matmul_int8x4_perm", "conv_int8x4_perm"} & _ops(perm), _ops(perm)
     oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
     ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
     feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3,
