@@ -25,7 +25,8 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
-STREAM_RUN_BYTES = 1024  # weight bytes of each row per reduce visit of a few-pixel conv (_reduce_steps)
+STREAM_RUN_BYTES = 1024  # weight bytes of each row per reduce visit of a few-pixel conv ...
+STREAM_MAX_PIXELS = 36   # ... with at most this many output pixels (_few_pixels_big_weight)
 MIN_TAILED_ROWS = 4       # register rows of such a GEMM at least, when a tail tile follows
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 # A pool's window taps are unrolled inside its register tile (the `window` knob); at most
@@ -416,12 +417,14 @@ def _reduce_steps(op: ComputeOp) -> int:
 
 
 def _few_pixels_big_weight(op: ComputeOp):
-    """(weight, output blocks) when an anchor's output has at most MAX_WHOLE_ROWS points per
-    weight element (the axes its biggest operand is not indexed by: a conv's batch x output
-    pixels) while that operand is at least WHOLE_ROWS_WEIGHT_BYTES (too big for L2): the
-    weight is then read from memory for little arithmetic, as a prepacked GEMM's few rows
-    (_few_rows_big_weight). Output blocks: the points of the axes before the vector axis
-    that index the weight (a blocked conv's output-channel blocks). Else None."""
+    """(weight, output blocks) when an anchor's output has at most STREAM_MAX_PIXELS points
+    per weight element (the axes its biggest operand is not indexed by: a conv's batch x
+    output pixels) while that operand is at least WHOLE_ROWS_WEIGHT_BYTES (too big for L2):
+    the weight is then read from memory for little arithmetic, as a prepacked GEMM's few
+    rows (_few_rows_big_weight). At 7 x 7 pixels the short runs lost (ResNet-50's 256 ->
+    1024 1x1 conv at 112 x 112 input, 1 MB weight, weights from DRAM: 0.55 vs 0.47 ms);
+    at 6 x 6 and 3 x 3 they won. Output blocks: the points of the axes before the vector
+    axis that index the weight (a blocked conv's output-channel blocks). Else None."""
     if len(op.input_tensors) < 2 or not op.axis or not op.reduce_axis:
         return None
     weight = max(op.input_tensors, key=lambda t: math.prod(t.shape))
@@ -435,7 +438,7 @@ def _few_pixels_big_weight(op: ComputeOp):
     if op.reduce_axis[0].var not in used:
         return None
     pixels = math.prod(a.extent for a in op.axis if a.var not in used)
-    if pixels > MAX_WHOLE_ROWS:
+    if pixels > STREAM_MAX_PIXELS:
         return None
     return weight, math.prod(a.extent for a in op.axis[:-1] if a.var in used)
 

@@ -88,7 +88,7 @@ def test_two_vector_blocks_keep_their_rows_tile():
     (912, 3, 912, 16, 16, 16),   # 1 KB of each weight row per visit: one input block
     (912, 3, 912, 8, 16, 16),    # 512 bytes an input block: two of them
     (408, 6, 408, 8, 8, 24),     # 256 bytes: 3 of the 51 blocks (768 bytes)
-    (408, 9, 408, 8, 8, REDUCE_STEPS),   # 81 pixels: not few
+    (1024, 7, 256, 16, 16, REDUCE_STEPS),  # 49 pixels: not few (slower with short runs)
     (96, 3, 96, 8, 8, REDUCE_STEPS),     # a 36 KB weight stays in cache
 ])
 def test_few_pixels_over_a_big_weight_stream_it_in_short_runs(c, h, k, in_block, block, steps):
