@@ -111,3 +111,33 @@ def test_a_few_pixel_conv_over_a_big_weight_computes_the_conv():
         x, wt = (inputs[t] for t in task.args[:-1])
         (got,) = run_config(task, space, config, inputs)
         np.testing.assert_allclose(got, _numpy_conv(x, wt, 1, 0), rtol=1e-4, atol=1e-3)
+
+
+def test_a_few_pixel_grouped_conv_over_a_big_weight_streams_and_computes_it():
+    """RegNet-X-1.6GF's last grouped 3x3 (912 channels in groups of 24 = 3 blocks of 8, 788 KB
+    of weight) over 3 x 3 pixels: its input blocks are read in short runs, and the default
+    matches numpy."""
+    from kiln import te
+    from kiln.te import ops
+    blocks, per_group, h = 114, 3, 3
+    x = te.placeholder((1, blocks, h, h, 8), name="X")
+    w = te.placeholder((blocks, per_group, 3, 3, 8, 8), name="W")
+    out = ops.grouped_conv2d_nchwc(x, w, per_group, 1, 1, name="conv")
+    op = SearchSpace(Task("gconv", (out,), (x, w, out), AVX2)).anchors[0].op
+    assert _few_pixels_big_weight(op) is not None and _reduce_steps(op) < REDUCE_STEPS
+    task = Task("gconv", (out,), (x, w, out), "native")
+    space = SearchSpace(task)
+    rng = np.random.default_rng(7)
+    xa = rng.uniform(-1, 1, x.shape).astype(np.float32)
+    wa = rng.uniform(-1, 1, w.shape).astype(np.float32)
+    (got,) = run_config(task, space, space.default_config(), {x: xa, w: wa})
+    xp = np.pad(xa, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros(got.shape)
+    for ko in range(blocks):
+        first = (ko // per_group) * per_group
+        for ry in range(3):
+            for rx in range(3):
+                want[:, ko] += np.einsum("nbyxi,bio->nyxo",
+                                         xp[:, first:first + per_group, ry:ry + h, rx:rx + h],
+                                         wa[ko, :, ry, rx])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
