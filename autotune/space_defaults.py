@@ -26,6 +26,8 @@ MIN_STREAM_BALANCE = 0.9  # a GEMV's column blocks keep the cores at least this 
 MAX_WHOLE_CACHE_AXIS = 8  # a cache-tile axis at most this long is taken whole by default
 MAX_WHOLE_ROWS = 64       # a prepacked GEMM with at most this many rows ...
 WHOLE_ROWS_WEIGHT_BYTES = 1 << 19   # ... and a weight at least this big: one rows tile
+STREAM_RUN_BYTES = 1024  # weight bytes of each row per reduce visit of a few-pixel conv ...
+STREAM_MAX_PIXELS = 36   # ... with at most this many output pixels (_few_pixels_big_weight)
 MIN_TAILED_ROWS = 4       # register rows of such a GEMM at least, when a tail tile follows
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
 # A pool's window taps are unrolled inside its register tile (the `window` knob); at most
@@ -154,10 +156,15 @@ class DefaultsMixin:
                                                         inner[-1], lanes, budget, tails,
                                                         broadcast)
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
+                blocks = (_block_axis(op, rows) if extents[-1] == lanes and not window
+                          and not uses_dot4(op) and op.dtype.startswith("float") else None)
+                if blocks is not None:
+                    inner[blocks], inner[rows] = _blocks_rows_tile(extents[blocks],
+                                                                   extents[rows], budget)
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
             for p in range(n - 1):
                 if p != rows:
-                    mid[p] = max(1, min(8, extents[p] // 2))
+                    mid[p] = max(1, min(8, extents[p] // (2 * inner[p])))
             if window and rows is not None:
                 # memory-bound window (depthwise, pooling): one tile is a whole plane of
                 # the axes before it (channels), which the parallel loop walks
@@ -186,8 +193,8 @@ class DefaultsMixin:
         # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
         # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
         gemm_k = (not streaming and len(op.reduce_axis) == 1 and not window)
-        nested = (_nested_reduce_tiles(op) if len(op.reduce_axis) > 1 and not streaming
-                  else None)
+        nested = (_nested_reduce_tiles(op, _reduce_steps(op)) if len(op.reduce_axis) > 1
+                  and not streaming else None)
         for pos, axis in enumerate(op.reduce_axis):
             knob = self._by_name[f"{label}/reduce/{pos}"]
             if gemm_k:
@@ -387,6 +394,58 @@ def _reduce_block(extent: int) -> int:
     return max((d for d in range(32, 129) if extent % d == 0), default=128)
 
 
+def _reduce_steps(op: ComputeOp) -> int:
+    """The register tile's reduce budget of a nested-reduce anchor (`_nested_reduce_tiles`):
+    REDUCE_STEPS, or, for few output pixels over a big weight (`_few_pixels_big_weight`),
+    the steps that read about STREAM_RUN_BYTES of each weight row the cache tile holds per
+    visit: the reduce axes after the outermost whole, the outermost (a blocked conv's
+    input-channel blocks) in the divisor of its extent nearest that run. Each visit then
+    uses its short run of the weight for all the tile's pixels before the next, so the
+    weight streams at an even pace through the kernel; with runs of 256 multiply-adds (up
+    to 16 KB), each was read from DRAM in a burst for the first pixel row and the other rows
+    computed with no memory traffic to hide it behind, and shorter runs (512 bytes: one
+    input block of 8 x 16 outputs) ran slower again. RegNet-X-1.6GF's last two stages (1x1
+    convs, 408 x 408 over 6 x 6 pixels and 912 x 912 over 3 x 3, the weights from DRAM as
+    in the model), 1 thread: benchmarks/RESULTS.md, session 14."""
+    few = _few_pixels_big_weight(op)
+    if few is None:
+        return REDUCE_STEPS
+    weight, blocks = few
+    inner = math.prod(r.extent for r in op.reduce_axis[1:])
+    outer = op.reduce_axis[0].extent
+    run = math.prod(weight.shape) * itemsize(weight.dtype) / (outer * blocks)
+    tile = min((d for d in range(1, outer + 1) if outer % d == 0),
+               key=lambda d: (abs(math.log2(d * run / STREAM_RUN_BYTES)), d))
+    return max(1, min(REDUCE_STEPS, tile * inner))
+
+
+def _few_pixels_big_weight(op: ComputeOp):
+    """(weight, output blocks) when an anchor's output has at most STREAM_MAX_PIXELS points
+    per weight element (the axes its biggest operand is not indexed by: a conv's batch x
+    output pixels) while that operand is at least WHOLE_ROWS_WEIGHT_BYTES (too big for L2):
+    the weight is then read from memory for little arithmetic, as a prepacked GEMM's few
+    rows (_few_rows_big_weight). At 7 x 7 pixels the short runs lost (ResNet-50's 256 ->
+    1024 1x1 conv at 112 x 112 input, 1 MB weight, weights from DRAM: 0.55 vs 0.47 ms);
+    at 6 x 6 and 3 x 3 they won. Output blocks: the points of the axes before the vector
+    axis that index the weight (a blocked conv's output-channel blocks). Else None."""
+    if len(op.input_tensors) < 2 or not op.axis or not op.reduce_axis:
+        return None
+    weight = max(op.input_tensors, key=lambda t: math.prod(t.shape))
+    if math.prod(weight.shape) * itemsize(weight.dtype) < WHOLE_ROWS_WEIGHT_BYTES:
+        return None
+    used = set()
+    for node in walk(op.body):
+        if isinstance(node, TensorLoad) and node.tensor is weight:
+            for index in node.indices:
+                used |= set(walk(index))
+    if op.reduce_axis[0].var not in used:
+        return None
+    pixels = math.prod(a.extent for a in op.axis if a.var not in used)
+    if pixels > STREAM_MAX_PIXELS:
+        return None
+    return weight, math.prod(a.extent for a in op.axis[:-1] if a.var in used)
+
+
 def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
     """Inner tiles of several reduce axes (a conv's channels and window, a blocked conv's
     channel blocks, window and in-block channels): taken whole from the innermost axis out
@@ -528,6 +587,40 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
     if vec_extent % best[2]:
         return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
     return best[1], best[2]
+
+
+def _block_axis(op: ComputeOp, rows: int) -> int | None:
+    """The axis of a one-vector-wide anchor whose points share the register tile rows'
+    broadcast operand: indexed, with the vector axis, by the operand the rows do not index
+    (a blocked conv's output-channel blocks, ko in w[ko, .., ki]), never by one the rows do;
+    None without one (a GEMM, whose only such axis is the vector one)."""
+    row, vec = op.axis[rows].var, op.axis[-1].var
+    loads = [node for node in walk(op.body) if isinstance(node, TensorLoad)]
+    used = [set().union(*(set(walk(i)) for i in load.indices)) if load.indices else set()
+            for load in loads]
+    for pos in range(rows):
+        var = op.axis[pos].var
+        if op.axis[pos].extent > 1 and \
+                any(var in u and vec in u and row not in u for u in used) and \
+                not any(var in u and row in u for u in used):
+            return pos
+    return None
+
+
+def _blocks_rows_tile(blocks: int, rows: int, budget: int) -> tuple[int, int]:
+    """(blocks, rows) of a one-vector register tile spread over output-channel blocks and
+    pixel rows, as divisors (a guarded block or row inside the unrolled tile spills it):
+    the most accumulators within `budget`, then the fewest loads per reduce step (one
+    weight vector per block, one broadcast per row). Each broadcast then feeds several
+    blocks: RegNet-X-1.6GF's 1x1 convs over blocks of 8 channels (168 x 168 at 12 x 12,
+    3 blocks x 4 pixels instead of 12 pixels: 0.150 -> 0.101 ms; 408 x 408 at 6 x 6, 3 x 3
+    instead of 6 x 1), 1 thread: benchmarks/RESULTS.md, session 14."""
+    best = (1, 1)
+    for c in (d for d in range(1, min(blocks, budget) + 1) if blocks % d == 0):
+        for r in (d for d in range(1, min(rows, budget // c) + 1) if rows % d == 0):
+            if (c * r, -(c + r)) > (best[0] * best[1], -(best[0] + best[1])):
+                best = (c, r)
+    return best
 
 
 def _rows_broadcast(op: ComputeOp, rows: int) -> bool:
