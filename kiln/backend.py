@@ -23,8 +23,10 @@ from .compile import compile as _compile
 from .graph.executor import CompiledModel
 from .te.errors import InternalError, KernelArgumentError, ModelFormatError
 
-# ops whose output depends on their input's shape, never on its values
-_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike"})
+# ops whose output depends on their input's shape (or a sequence's length, whether an
+# optional holds a value), never on its values
+_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike", "SequenceLength",
+                             "OptionalHasElement"})
 
 
 def _data_dependent_outputs(graph: onnx.GraphProto) -> set[str]:
