@@ -352,6 +352,9 @@ class DynamicModel:
         parts = [f"input '{s.name}' has the shape {s.describe()}" for s in self._specs
                  if not s.is_static]
         parts += [f"input '{n}' decides a shape" for n in self._value_inputs]
+        if self._structured:
+            parts.append("it has sequence or optional inputs or outputs (a specialisation "
+                         "per sequence length and element shapes)")
         return "; ".join(parts) or "its inputs decide shapes"
 
     def _needs_one(self, what: str) -> KilnError:

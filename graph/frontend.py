@@ -362,6 +362,11 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
 
     proto: the ModelProto already read from the path `model` (it is not read again).
 
+    input_shapes of a sequence-typed input: a list of shapes, one per element; of an
+    optional-typed one: its shape, or None (or nothing) when it is empty. Such inputs become
+    the tensor inputs `name[k]` (a sequence's elements) or `name`, and sequence outputs the
+    tensor outputs `name[k]` (graph/onnx_ops_sequence.py).
+
     values: values of graph inputs that conversion may fix at compile time. A node input that
     decides a shape (Reshape's shape, Slice's starts, Pad's pads, ...) and comes from a graph
     input reads it here; each one read is recorded in `Graph.pinned` and stays a graph input.
