@@ -295,7 +295,8 @@ class DynamicModel:
     def _key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
         if self._structured:    # flat feeds: their names say the sequences' lengths
             return (tuple([(n, a.shape) for n, a in feeds.items()]),
-                    tuple([feeds[n].tobytes() for n in self._value_inputs]))
+                    tuple([feeds[n].tobytes() if n in feeds else None
+                           for n in self._value_inputs]))
         return (tuple([feeds[n].shape for n in self._names]),
                 tuple([feeds[n].tobytes() for n in self._value_inputs]))   # C-order bytes
 

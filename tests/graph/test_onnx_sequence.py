@@ -184,3 +184,21 @@ def test_sequence_input_needs_shapes_and_lists():
     compiled = kiln.compile(model, db=None, jobs=1)
     with pytest.raises(KilnError, match="sequence: pass a list of arrays"):
         compiled.run({"xs": np.zeros(3, np.float32)})
+
+
+def test_sequence_element_that_decides_a_shape():
+    """A sequence element read at compile time (a Reshape's shape) is specialised on its
+    value; a shorter sequence later compiles anew."""
+    nodes = [helper.make_node("SequenceAt", ["shapes", "last"], ["shape"]),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    model = _model(nodes, [_seq_info("shapes", [2], TensorProto.INT64),
+                           helper.make_tensor_value_info("x", F, [3, 4])],
+                   [helper.make_tensor_value_info("y", F, ["r", "c"])],
+                   initializers=[_int("last", -1)])
+    compiled = kiln.compile(model, db=None, jobs=1)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for shapes, want in ((
+            [np.array([4, 3]), np.array([2, 6])], (2, 6)), ([np.array([12, 1])], (12, 1))):
+        y = compiled.run({"shapes": shapes, "x": x})[0]
+        _assert_same(y, x.reshape(want))
+    assert compiled.compiles == 2
