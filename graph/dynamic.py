@@ -26,6 +26,7 @@ from .frontend import (InputValueNeeded, _onnx_dtype, _read_model, check_support
                        model_opset)
 from .ir import Graph
 from .lowbit import ONNX_FORMATS
+from . import onnx_ops_sequence as _seq
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +39,34 @@ class InputSpec:
     name: str
     dtype: str
     dims: tuple[int | str, ...] | None
+    # 'tensor', or a structured input (onnx_ops_sequence): 'sequence', 'optional' (a tensor
+    # or None), 'optional_sequence'; dtype and dims are then its elements'
+    kind: str = "tensor"
 
     @property
     def is_static(self) -> bool:
-        return self.dims is not None and all(isinstance(d, int) for d in self.dims)
+        return self.kind == "tensor" and self.dims is not None and all(
+            isinstance(d, int) for d in self.dims)
 
     def describe(self) -> str:
-        if self.dims is None:
-            return f"{self.dtype}[any shape]"
-        return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+        elem = f"{self.dtype}[any shape]" if self.dims is None else \
+            f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+        return elem if self.kind == "tensor" else f"{self.kind}({elem})"
 
-    def check(self, arr: np.ndarray, model: str) -> None:
+    def check(self, arr, model: str) -> None:
         """KernelArgumentError naming this input if `arr` cannot be fed to it."""
         where = f"input '{self.name}' of model '{model}'"
+        if self.kind != "tensor":
+            if arr is None and self.kind.startswith("optional"):
+                return
+            if self.kind.endswith("sequence"):
+                if not isinstance(arr, (list, tuple)):
+                    raise KernelArgumentError(f"{where} is a sequence: pass a list of arrays "
+                                              f"({self.describe()}), got {type(arr).__name__}")
+                for a in arr:
+                    InputSpec(self.name, self.dtype, self.dims).check(np.asarray(a), model)
+                return
+            arr = np.asarray(arr)
         if arr.dtype != np.dtype(self.dtype):
             raise KernelArgumentError(
                 f"{where}: expected {self.describe()}, got {arr.dtype}{list(arr.shape)}. "
@@ -79,6 +95,18 @@ def input_specs(proto: onnx.ModelProto,
                                f"the inputs are {[i.name for i in real]}")
     specs = []
     for inp in real:
+        if _seq.is_structured_type(inp.type):
+            kind = _seq.type_kind(inp.type)
+            if kind == "other":
+                raise ModelFormatError(f"input '{inp.name}' has a type (a map, or a sequence "
+                                       "of sequences) which Kiln does not support")
+            tt = _seq.element_type(inp.type)
+            dims = None if not tt.HasField("shape") else tuple(
+                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in tt.shape.dim)
+            specs.append(InputSpec(inp.name, _onnx_dtype(tt.elem_type, f"input '{inp.name}'"),
+                                   dims, kind))
+            continue
         tt = inp.type.tensor_type
         dtype = (ONNX_FORMATS[tt.elem_type][0] if tt.elem_type in ONNX_FORMATS  # ml_dtypes'
                  else _onnx_dtype(tt.elem_type, f"input '{inp.name}'"))
@@ -119,7 +147,8 @@ def compile_specialized(model, target: str = "native", db=None,
         shapes.setdefault(name, arr.shape)
     specs = input_specs(proto, shapes)
     needed: list[str] = []
-    if all(s.is_static for s in specs):
+    structured = any(_seq.is_structured_type(o.type) for o in proto.graph.output)
+    if all(s.is_static for s in specs) and not structured:
         try:
             # (the path itself when given one: the model cache identifies a file cheaply)
             compiled = compile_model(proto if isinstance(model, onnx.ModelProto) else model,
@@ -172,6 +201,9 @@ class DynamicModel:
         self._warned: set[str] = set()
         self._cache: dict[tuple, CompiledModel] = {}
         self._threads: int | None = None
+        # sequence/optional inputs or outputs: fed and returned through onnx_ops_sequence
+        self._structured = any(s.kind != "tensor" for s in specs) or any(
+            _seq.is_structured_type(o.type) for o in proto.graph.output)
         self.compiles = 0     # specialisations compiled so far
 
     # ------------------------------------------------------------------ running
@@ -185,7 +217,10 @@ class DynamicModel:
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model, compiling a specialisation first if these input shapes (or values
-        of shape-deciding inputs) are new; returns fresh arrays in graph-output order."""
+        of shape-deciding inputs) are new; returns fresh arrays in graph-output order (a
+        sequence output: a list of arrays; an empty optional: None)."""
+        if self._structured:
+            return self._run_structured(inputs)
         try:        # the usual call: a dict of arrays at a cached shape (it checks them)
             compiled = self._cache[self._key(inputs)]
         except (KeyError, TypeError, AttributeError, IndexError):
@@ -236,12 +271,32 @@ class DynamicModel:
                 raise KernelArgumentError(f"model '{self.name}': input '{spec.name}' "
                                           f"({spec.describe()}) was not given")
             value = given.get(spec.name, self._constants.get(spec.name))
+            if spec.kind != "tensor":   # a list of arrays, or None (an empty optional)
+                spec.check(value, self.name)
+                feeds[spec.name] = value
+                continue
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
             spec.check(arr, self.name)
             feeds[spec.name] = arr
         return feeds
 
+    def _flat(self, feeds: Mapping[str, object]):
+        """(tensor feeds by flat name, shapes by graph input) of a structured model."""
+        types = {i.name: i.type for i in self._proto.graph.input}
+        return _seq.flat_inputs(types, feeds)
+
+    def _run_structured(self, inputs) -> list:
+        flat, _ = self._flat(self._feeds(inputs))
+        compiled = self._specialization(flat)
+        outputs = compiled.run(flat)
+        return _seq.pack_outputs([(o.name, o.type) for o in self._proto.graph.output],
+                                 compiled.output_names, outputs)
+
     def _key(self, feeds: Mapping[str, np.ndarray]) -> tuple:
+        if self._structured:    # flat feeds: their names say the sequences' lengths
+            return (tuple([(n, a.shape) for n, a in feeds.items()]),
+                    tuple([feeds[n].tobytes() if n in feeds else None
+                           for n in self._value_inputs]))
         return (tuple([feeds[n].shape for n in self._names]),
                 tuple([feeds[n].tobytes() for n in self._value_inputs]))   # C-order bytes
 
@@ -256,6 +311,8 @@ class DynamicModel:
     def _compile(self, feeds: Mapping[str, np.ndarray]) -> CompiledModel:
         start = time.perf_counter()
         shapes = {n: a.shape for n, a in feeds.items()}
+        if self._structured:   # shapes by graph input: lists for sequences, None: empty
+            shapes = self._structured_shapes(feeds)
         try:
             compiled = compile_model(self._proto, input_shapes=shapes,
                                      constants={**feeds, **self._constants}, **self._options)
@@ -279,11 +336,26 @@ class DynamicModel:
                  _describe_shapes(feeds), time.perf_counter() - start, len(self._cache) + 1)
         return compiled
 
+    def _structured_shapes(self, flat: Mapping[str, np.ndarray]) -> dict:
+        shapes = {}
+        for spec in self._specs:
+            if spec.kind.endswith("sequence"):
+                items = [a.shape for n, a in flat.items() if n.startswith(spec.name + "[")
+                         and n[len(spec.name) + 1:-1].isdigit()]
+                shapes[spec.name] = items if items or spec.kind == "sequence" else None
+            elif spec.name in flat:
+                shapes[spec.name] = flat[spec.name].shape
+            # (an empty optional: no shape; load_onnx binds the input to an empty optional)
+        return {n: s for n, s in shapes.items() if s is not None}
+
     # ------------------------------------------------------------------ what needs one shape
     def _why_dynamic(self) -> str:
         parts = [f"input '{s.name}' has the shape {s.describe()}" for s in self._specs
                  if not s.is_static]
         parts += [f"input '{n}' decides a shape" for n in self._value_inputs]
+        if self._structured:
+            parts.append("it has sequence or optional inputs or outputs (a specialisation "
+                         "per sequence length and element shapes)")
         return "; ".join(parts) or "its inputs decide shapes"
 
     def _needs_one(self, what: str) -> KilnError:

@@ -28,6 +28,7 @@ from .ir import Graph, Node, Value
 from .onnx_functions import expand_functions
 from .onnx_ops import CONVERTERS
 from .onnx_ops_control import subgraphs
+from . import onnx_ops_sequence as _seq   # registers the sequence/optional converters
 from .onnx_quant_ops import converter_key
 from .reference import run_node
 
@@ -80,7 +81,10 @@ def check_supported(model: onnx.ModelProto, opset: int) -> None:
         f"(opset {opset}): " + ", ".join(parts) + ".")
 
 
-def _resolve_inputs(model, given: Mapping[str, Sequence[int]]) -> list[Value]:
+def _resolve_inputs(model, given: Mapping[str, Sequence[int]],
+                    bound: dict | None = None) -> list[Value]:
+    """The graph's tensor inputs; a sequence/optional input (onnx_ops_sequence) is bound in
+    `bound` to its list / Value / EMPTY, and its flat tensor Values are among those returned."""
     init = {t.name for t in model.graph.initializer}
     real = [i for i in model.graph.input if i.name not in init]
     unknown = set(given) - {i.name for i in real}
@@ -89,6 +93,13 @@ def _resolve_inputs(model, given: Mapping[str, Sequence[int]]) -> list[Value]:
                                f"the inputs are {[i.name for i in real]}")
     values = []
     for inp in real:
+        if _seq.is_structured_type(inp.type):
+            dtype = _onnx_dtype(_seq.element_type(inp.type).elem_type, f"input '{inp.name}'")
+            value, flat = _seq.resolve_input(inp, given.get(inp.name, _seq._ABSENT), dtype)
+            if bound is not None:
+                bound[inp.name] = value
+            values += flat
+            continue
         tt = inp.type.tensor_type
         dtype = _onnx_dtype(tt.elem_type, f"input '{inp.name}'")
         dims = list(tt.shape.dim) if tt.HasField("shape") else None
@@ -283,6 +294,10 @@ class ConvertContext:
         while inputs and inputs[-1] is None:
             inputs.pop()
         key = converter_key(node.domain, node.op_type)
+        _seq.check_inputs(self, key, inputs)
+        if key == "Identity" and inputs and _seq.is_structured(inputs[0]):
+            self.values[node.output[0]] = inputs[0]     # a sequence/optional: the same one
+            return
         formats = self._lowbit_guard(node, key, inputs)
         attrs = {}
         made = None     # the low-bit format of a Constant/ConstantOfShape's value
@@ -308,6 +323,8 @@ class ConvertContext:
         for name, val in zip(node.output, results):
             if name:
                 self.values[name] = val
+                if not isinstance(val, Value):
+                    continue        # a sequence or an optional (onnx_ops_sequence)
                 fmt = self._lowbit_format(name)
                 if fmt is None and key in ("Constant", "ConstantOfShape"):
                     fmt = made
@@ -324,7 +341,7 @@ class ConvertContext:
         """The low-bit formats `node` reads; a clean error if it reads or writes one and is
         not an op that understands them (LOWBIT_OPS)."""
         read = [(n, self.lowbit[v.name]) for n, v in zip(node.input, inputs)
-                if v is not None and v.name in self.lowbit]
+                if isinstance(v, Value) and v.name in self.lowbit]
         written = [(n, f) for n in node.output if n and (f := self._lowbit_format(n))]
         if (read or written) and key not in LOWBIT_OPS:
             name, fmt = (read or written)[0]
@@ -345,6 +362,11 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
 
     proto: the ModelProto already read from the path `model` (it is not read again).
 
+    input_shapes of a sequence-typed input: a list of shapes, one per element; of an
+    optional-typed one: its shape, or None (or nothing) when it is empty. Such inputs become
+    the tensor inputs `name[k]` (a sequence's elements) or `name`, and sequence outputs the
+    tensor outputs `name[k]` (graph/onnx_ops_sequence.py).
+
     values: values of graph inputs that conversion may fix at compile time. A node input that
     decides a shape (Reshape's shape, Slice's starts, Pad's pads, ...) and comes from a graph
     input reads it here; each one read is recorded in `Graph.pinned` and stays a graph input.
@@ -363,16 +385,18 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                                  else proto)
     except onnx.checker.ValidationError as exc:
         raise ModelFormatError(f"ONNX model {source} is invalid: {exc}") from exc
-    _check_value_names(proto, values or {})
+    bound: dict = {}
+    inputs = _resolve_inputs(proto, input_shapes or {}, bound)
+    _check_value_names(proto, values or {}, {v.name for v in inputs})
     ctx = ConvertContext(opset, values)
     ctx._taken.update(_all_names(proto.graph))
     for t in proto.graph.initializer:
         ctx.values[t.name] = ctx.const(_array(t, f"initializer '{t.name}'"), name=t.name)
         if t.data_type in lowbit.ONNX_FORMATS:
             ctx.lowbit[t.name] = lowbit.ONNX_FORMATS[t.data_type][0]
-    inputs = _resolve_inputs(proto, input_shapes or {})
     for v in inputs:
         ctx.values[v.name] = v
+    ctx.values.update(bound)
     inferred = _cross_check_shape_inference(proto, inputs, source)
     ctx.onnx_types = _element_types(proto if inferred is None else inferred)
     for v in inputs:
@@ -384,7 +408,21 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     for o in proto.graph.output:
         if o.name not in ctx.values:
             raise ModelFormatError(f"graph output '{o.name}' of {source} is never computed")
-        outputs.append(ctx.values[o.name])
+        value = ctx.values[o.name]
+        if isinstance(value, Value) and (value.name == o.name or
+                                         not _seq.is_structured_type(o.type)):
+            outputs.append(value)
+            continue
+        # a sequence/optional output: one tensor output per element (onnx_ops_sequence)
+        items = value if isinstance(value, list) else [] if value is _seq.EMPTY else [value]
+        ctx.node_name, ctx.op_type = f"output {o.name}", "Identity"
+        for flat, v in zip(_seq.flat_output_names(o.name, value), items):
+            if flat != o.name and flat in ctx._taken:
+                raise ModelFormatError(f"graph output '{o.name}' is a sequence, whose "
+                                       f"element output '{flat}' clashes with a value name")
+            ctx._taken.add(flat)
+            ctx.output_names = [flat]
+            outputs.append(ctx.emit("identity", [v], final=True))
     graph_name = name or proto.graph.name or "model"
     io_formats = (tuple(ctx.lowbit.get(v.name) for v in inputs),
                   tuple(ctx._lowbit_format(o.name) for o in proto.graph.output))
@@ -403,10 +441,11 @@ def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def _check_value_names(proto: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+def _check_value_names(proto: onnx.ModelProto, values: Mapping[str, np.ndarray],
+                       flat: set[str] = frozenset()) -> None:
     init = {t.name for t in proto.graph.initializer}
     real = [i.name for i in proto.graph.input if i.name not in init]
-    unknown = sorted(set(values) - set(real))
+    unknown = sorted(set(values) - set(real) - flat)   # flat: a sequence's element inputs
     if unknown:
         raise ModelFormatError(f"constants names {unknown}, which are not inputs of the "
                                f"model; its inputs are {real}")
@@ -489,7 +528,7 @@ def _cross_check_shape_inference(proto: onnx.ModelProto, inputs: list[Value], so
     fixed = _without_large_initializers(proto)
     shapes = {v.name: v.shape for v in inputs}
     for inp in fixed.graph.input:
-        if inp.name in shapes:
+        if inp.name in shapes and inp.type.HasField("tensor_type"):
             dims = inp.type.tensor_type.shape.dim
             del dims[:]
             for d in shapes[inp.name]:

@@ -120,7 +120,9 @@ def _name_outputs(ctx, values: list[Value]) -> tuple[Value, ...]:
     try:
         for name, v in zip(names, values):
             ctx.output_names = [name]
-            out.append(ctx.emit("identity", [v], final=True) if name else v)
+            # (a sequence or an optional, onnx_ops_sequence, is a compile-time structure)
+            out.append(ctx.emit("identity", [v], final=True)
+                       if name and isinstance(v, Value) else v)
     finally:
         ctx.output_names = names
     return tuple(out)
@@ -157,8 +159,10 @@ def _if(ctx, cond, then_branch, else_branch):
     if cond.size != 1:
         raise ModelFormatError(f"node '{ctx.node_name}' (If): its condition has shape "
                                f"{list(cond.shape)}; expected one value")
-    if any((a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(then_out, else_out)):
-        # the condition decides the outputs' shapes: read it as a shape-deciding input
+    if any(not isinstance(a, Value) or not isinstance(b, Value) or
+           (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(then_out, else_out)):
+        # the condition decides the outputs' shapes (or which sequence/optional they are):
+        # read it as a shape-deciding input
         # (specialised by value); the branch not taken is left to dead-code elimination
         taken = _scalar_bool(ctx, ctx.static(cond, "cond"), "condition")
         return _name_outputs(ctx, then_out if taken else else_out)
@@ -192,7 +196,8 @@ def _stack(ctx, items: list[Value], axis: int) -> Value:
 @converter("Loop")
 def _loop(ctx, trip=None, cond=None, *carried, body):
     n_scan = len(body.output) - 1 - len(carried)
-    shape_deciding = n_scan > 0      # the iteration count sets the scan outputs' length
+    # the iteration count sets the scan outputs' length (or a carried sequence's)
+    shape_deciding = n_scan > 0 or any(not isinstance(v, Value) for v in carried)
     limit = None if trip is None else int(
         _known(ctx, trip, "trip count", shape_deciding).reshape(-1)[0])
     cond_in = ctx.const(np.array(True)) if cond is None else cond

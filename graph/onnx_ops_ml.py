@@ -1,6 +1,5 @@
 """Small ops of the ai.onnx.ml domain (Binarizer, ArrayFeatureExtractor, TreeEnsemble) as
-graph ops, and the optional-value ops in the cases that need no optional type (an absent
-input, a plain tensor); optional and sequence values themselves stay unsupported."""
+graph ops (the optional-value ops are in onnx_ops_sequence.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,18 +25,6 @@ def _array_feature_extractor(ctx, x, indices):
     if len(x.shape) == 1:   # a 1-D input gives one row
         x = ctx.emit("reshape", [x], {"shape": (1, x.shape[0])})
     return ctx.emit("gather", [x, flat], {"axis": len(x.shape) - 1}, final=True)
-
-
-@converter("OptionalHasElement")
-def _optional_has_element(ctx, x=None):
-    if x is None:   # no input: an empty optional
-        return ctx.const(np.array(False), final=True)
-    return ctx.const(np.array(True), final=True)   # a tensor input is always present
-
-
-@converter("OptionalGetElement")
-def _optional_get_element(ctx, x):
-    return ctx.emit("identity", [x], final=True)   # a plain tensor (optional types: refused)
 
 
 _COMPARE = {0: "less_equal", 1: "less", 2: "greater_equal", 3: "greater", 4: "equal"}

@@ -23,8 +23,10 @@ from .compile import compile as _compile
 from .graph.executor import CompiledModel
 from .te.errors import InternalError, KernelArgumentError, ModelFormatError
 
-# ops whose output depends on their input's shape, never on its values
-_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike"})
+# ops whose output depends on their input's shape (or a sequence's length, whether an
+# optional holds a value), never on its values
+_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike", "SequenceLength",
+                             "OptionalHasElement"})
 
 
 def _data_dependent_outputs(graph: onnx.GraphProto) -> set[str]:
@@ -68,12 +70,15 @@ class KilnBackendRep(BackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Run on `inputs` (a list in graph-input order, one array, or a dict by name);
-        returns the outputs as a namedtuple that can also be indexed by output name."""
+        returns the outputs as a namedtuple that can also be indexed by output name (a
+        sequence output: a list of arrays; an empty optional: None)."""
         if kwargs:
             raise KernelArgumentError(f"KilnBackendRep.run takes no options, got "
                                       f"{sorted(kwargs)}")
         if not isinstance(inputs, (Mapping, np.ndarray)):
-            inputs = [np.asarray(x) for x in inputs]
+            # a sequence input is a list of arrays, an empty optional None
+            inputs = [x if x is None else [np.asarray(a) for a in x]
+                      if isinstance(x, (list, tuple)) else np.asarray(x) for x in inputs]
         outputs = self.compiled.run(inputs)
         return namedtupledict("Outputs", self.output_names)(*outputs)
 

@@ -76,6 +76,20 @@ def _tensor_scatter(axis, k):   # two updates along the axis, written at 1 and 0
     return [node], {f"u{k}": _x(shape), f"w{k}": np.array([1, 0], np.int64)}
 
 
+def _split_to_sequence(axis, k):    # pieces of 1 along the axis; the second one
+    return [helper.make_node("SplitToSequence", ["x", "one"], [f"s{k}"], axis=axis),
+            helper.make_node("SequenceAt", [f"s{k}", "one"], [f"y{k}"])], \
+        {"one": np.array(1, np.int64)}
+
+
+def _concat_from_sequence(new_axis):     # x twice, along the axis or stacked on a new one
+    def build(axis, k):
+        seq = helper.make_node("SequenceConstruct", ["x", "x"], [f"s{k}"])
+        return [seq, helper.make_node("ConcatFromSequence", [f"s{k}"], [f"y{k}"], axis=axis,
+                                      new_axis=new_axis)], {}
+    return build
+
+
 def _concat(axis, k):
     return [helper.make_node("Concat", ["x", f"c{k}"], [f"y{k}"], axis=axis)], \
         {f"c{k}": _x(tuple(d + 1 if i == axis % 4 else d for i, d in enumerate(SHAPE)))}
@@ -229,6 +243,9 @@ CASES = [
                                  {f"a{k}": np.array(axis, np.int64)}),
          shape=(2, 3, 4, 2), opset=20, axes=[-4, -3, -2]),
     Case("TensorScatter", _tensor_scatter, opset=24, axes=[-3, -2, -1]),
+    Case("SplitToSequence", _split_to_sequence),
+    Case("ConcatFromSequence", _concat_from_sequence(0)),
+    Case("ConcatFromSequence", _concat_from_sequence(1), axes=list(range(-5, 0))),
     *[Case(op, _axes_attr(op, keepdims=1), opset=11,
            x=_POSITIVE if op == "ReduceLogSum" else None) for op in _REDUCES],
     *[Case(op, _axes_input(op, keepdims=0), opset=18,
