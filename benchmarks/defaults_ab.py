@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from architectures import example_feeds  # noqa: E402
-from common import emit_json, ort_session  # noqa: E402
+from common import emit_json, median_seconds, ort_session  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln.autotune import space_defaults as sd  # noqa: E402
@@ -57,13 +57,8 @@ def compile_with(model, rules: list[str]):
 
 
 def cpu_median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        fn()
-        times.append(time.thread_time() - start)
-    return statistics.median(times) * 1e3
+    """Median ms of `repeat` calls by this thread's CPU time, after one warm-up call."""
+    return median_seconds(fn, repeat, settle=0.0, clock=time.thread_time) * 1e3
 
 
 def run_model(path: str, rules: list[str], rounds: int, repeat: int, dynamic: int) -> dict:

@@ -10,6 +10,7 @@ from ..te.errors import ModelFormatError
 from ..te.ops.ordering import MAX_DET_ORDER
 from . import ops_ordering  # noqa: F401 - registers the graph ops emitted here
 from .onnx_ops import CONVERTERS, _axis, _unsupported, converter
+from .onnx_ops_spatial import asymmetric_resize
 
 
 @converter("CumProd")
@@ -131,12 +132,7 @@ def _upsample(ctx, x, scales_in=None, mode="nearest", scales=None, height_scale=
     if mode not in ("nearest", "linear", "bilinear"):
         raise ModelFormatError(f"node '{ctx.node_name}' (Upsample): mode {mode!r}; expected "
                                "nearest or linear")
-    out = tuple(int(np.floor(d * s)) for d, s in zip(x.shape, scales))
-    attrs = {"out_shape": out, "scales": tuple(scales),
-             "mode": "nearest" if mode == "nearest" else "linear", "coord": "asymmetric",
-             "nearest_mode": "floor", "cubic_a": -0.75, "exclude_outside": 0,
-             "roi": ((0.0, 1.0),) * len(x.shape), "extrapolation_value": 0.0}
-    return ctx.emit("resize", [x], attrs, final=True)
+    return asymmetric_resize(ctx, x, scales, "nearest" if mode == "nearest" else "linear")
 
 
 _pad = CONVERTERS["Pad"]

@@ -119,9 +119,14 @@ def _resize_10(ctx, x, scales, mode):
     if mode not in ("nearest", "linear"):
         raise ModelFormatError(f"node '{ctx.node_name}' (Resize, opset {ctx.opset}): mode "
                                f"{mode!r}; expected nearest or linear")
-    # onnxruntime (the de-facto definition: the opset-10 text does not say) rounds a nearest
-    # source index down where an axis grows and up where it shrinks; nearest is separable,
-    # so mixed axes run as two resizes
+    return asymmetric_resize(ctx, x, given, mode)
+
+
+def asymmetric_resize(ctx, x, given, mode: str):
+    """Resize by `given` scales with the asymmetric map (source = output index / scale), as
+    Upsample and Resize-10 define it. onnxruntime (the de-facto definition: the opset-10 text
+    does not say) rounds a nearest source index down where an axis grows and up where it
+    shrinks; nearest is separable, so mixed axes run as two resizes."""
     down = [s < 1 for s in given]
     passes = ([("ceil", down), ("floor", [not d for d in down])] if mode == "nearest"
               and any(down) and not all(down) else [("ceil" if all(down) else "floor",
