@@ -219,9 +219,11 @@ def _int8_form(form: str):
     GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
     windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
     (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
-    short_k_columns off); the model cache is off for all but the first: its key does not see
+    short_k_columns off) or "novnniconv" (pairs with the VNNI conv GEMMs through im2col and
+    row-major weights: graph/passes/int8_vnni_conv.py off); the model cache is off for all but the first: its key does not see
     the switch."""
-    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk")
+    forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
+             "novnniconv")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -248,6 +250,10 @@ def _int8_form(form: str):
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "noimplicit":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "novnniconv":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE
+                                if p[0] != "implicit int8 convs (VNNI)")
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "dot4":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
@@ -514,7 +520,9 @@ def main() -> None:
                         "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs "
                         "through im2col, graph/passes/int8_implicit.py off), noshortk (pairs "
                         "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
-                        "short_k_columns off); join switches with + (noimplicit+noshortk)")
+                        "short_k_columns off), novnniconv (pairs with VNNI's conv GEMMs "
+                        "through im2col and row-major weights, graph/passes/int8_vnni_conv.py "
+                        "off); join switches with + (noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

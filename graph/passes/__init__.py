@@ -17,6 +17,7 @@ from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .half_convs import convs_in_float32
 from .int8_implicit import to_implicit_int8_convs
+from .int8_vnni_conv import to_vnni_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # passes that also take the target the graph is compiled for (None: target-neutral, no-op)
 TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "implicit int8 convs",
+                           "implicit int8 convs (VNNI)",
                            "widen int8 weights",
                            "int16 activation pairs"})
 
@@ -53,6 +55,8 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     # AVX2 without VNNI: vpmaddubsw where the weight pairs provably cannot saturate ...
     ("saturation-safe int8 pairs", to_saturation_safe_pairs),
     ("implicit int8 convs", to_implicit_int8_convs),   # ... read from padded words, no im2col
+    # VNNI: conv GEMMs read padded words in place, weights as column panels
+    ("implicit int8 convs (VNNI)", to_vnni_int8_convs),
     ("widen int8 weights", widen_int8_weights),   # ... else int16 weight pairs
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
     ("eliminate common subexpressions", eliminate_common_subexpressions),
