@@ -15,8 +15,10 @@ Each such matmul_int8x4 with a constant weight becomes [pad ->] conv_int8x4_pane
 GEMM reads the (padded) words in place, and its weight comes as column panels of
 `panel_block(F)` columns, so the matmul_prepacked defaults give it a register tile one panel
 wide (8 columns for F = 24). A 1x1 conv (the matmul reads the words through a view) takes
-the same kernel with a 1x1 window. A stem's split-tap columns (C4 = 1) and grouped convs'
-word slices keep the im2col; so does a weight whose F has no panel width.
+the same kernel with a 1x1 window, a stem (C4 = 1: its split-tap columns) the same over
+the words its pack padded (MobileNetV2's 3x3/2 stem, 1 thread: im2col 0.22 + GEMM 0.12 ms ->
+0.12 ms). Grouped convs' word slices keep the im2col; so does a weight whose F has no panel
+width.
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def _source(producers: dict, a: Value):
     src = view.inputs[0]
     node = producers.get(src.name)
     if node is not None and node.op == "im2col_nhwc_int8x4":
-        if node.attr("pairs") or node.attr("split_taps") or node.attr("words"):
+        # split_taps (a stem's C4 = 1 columns over words its pack padded) is the same K order
+        if node.attr("pairs") or node.attr("words"):
             return None
         x = node.inputs[0]
         return (x, node) if len(x.shape) == 4 and x.dtype == "int32" else None

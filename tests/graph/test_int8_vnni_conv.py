@@ -4,7 +4,8 @@ or a 1x1 conv's matmul_int8x4 over the words, becomes [pad ->] conv_int8x4_panel
 equals numpy's integer conv on the host (any dot4 lowering: batch 2, prime sizes, strides,
 dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal, bit for
 bit, the reference of the graph without the pass (uint8 and int8 activations, zero points
-other than 0 in the padding, per-channel scales, a residual, 1x1 and 24 output channels),
+other than 0 in the padding, per-channel scales, a residual, 1x1, a 3-channel stem and 24
+output channels),
 and compiled for the host when it has VNNI. AVX2 and no target keep the im2col."""
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def test_conv_int8x4_panels_kernel_is_exact(nb, h, w, c4, f, kernel, stride, dil
     ("uint8", 8, 16, 6, 3, (2, 1), (3, 1), (0, 0, 0, 0), False),   # no padding: no pad node
     ("uint8", 96, 24, 3, 5, (1, 1), (1, 1), (0, 0, 0, 0), True),   # a 1x1, 8-wide panels
     ("int8", 20, 48, 4, 3, (2, 2), (1, 1), (0, 0, 0, 0), False),   # a strided 1x1
+    ("uint8", 3, 16, 9, 11, (2, 2), (7, 7), (3, 2, 3, 1), False),  # a stem: C4 = 1
 ])
 def test_model_convs_take_panels_exactly(xdtype, c, f, h, w, strides, kernel, pads, residual):
     model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
