@@ -17,7 +17,7 @@ GEMM reads the (padded) words in place, and its weight comes as column panels of
 wide (8 columns for F = 24). A 1x1 conv (the matmul reads the words through a view) takes
 the same kernel with a 1x1 window, a stem (C4 = 1: its split-tap columns) the same over
 the words its pack padded (MobileNetV2's 3x3/2 stem, 1 thread: im2col 0.22 + GEMM 0.12 ms ->
-0.12 ms). Grouped convs' word slices keep the im2col; so does a weight whose F has no panel
+0.12 ms; up to MAX_STEM_TAPS taps). Grouped convs' word slices keep the im2col; so does a weight whose F has no panel
 width.
 """
 from __future__ import annotations
@@ -29,6 +29,12 @@ from ...codegen.target import Target
 from ..ir import FrozenDict, Graph, Node, Value
 from .dce import eliminate_dead_code
 from .rewrite import Namer
+
+
+# a stem (C4 = 1) with a larger window keeps its columns: ResNet's 7x7/2 stem, 112 x 112 x 49
+# words -> 64, AVX-512 VNNI, 1 thread: im2col 0.15 + GEMM 0.81 ms against 1.12 ms read in
+# place (one word per tap and row; the columns give the GEMM 49-word runs)
+MAX_STEM_TAPS = 9
 
 
 def takes_vnni(target) -> bool:
@@ -43,10 +49,11 @@ def takes_vnni(target) -> bool:
 
 def panel_block(n: int, lanes: int) -> int | None:
     """The column-panel width for `n` output channels with `lanes` int32 lanes a vector:
-    two vectors when they divide n, then three, then one, then half a vector; None when
-    none does (a guarded column tail inside the register tile). 3136 pixels x 36 words -> 144
-    channels, AVX-512, 1 thread: 16-wide panels 0.141 ms, 48-wide 0.120."""
-    for block in (2 * lanes, 3 * lanes, lanes, lanes // 2):
+    two vectors when they divide n, then one, then half a vector; None when none does (a
+    guarded column tail inside the register tile). Three vectors (48 int32 columns) is no
+    vector type LLVM's x86 backend handles well: 196 pixels x 24 words -> 144 channels,
+    AVX-512, 1 thread: 16-wide panels 0.020 ms, 48-wide 0.190."""
+    for block in (2 * lanes, lanes, lanes // 2):
         if block >= 1 and n % block == 0:
             return block
     return None
@@ -72,7 +79,8 @@ def _source(producers: dict, a: Value):
     node = producers.get(src.name)
     if node is not None and node.op == "im2col_nhwc_int8x4":
         # split_taps (a stem's C4 = 1 columns over words its pack padded) is the same K order
-        if node.attr("pairs") or node.attr("words"):
+        if node.attr("pairs") or node.attr("words") or (
+                node.attr("split_taps") and np.prod(node.attrs["kernel"]) > MAX_STEM_TAPS):
             return None
         x = node.inputs[0]
         return (x, node) if len(x.shape) == 4 and x.dtype == "int32" else None

@@ -73,7 +73,7 @@ def test_conv_int8x4_panels_kernel_is_exact(nb, h, w, c4, f, kernel, stride, dil
     ("uint8", 8, 16, 6, 3, (2, 1), (3, 1), (0, 0, 0, 0), False),   # no padding: no pad node
     ("uint8", 96, 24, 3, 5, (1, 1), (1, 1), (0, 0, 0, 0), True),   # a 1x1, 8-wide panels
     ("int8", 20, 48, 4, 3, (2, 2), (1, 1), (0, 0, 0, 0), False),   # a strided 1x1
-    ("uint8", 3, 16, 9, 11, (2, 2), (7, 7), (3, 2, 3, 1), False),  # a stem: C4 = 1
+    ("uint8", 3, 16, 9, 11, (2, 2), (3, 3), (1, 0, 1, 1), False),  # a 3x3 stem: C4 = 1
 ])
 def test_model_convs_take_panels_exactly(xdtype, c, f, h, w, strides, kernel, pads, residual):
     model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
@@ -115,14 +115,20 @@ def test_avx2_no_target_and_odd_columns_keep_the_gemm():
 
 def test_panel_block_and_weight_panels():
     assert [panel_block(n, 16) for n in (64, 144, 48, 16, 24, 8, 13, 1000)] == \
-        [32, 48, 48, 16, 8, 8, None, 8]
-    assert panel_block(24, 8) == 24 and panel_block(12, 8) == 4
+        [32, 16, 16, 16, 8, 8, None, 8]
+    assert panel_block(24, 8) == 8 and panel_block(12, 8) == 4
     words = np.arange(3 * 20, dtype=np.int32).reshape(3, 20)
     p = weight_panels(words, 8)
     assert p.shape == (3, 3, 8) and p.dtype == np.int32
     np.testing.assert_array_equal(p.transpose(1, 0, 2).reshape(3, 24)[:, :20], words)
     assert not p[2, :, 4:].any()
     assert takes_vnni(VNNI) and not takes_vnni(AVX2) and not takes_vnni(None)
+
+
+def test_a_wide_stem_keeps_its_columns():
+    model = _pointwise_model("uint8", 3, 16, 9, 11, False, (2, 2), (7, 7), (3, 3, 3, 3))
+    ops = _ops(optimize(load_onnx(model), target=VNNI))
+    assert "conv_int8x4_panels" not in ops and "im2col_nhwc_int8x4" in ops, ops
 
 
 def test_conv_int8x4_panels_rejects_bad_operands():
