@@ -12,6 +12,7 @@ from ..te.dtype import itemsize
 from ..te.ops.linalg import MATMUL_PREPACKED
 from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
+from .space_int8_conv import one_register_tile_per_cache_tile
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
 from .space_int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
@@ -284,6 +285,9 @@ class DefaultsMixin:
             # 1 thread: 1.04-1.14x faster with one-panel cache tiles)
             if (1, panel) in vec.choices:
                 out[vec.name] = [1, panel]
+        if one_register_tile_per_cache_tile(target, op):     # space_int8_conv.py
+            out[vec.name] = _nearest(vec.choices, (1, out[vec.name][1]))
+            out[knob.name] = _nearest(knob.choices, (1, out[knob.name][1]))
         return out
 
 
