@@ -220,10 +220,11 @@ def _int8_form(form: str):
     windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
     (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
     short_k_columns off) or "novnniconv" (pairs with the VNNI conv GEMMs through im2col and
-    row-major weights: graph/passes/int8_vnni_conv.py off); the model cache is off for all but the first: its key does not see
-    the switch."""
+    row-major weights: graph/passes/int8_vnni_conv.py off) or "tallconvtile" (those convs with
+    the prepacked GEMM's cache tiles: autotune/space_int8_conv.py off); the model cache is off
+    for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "novnniconv")
+             "novnniconv", "tallconvtile")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -234,6 +235,7 @@ def _int8_form(form: str):
         raise SystemExit(f"--int8-forms: {form!r} is none of {', '.join(forms)}")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_short = space_defaults.short_k_columns
+    saved_conv_tile = space_defaults.one_register_tile_per_cache_tile
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
@@ -251,6 +253,9 @@ def _int8_form(form: str):
     if form == "noimplicit":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
         os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "tallconvtile":
+        space_defaults.one_register_tile_per_cache_tile = lambda target, op: False
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "novnniconv":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE
                                 if p[0] != "implicit int8 convs (VNNI)")
@@ -263,6 +268,7 @@ def _int8_form(form: str):
     finally:
         int8_widen.widens_int8 = saved
         space_defaults.short_k_columns = saved_short
+        space_defaults.one_register_tile_per_cache_tile = saved_conv_tile
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
@@ -522,7 +528,9 @@ def main() -> None:
                         "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
                         "short_k_columns off), novnniconv (pairs with VNNI's conv GEMMs "
                         "through im2col and row-major weights, graph/passes/int8_vnni_conv.py "
-                        "off); join switches with + (noimplicit+noshortk)")
+                        "off), tallconvtile (those convs with the GEMM's cache tiles, "
+                        "autotune/space_int8_conv.py off); join switches with + "
+                        "(noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "
