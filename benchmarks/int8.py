@@ -221,10 +221,11 @@ def _int8_form(form: str):
     (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
     short_k_columns off) or "novnniconv" (pairs with the VNNI conv GEMMs through im2col and
     row-major weights: graph/passes/int8_vnni_conv.py off) or "tallconvtile" (those convs with
-    the prepacked GEMM's cache tiles: autotune/space_int8_conv.py off); the model cache is off
-    for all but the first: its key does not see the switch."""
+    the prepacked GEMM's cache tiles: autotune/space_int8_conv.py off) or "widedw" (depthwise
+    register tiles as wide as the accumulator budget: depthwise_register_rows off); the model
+    cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "novnniconv", "tallconvtile")
+             "novnniconv", "tallconvtile", "widedw")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -236,6 +237,7 @@ def _int8_form(form: str):
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_short = space_defaults.short_k_columns
     saved_conv_tile = space_defaults.one_register_tile_per_cache_tile
+    saved_dw_rows = space_defaults.depthwise_register_rows
     saved_pipeline = passes.PIPELINE
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
@@ -253,6 +255,9 @@ def _int8_form(form: str):
     if form == "noimplicit":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
         os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "widedw":
+        space_defaults.depthwise_register_rows = lambda target, op, extent, rows: rows
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "tallconvtile":
         space_defaults.one_register_tile_per_cache_tile = lambda target, op: False
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -269,6 +274,7 @@ def _int8_form(form: str):
         int8_widen.widens_int8 = saved
         space_defaults.short_k_columns = saved_short
         space_defaults.one_register_tile_per_cache_tile = saved_conv_tile
+        space_defaults.depthwise_register_rows = saved_dw_rows
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
@@ -529,7 +535,8 @@ def main() -> None:
                         "short_k_columns off), novnniconv (pairs with VNNI's conv GEMMs "
                         "through im2col and row-major weights, graph/passes/int8_vnni_conv.py "
                         "off), tallconvtile (those convs with the GEMM's cache tiles, "
-                        "autotune/space_int8_conv.py off); join switches with + "
+                        "autotune/space_int8_conv.py off), widedw (the depthwise register "
+                        "tile cap off); join switches with + "
                         "(noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
