@@ -330,10 +330,11 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
         log.warning("the in-model check of the tuned choices failed (%s); the confirmed "
                     "choices stand", exc)
         return reports
-    ratios = {c.task_key: c.ratio for c in found}
-    return [dataclasses.replace(r, in_model=ratios[r.task_key],
-                                choice=database.choice(r.task_key, target, threads))
-            if r.task_key in ratios else r for r in reports]
+    by_key = {c.task_key: c for c in found}
+    # (a confirmation of this run now says what the check left: the default where reverted)
+    return [dataclasses.replace(r, in_model=by_key[r.task_key], choice=database.choice(
+                r.task_key, target, threads) if r.choice is not None else None)
+            if r.task_key in by_key else r for r in reports]
 
 
 def confirm_model(model, target: str = "native", db=None, options=None,

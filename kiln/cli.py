@@ -220,10 +220,10 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                       f"{len(confirmed) - len(tuned)} keep the default")
     checked = [r for r in reports if r.in_model is not None]
     if checked:
-        kept = [r for r in checked if r.choice is not None and not r.choice.is_default]
-        console.print(f"tried {_count(len(checked), 'tuned choice')} inside the model against "
-                      f"the default: {len(kept)} kept (the model ran faster with them), "
-                      f"{len(checked) - len(kept)} back to the default")
+        kept = [r for r in checked if r.in_model.kept]
+        console.print(f"tried {_count(len(checked), 'tuned schedule')} inside the model "
+                      f"against the default: {len(kept)} kept (the model ran faster with "
+                      f"them), {len(checked) - len(kept)} back to the default")
     return _compare(model, name, target, db, layout, winograd)
 
 

@@ -149,3 +149,35 @@ def test_a_real_check_reverts_a_choice_that_slows_the_model(tmp_path):
         db, 1, rounds=5)
     assert len(found) == 1 and found[0].ratio > 1.2 and not found[0].kept
     assert db.choice(mt.task.workload_key, TARGET, 1).is_default
+
+
+def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypatch):
+    """tune_model hands the task scheduler (1 - SHARE) of a time budget, then checks inside
+    the model by the deadline of the whole budget, and the reports say what it found."""
+    from kiln.autotune.scheduler import TaskReport
+    from kiln.graph import compile as C
+    model = models.mlp(sizes=(48, 32, 16, 10))
+    tasks = model_tasks(model, TARGET)
+    seen = {}
+
+    def fake_tune_tasks(pairs, target, trials, db, callback=None, **options):
+        seen["budget"] = options["time_budget"]
+        return [TaskReport(t.workload_key, t.name, w, 0, math.inf) for t, w in pairs]
+
+    def fake_check(compile_now, tasks, target, db, threads, deadline=None):
+        seen["deadline"], seen["threads"] = deadline, threads
+        return [model_check.ModelCheck(tasks[0].name, tasks[0].task.workload_key, 1.1, False)]
+
+    monkeypatch.setattr(C, "tune_tasks", fake_tune_tasks)
+    monkeypatch.setattr(model_check, "check_choices_in_model", fake_check)
+    start = time.perf_counter()
+    reports = C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100)
+    assert seen["budget"] == pytest.approx(100 * (1 - model_check.SHARE))
+    assert start + 100 <= seen["deadline"] <= time.perf_counter() + 100
+    checked = [r for r in reports if r.in_model is not None]
+    assert [r.task_key for r in checked] == [tasks[0].task.workload_key]
+    assert checked[0].in_model.ratio == 1.1 and checked[0].choice is None
+    seen.clear()
+    C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
+                 model_check=False)
+    assert seen == {"budget": 100}
