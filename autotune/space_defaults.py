@@ -15,7 +15,7 @@ from ..te.visit import walk
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
 from .space_int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
-                         short_k_columns, uses_dot4)
+                         one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -162,6 +162,8 @@ class DefaultsMixin:
                     inner[blocks], inner[rows] = _blocks_rows_tile(extents[blocks],
                                                                    extents[rows], budget)
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
+                if one_row_tile_per_cache_tile(target, op):     # space_int8.py
+                    mid[rows] = 1
             for p in range(n - 1):
                 if p != rows:
                     mid[p] = max(1, min(8, extents[p] // (2 * inner[p])))
