@@ -49,9 +49,9 @@ def test_the_target_and_the_columns_decide():
         graph = load_onnx(_matmul_integer(5, 40, n)[0])
         weights[n] = {t: next(node for node in optimize(graph, target=t).nodes
                               if node.op == "matmul_int8x4") for t in (VNNI, AVX2, None)}
-    assert weights[64][VNNI].inputs[1].shape == (2, 10, 32)
+    assert weights[64][VNNI].inputs[1].shape == (2, 10, 1, 32)
     assert weights[64][VNNI].attr("n") == 64
-    assert weights[48][VNNI].inputs[1].shape == (3, 10, 16)
+    assert weights[48][VNNI].inputs[1].shape == (3, 10, 1, 16)
     assert weights[70][VNNI].inputs[1].shape == (10, 70)        # no panel divides 70
     assert weights[16][VNNI].inputs[1].shape == (10, 16)        # one panel: no change
     assert weights[64][None].inputs[1].shape == (10, 64)
@@ -61,10 +61,12 @@ def test_the_target_and_the_columns_decide():
 def test_panel_weight_words_round_trip_and_errors():
     words = R.integers(-2 ** 31, 2 ** 31, size=(3, 37)).astype(np.int32)
     panels = panel_weight_words(words, 16)
-    assert panels.shape == (3, 3, 16)
-    np.testing.assert_array_equal(panels.transpose(1, 0, 2).reshape(3, -1)[:, :37], words)
-    assert not panels[-1, :, 5:].any()                         # the tail panel's padding
-    node = Node("matmul_int8x4", (Value("a", (2, 3), "int32"), Value("w", (3, 3, 16), "int32")),
+    assert panels.shape == (3, 3, 1, 16)
+    np.testing.assert_array_equal(panels[:, :, 0].transpose(1, 0, 2).reshape(3, -1)[:, :37],
+                                  words)
+    assert not panels[-1, :, :, 5:].any()                      # the tail panel's padding
+    node = Node("matmul_int8x4", (Value("a", (2, 3), "int32"),
+                                  Value("w", (3, 3, 1, 16), "int32")),
                 (Value("y", (2, 37), "int32"),), {"seven_bit": 0, "n": 37}, "mm")
     a = R.integers(0, 256, size=(2, 12)).astype(np.uint8).view(np.int32)
     plain = Node("matmul_int8x4", node.inputs[:1] + (Value("w", (3, 37), "int32"),),
@@ -74,8 +76,8 @@ def test_panel_weight_words_round_trip_and_errors():
     with pytest.raises(TEError, match="panel_weight_words"):
         panel_weight_words(words.astype(np.int64), 16)
     with pytest.raises(TEError, match=r"ceil\(n / 16\)"):
-        matmul_int8x4(placeholder((2, 3), "int32", "a"), placeholder((3, 3, 16), "int32", "w"),
-                      n=60)
+        matmul_int8x4(placeholder((2, 3), "int32", "a"),
+                      placeholder((3, 3, 1, 16), "int32", "w"), n=60)
 
 
 @pytest.mark.parametrize("target", ["native", AVX2])
@@ -110,13 +112,13 @@ def test_matmul_integer_with_word_panels_is_exact(m, k, n, monkeypatch):
     np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
     if HOST_VNNI:        # native took the panels
         graph = optimize(load_onnx(model), target="native")
-        assert any(node.op == "matmul_int8x4" and len(node.inputs[1].shape) == 3
+        assert any(node.op == "matmul_int8x4" and len(node.inputs[1].shape) == 4
                    for node in graph.nodes)
 
 
 def test_vnni_dot4_gemm_cache_tile_is_one_register_tile_of_rows():
     a = placeholder((3136, 16), "int32", "a")
-    b = placeholder((8, 16, 32), "int32", "b")
+    b = placeholder((8, 16, 1, 32), "int32", "b")
     c = matmul_int8x4(a, b, n=256)
     assert one_row_tile_per_cache_tile(Target.from_string(VNNI), c.op)
     assert not one_row_tile_per_cache_tile(Target.from_string(AVX2), c.op)
