@@ -223,10 +223,11 @@ def _int8_form(form: str):
     short_k_columns off); on a VNNI target also "nopanels" (matmul_int8x4 weights as
     [K4, N] words, graph/passes/int8_panels.py off), "tallcache" (dot4 GEMM cache tiles of
     up to 8 register tiles of rows, space_int8.py one_row_tile_per_cache_tile off) and
-    "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off);
+    "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off)
+    and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off);
     the model cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "nopanels", "tallcache", "unfused")
+             "nopanels", "tallcache", "unfused", "noviews")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -241,6 +242,9 @@ def _int8_form(form: str):
     saved_rows, saved_fused = space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni
     if form == "nopanels":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int8 weight panels")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noviews":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int8 activation views")
         os.environ["KILN_CACHE_DIR"] = "off"
     if form == "tallcache":
         space_defaults.one_row_tile_per_cache_tile = lambda target, op: False

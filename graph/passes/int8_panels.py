@@ -19,7 +19,7 @@ import numpy as np
 from ...codegen.dot4 import dot4_strategies, target_features
 from ...codegen.target import Target
 from ...te.ops.quantized import panel_weight_words
-from ..ir import Graph, Node, Value
+from ..ir import FrozenDict, Graph, Node, Value
 from .dce import eliminate_dead_code
 from .rewrite import Namer
 
@@ -75,3 +75,32 @@ def panel_int8_weights(graph: Graph, target=None) -> Graph:
             attrs=node.attrs.replace(n=int(w.shape[1])))
     out = tuple(swap.get(n.name, n) for n in graph.nodes)
     return eliminate_dead_code(graph.replace(nodes=out, constants=constants))
+
+
+def view_int8_rows(graph: Graph, target=None) -> Graph:
+    """On a VNNI target, a pack_int8x4 of uint8 rows along their last axis (K a multiple of
+    4) whose every reader is a matmul_int8x4 becomes bitcast_int8x4, a view: the words are
+    the bytes as they lie in memory (byte t of word k is x[4k + t], little-endian), so the
+    copy kernel goes (a MatMulInteger's uint8 input read in place, as int8_nhwc.py reads a
+    conv's pixels)."""
+    if not panels_int8(target):
+        return graph
+    readers: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                readers.setdefault(v.name, set()).add(node.op)
+    outputs = {v.name for v in graph.outputs}
+    swap = {}
+    for node in graph.nodes:
+        if node.op != "pack_int8x4" or node.attrs["flip"]:
+            continue
+        x, out = node.inputs[0], node.outputs[0]
+        if (x.dtype != "uint8" or not x.shape or x.shape[-1] % 4
+                or node.attrs["axis"] % len(x.shape) != len(x.shape) - 1
+                or out.name in outputs or readers.get(out.name, set()) != {"matmul_int8x4"}):
+            continue
+        swap[node.name] = Node("bitcast_int8x4", (x,), node.outputs, FrozenDict({}), node.name)
+    if not swap:
+        return graph
+    return graph.replace(nodes=tuple(swap.get(n.name, n) for n in graph.nodes))

@@ -19,7 +19,7 @@ from kiln.codegen.target import Target
 from kiln.graph.frontend import load_onnx
 from kiln.graph.ir import Node, Value
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_panels import panel_width, panels_int8
+from kiln.graph.passes.int8_panels import panel_width, panels_int8, view_int8_rows
 from kiln.graph.quant_ops import _matmul_int8x4_reference
 from kiln.schedule.lower import lower
 from kiln.te.errors import TEError
@@ -56,6 +56,25 @@ def test_the_target_and_the_columns_decide():
     assert weights[16][VNNI].inputs[1].shape == (10, 16)        # one panel: no change
     assert weights[64][None].inputs[1].shape == (10, 64)
     assert len(weights[64][AVX2].inputs[1].shape) == 4           # int16 pairs instead
+
+
+@pytest.mark.parametrize("adtype,k,viewed", [("uint8", 40, True), ("uint8", 30, False),
+                                             ("int8", 40, False)])
+def test_uint8_rows_are_read_in_place_on_vnni(adtype, k, viewed):
+    """A MatMulInteger's uint8 input with K a multiple of 4 is its words already: on VNNI the
+    pack becomes a view (int8 activations are offset by 128, K % 4 pads: they keep it)."""
+    b = R.integers(-128, 128, size=(k, 64)).astype(np.int8)
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    model = make_model([node], {"a": ((9, k), adtype)}, [("y", "int32")], {"b": b}, 13)
+    ops = {t: [n.op for n in optimize(load_onnx(model), target=t).nodes] for t in (VNNI, AVX2)}
+    assert ("bitcast_int8x4" in ops[VNNI]) == viewed
+    assert "bitcast_int8x4" not in ops[AVX2]
+    graph = load_onnx(model)
+    assert view_int8_rows(graph, None) is graph
+    lo, hi = (0, 256) if adtype == "uint8" else (-128, 128)
+    a = R.integers(lo, hi, size=(9, k)).astype(adtype)
+    got = kiln.compile(model, target="native", db=None, jobs=1).run({"a": a})[0]
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
 
 
 def test_panel_weight_words_round_trip_and_errors():
