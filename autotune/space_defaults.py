@@ -359,8 +359,8 @@ def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dic
 
 def _panel_weight(op: ComputeOp):
     """The column-panel weight of a matmul_prepacked anchor ([N / panel, K, panel], or int8
-    pairs [N / panel, K4, 2, panel]: the operand its vector axis indexes in the last dim),
-    else None."""
+    pairs [N / panel, K4, 2, panel] or words [N / panel, K4, 1, panel]: the operand its
+    vector axis indexes in the last dim), else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
     for node in walk(op.body):
