@@ -52,7 +52,7 @@ from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
-from kiln.graph import passes  # noqa: E402
+from kiln.graph import onnx_quant_ops, passes  # noqa: E402
 from kiln.graph.passes import int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
@@ -225,9 +225,11 @@ def _int8_form(form: str):
     up to 8 register tiles of rows, space_int8.py one_row_tile_per_cache_tile off) and
     "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off)
     and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off);
+    "onereduce": DynamicQuantizeLinear's min and max each as one reduction over every axis
+    (graph/onnx_quant_ops.py _whole_reduce off);
     the model cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "nopanels", "tallcache", "unfused", "noviews")
+             "nopanels", "tallcache", "unfused", "noviews", "onereduce")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -240,6 +242,11 @@ def _int8_form(form: str):
     saved_short = space_defaults.short_k_columns
     saved_pipeline = passes.PIPELINE
     saved_rows, saved_fused = space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni
+    saved_reduce = onnx_quant_ops._whole_reduce
+    if form == "onereduce":
+        onnx_quant_ops._whole_reduce = lambda ctx, op, x: ctx.emit(
+            op, [x], {"axes": tuple(range(len(x.shape))), "keepdims": 0})
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "nopanels":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int8 weight panels")
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -277,6 +284,7 @@ def _int8_form(form: str):
         int8_widen.widens_int8 = saved
         space_defaults.short_k_columns = saved_short
         space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni = saved_rows, saved_fused
+        onnx_quant_ops._whole_reduce = saved_reduce
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)
