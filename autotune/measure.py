@@ -32,13 +32,8 @@ from .. import codegen
 from ..codegen.runtime_config import num_threads_from_env
 from ..schedule.lower import lower
 from ..te import dtype as dt
-from ..te import expr as E
-from ..te import tensor as T
 from ..te.errors import InternalError, KilnError, ScheduleError
 from ..te.reference import evaluate
-from ..te.tensor import ComputeOp
-from ..te.visit import walk
-from ..te.workload import topo_ops
 from .features import extract_features
 from .space import SearchSpace
 from .task import Task
@@ -117,25 +112,6 @@ def _random_array(rng, shape, dtype: str, low: float = -1.0) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- worker side
 
-def _reserve_uids(task: Task) -> None:
-    """Move this process's Var/op uid counters past every uid in the unpickled DAG.
-
-    Var and Operation identity includes a uid drawn from a per-process counter; a DAG built in
-    the parent carries the parent's uids, so new axes created here must not reuse them.
-    """
-    ops = topo_ops(task.outputs)
-    var_uids = [0]
-    for op in ops:
-        if isinstance(op, ComputeOp):
-            var_uids += [a.var.uid for a in op.axis]
-            var_uids += [n.uid for n in walk(op.body) if isinstance(n, E.Var)]
-            var_uids += [a.var.uid for a in op.reduce_axis]
-    for module, attr, needed in ((E, "_uids", max(var_uids)),
-                                 (T, "_op_ids", max(op.uid for op in ops))):
-        current = next(getattr(module, attr))
-        setattr(module, attr, itertools.count(max(current, needed + 1)))
-
-
 def _fault(kind: str | None) -> None:
     """Test-only hook: make this candidate crash, hang or raise like a broken kernel would."""
     if kind == "crash":
@@ -205,7 +181,6 @@ def _held_task(payload: dict, held: dict[int, _HeldTask] | None) -> _HeldTask:
     token = payload.get("token")
     if "task" in payload:
         task: Task = pickle.loads(payload["task"])
-        _reserve_uids(task)
         entry = _HeldTask(task, payload["inputs"], payload["expected"])
         if held is not None and token is not None:
             held[token] = entry

@@ -56,6 +56,9 @@ class TaskReport:
     best_seconds: float
     timing: dict = field(default_factory=dict, compare=False)   # this task's TrialTimer
     choice: Choice | None = None        # the confirmation made at the end of this run
+    # where the task's tuned schedule was tried inside the model after tuning: what that
+    # found (a graph.model_check.ModelCheck: the model's time ratio, kept or not)
+    in_model: object | None = None
 
 
 def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) -> float:

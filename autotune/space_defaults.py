@@ -16,7 +16,7 @@ from .space_int8_conv import depthwise_register_rows, one_register_tile_per_cach
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
 from .space_int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
-                         short_k_columns, uses_dot4)
+                         one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
 
 if TYPE_CHECKING:
     from .space import _Anchor
@@ -164,6 +164,8 @@ class DefaultsMixin:
                     inner[blocks], inner[rows] = _blocks_rows_tile(extents[blocks],
                                                                    extents[rows], budget)
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
+                if one_row_tile_per_cache_tile(target, op):     # space_int8.py
+                    mid[rows] = 1
             for p in range(n - 1):
                 if p != rows:
                     mid[p] = max(1, min(8, extents[p] // (2 * inner[p])))
@@ -362,8 +364,8 @@ def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dic
 
 def _panel_weight(op: ComputeOp):
     """The column-panel weight of a matmul_prepacked anchor ([N / panel, K, panel], or int8
-    pairs [N / panel, K4, 2, panel]: the operand its vector axis indexes in the last dim),
-    else None."""
+    pairs [N / panel, K4, 2, panel] or words [N / panel, K4, 1, panel]: the operand its
+    vector axis indexes in the last dim), else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
     for node in walk(op.body):

@@ -47,11 +47,12 @@ from common import emit_json, kiln_threads, print_table  # noqa: E402
 
 from kiln.autotune import space_defaults  # noqa: E402
 from kiln.codegen import Target  # noqa: E402
+from kiln.codegen import emit_expr  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
-from kiln.graph import passes  # noqa: E402
+from kiln.graph import onnx_quant_ops, passes  # noqa: E402
 from kiln.graph.passes import int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
@@ -219,13 +220,21 @@ def _int8_form(form: str):
     GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
     windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
     (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
-    short_k_columns off) or "novnniconv" (pairs with the VNNI conv GEMMs through im2col and
-    row-major weights: graph/passes/int8_vnni_conv.py off) or "tallconvtile" (those convs with
-    the prepacked GEMM's cache tiles: autotune/space_int8_conv.py off) or "widedw" (depthwise
-    register tiles as wide as the accumulator budget: depthwise_register_rows off); the model
-    cache is off for all but the first: its key does not see the switch."""
+    short_k_columns off); on a VNNI target also "nopanels" (matmul_int8x4 weights as
+    [K4, N] words, graph/passes/int8_panels.py off), "tallcache" (dot4 GEMM cache tiles of
+    up to 8 register tiles of rows, space_int8.py one_row_tile_per_cache_tile off) and
+    "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off)
+    and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off),
+    "novnniconv" (the conv GEMMs through im2col and row-major weights:
+    graph/passes/int8_vnni_conv.py off), "tallconvtile" (those convs with the prepacked
+    GEMM's cache tiles: autotune/space_int8_conv.py off) and "widedw" (depthwise register
+    tiles as wide as the accumulator budget: depthwise_register_rows off);
+    "onereduce": DynamicQuantizeLinear's min and max each as one reduction over every axis
+    (graph/onnx_quant_ops.py _whole_reduce off);
+    the model cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "novnniconv", "tallconvtile", "widedw")
+             "nopanels", "tallcache", "unfused", "noviews", "onereduce", "novnniconv",
+             "tallconvtile", "widedw")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -239,6 +248,24 @@ def _int8_form(form: str):
     saved_conv_tile = space_defaults.one_register_tile_per_cache_tile
     saved_dw_rows = space_defaults.depthwise_register_rows
     saved_pipeline = passes.PIPELINE
+    saved_rows, saved_fused = space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni
+    saved_reduce = onnx_quant_ops._whole_reduce
+    if form == "onereduce":
+        onnx_quant_ops._whole_reduce = lambda ctx, op, x: ctx.emit(
+            op, [x], {"axes": tuple(range(len(x.shape))), "keepdims": 0})
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "nopanels":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int8 weight panels")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "noviews":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int8 activation views")
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "tallcache":
+        space_defaults.one_row_tile_per_cache_tile = lambda target, op: False
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "unfused":
+        emit_expr._has_vnni = lambda target: False
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "bytes":
         int8_widen.widens_int8 = lambda target: False
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -275,6 +302,8 @@ def _int8_form(form: str):
         space_defaults.short_k_columns = saved_short
         space_defaults.one_register_tile_per_cache_tile = saved_conv_tile
         space_defaults.depthwise_register_rows = saved_dw_rows
+        space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni = saved_rows, saved_fused
+        onnx_quant_ops._whole_reduce = saved_reduce
         passes.PIPELINE = saved_pipeline
         if saved_dir is None:
             os.environ.pop("KILN_CACHE_DIR", None)

@@ -61,6 +61,10 @@ from . import llvm_types as T
 I8, I16 = ir.IntType(8), ir.IntType(16)
 # intrinsics whose lowering takes lane-invariant arguments as scalars (not splatted)
 MIXED_LANE_INTRINSICS = frozenset({"dot4_u8s8perm"})
+# intrinsics whose VNNI lowering takes an accumulator: `acc + dot` emits as one vpdpbusd
+# (codegen/emit_expr.py _emit_Add)
+ACCUMULATING_INTRINSICS = frozenset({"dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym",
+                                     "dot4_u8s8perm"})
 
 
 # CPUs whose defaults include the VNNI extensions (target strings such as
@@ -107,11 +111,16 @@ def _declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) ->
     return fn
 
 
-def _vnni(bld: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+def _vnni(bld: ir.IRBuilder, a: ir.Value, b: ir.Value, acc: ir.Value | None = None
+          ) -> ir.Value:
+    """vpdpbusd of `a`, `b` added to `acc` (zero without one). The instruction's own add
+    wraps like the int32 add it replaces; LLVM does not fold add(vpdpbusd(0, a, b), acc)
+    into vpdpbusd(acc, a, b), and the separate zeroing + vpaddd per step took the 1024^3
+    GEMM's inner loop from 1 to 3 vector ops per 64 multiply-adds."""
     lanes = a.type.count
     ty = ir.VectorType(T.I32, lanes)
     fn = _declare(bld.module, f"llvm.x86.avx512.vpdpbusd.{lanes * 32}", ty, [ty, ty, ty])
-    return bld.call(fn, [ir.Constant(ty, None), a, b])
+    return bld.call(fn, [ir.Constant(ty, [0] * lanes) if acc is None else acc, a, b])
 
 
 _MADD = {  # int32 lanes -> (pmaddubsw, pmaddwd) intrinsic names
@@ -294,17 +303,22 @@ def _native_sizes(em, name: str) -> list[int]:
     return [size for size, _ in dot4_strategies(feats)]
 
 
-def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Value:
+def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value,
+              acc: ir.Value | None = None) -> ir.Value:
     """dot4_u8s8 / dot4_u8s7 / dot4_u8s8sym / dot2_s16 of int32 scalars or vectors `a`, `b`
     (same type); dot4_u8s16 of `a` and the int16 pairs `b` (even bytes' weights), `more[0]`
-    (odd)."""
+    (odd). With `acc` (of a's type): acc + the dot, which a VNNI lowering folds into its
+    vpdpbusd (ACCUMULATING_INTRINSICS)."""
     bld = em.builder
     if name == "dot4_u8s8perm":
-        return emit_dot4_perm(em, a, b, *more)
+        return emit_dot4_perm(em, a, b, *more, acc=acc)
     scalar = not T.is_vector(a)
     if scalar:
         a, b, *more = [bld.insert_element(ir.Constant(ir.VectorType(v.type, 1), None), v,
                                           ir.Constant(T.I32, 0)) for v in (a, b, *more)]
+        if acc is not None:
+            acc = bld.insert_element(ir.Constant(ir.VectorType(acc.type, 1), None), acc,
+                                     ir.Constant(T.I32, 0))
     if name == "dot2_s16s8":        # the int8 weight pairs widened, then as dot2_s16
         b, name = _widen_bytes(bld, b), "dot2_s16"
     lanes = a.type.count
@@ -316,9 +330,11 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
         grow = ir.Constant(ir.VectorType(T.I32, wide),
                            list(range(lanes)) + [0] * (wide - lanes))
         args = [bld.shuffle_vector(v, ir.Constant(v.type, None), grow) for v in (a, b, *more)]
-        out = emit_dot4(em, name, *args)
-        return bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
+        out = emit_dot4(em, name, *args, acc=None if acc is None else bld.shuffle_vector(
+            acc, ir.Constant(acc.type, None), grow))
+        out = bld.shuffle_vector(out, ir.Constant(out.type, None), ir.Constant(
             ir.VectorType(T.I32, lanes), list(range(lanes))))
+        return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out
     if name in ("dot4_u8s16", "dot2_s16"):
         sizes = [size for size in pmaddwd_lanes(target_features(
             getattr(em.mod, "target", None))) if lanes % size == 0]
@@ -332,6 +348,7 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
             out = _join(bld, [_madd_pairs(bld, x, y, z) for x, y, z in zip(
                 _chunks(bld, a, sizes[0]), _chunks(bld, b, sizes[0]),
                 _chunks(bld, more[0], sizes[0]))])
+        out = out if acc is None else bld.add(acc, out)
         return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out
     fits = [(size, how) for size, how in dot4_strategies(target_features(
         getattr(em.mod, "target", None))) if lanes % size == 0]
@@ -340,14 +357,19 @@ def emit_dot4(em, name: str, a: ir.Value, b: ir.Value, *more: ir.Value) -> ir.Va
     else:
         size, strategy = fits[0]
         parts = []
-        for x, y in zip(_chunks(bld, a, size), _chunks(bld, b, size)):
+        accs = (_chunks(bld, acc, size) if acc is not None and strategy == "vnni"
+                else None)
+        for c, (x, y) in enumerate(zip(_chunks(bld, a, size), _chunks(bld, b, size))):
             if strategy == "vnni":
-                parts.append(_vnni(bld, x, y))
+                parts.append(_vnni(bld, x, y, None if accs is None else accs[c]))
             elif name == "dot4_u8s8sym":
                 parts.append(_maddubs_sym(bld, x, y))
             else:
                 parts.append(_maddubs(bld, x, y, name == "dot4_u8s7"))
         out = _join(bld, parts)
+        if accs is not None:
+            acc = None
+    out = out if acc is None else bld.add(acc, out)
     return bld.extract_element(out, ir.Constant(T.I32, 0)) if scalar else out
 
 
@@ -389,19 +411,20 @@ def _perm_generic(bld: ir.IRBuilder, words: list[ir.Value], sel: ir.Value, b: ir
 
 
 def emit_dot4_perm(em, a0: ir.Value, a1: ir.Value, a2: ir.Value, a3: ir.Value,
-                   sel: ir.Value, b: ir.Value) -> ir.Value:
+                   sel: ir.Value, b: ir.Value, acc: ir.Value | None = None) -> ir.Value:
     """dot4_u8s8perm on arguments that may mix scalars (lane-invariant) and vectors (module
-    docstring)."""
+    docstring), plus `acc` when given (folded into vpdpbusd on VNNI)."""
     bld = em.builder
     words = [a0, a1, a2, a3]
-    lanes = max(_lanes(v) for v in (*words, sel, b))
+    lanes = max(_lanes(v) for v in (*words, sel, b, *([] if acc is None else [acc])))
     feats = target_features(getattr(em.mod, "target", None))
     fits = [(size, how) for size, how in dot4_strategies(feats)
             if lanes and lanes % size == 0 and size in _PSHUFB
             and any(f in feats for f in _PSHUFB_FEATURE[size])]
     if not fits or any(T.is_vector(w) for w in words):
-        return _perm_generic(bld, [_splat_to(bld, v, lanes) for v in words],
-                             _splat_to(bld, sel, lanes), _splat_to(bld, b, lanes))
+        out = _perm_generic(bld, [_splat_to(bld, v, lanes) for v in words],
+                            _splat_to(bld, sel, lanes), _splat_to(bld, b, lanes))
+        return out if acc is None else bld.add(_splat_to(bld, acc, lanes), out)
     size, how = fits[0]
     bytes_ty = ir.VectorType(I8, 4 * size)
     group = ir.Constant(ir.VectorType(T.I32, 4), None)
@@ -419,12 +442,16 @@ def emit_dot4_perm(em, a0: ir.Value, a1: ir.Value, a2: ir.Value, a3: ir.Value,
     shared = None if T.is_vector(sel) else picked(T.splat(bld, sel, size))
     sel_chunks = _chunks(bld, sel, size) if T.is_vector(sel) else None
     parts = []
+    accs = (_chunks(bld, _splat_to(bld, acc, lanes), size)
+            if acc is not None and how == "vnni" else None)
     for k, b_chunk in enumerate(_chunks(bld, _splat_to(bld, b, lanes), size)):
         a_bytes = shared if shared is not None else picked(sel_chunks[k])
         if how == "vnni":
-            parts.append(_vnni(bld, bld.bitcast(a_bytes, ir.VectorType(T.I32, size)), b_chunk))
+            parts.append(_vnni(bld, bld.bitcast(a_bytes, ir.VectorType(T.I32, size)), b_chunk,
+                               None if accs is None else accs[k]))
         else:
             _, ubsw, wd, ones = _madd_intrinsics(bld, size)
             parts.append(bld.call(wd, [bld.call(ubsw, [a_bytes, bld.bitcast(b_chunk, bytes_ty)]),
                                        ones]))
-    return _join(bld, parts)
+    out = _join(bld, parts)
+    return out if acc is None or accs is not None else bld.add(_splat_to(bld, acc, lanes), out)

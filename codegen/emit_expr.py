@@ -18,7 +18,8 @@ from ..te.errors import CodegenError
 from ..te.visit import _children, substitute
 from . import fold
 from . import llvm_types as T
-from .dot4 import MIXED_LANE_INTRINSICS
+from .dot4 import (ACCUMULATING_INTRINSICS, MIXED_LANE_INTRINSICS, dot4_strategies,
+                   emit_dot4, target_features)
 from .intrinsics import emit_call
 
 _FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
@@ -353,7 +354,31 @@ class ExprEmitter:
         return getattr(self.builder, int_op)(a, b, flags=flags)
 
     def _emit_Add(self, e):
-        return self._binop(e, "fadd", "add")
+        fused = self._accumulated_dot(e)
+        return fused if fused is not None else self._binop(e, "fadd", "add")
+
+    def _accumulated_dot(self, e: E.Add) -> ir.Value | None:
+        """`acc + dot4(...)` (either order) as one vpdpbusd accumulating into acc, on a
+        target that lowers the dot with VNNI; None elsewhere (the plain add: the AVX2
+        lowerings are emitted as before)."""
+        if e.dtype != "int32":
+            return None
+        if isinstance(e.b, E.Call) and e.b.name in ACCUMULATING_INTRINSICS:
+            acc_e, call = e.a, e.b
+        elif isinstance(e.a, E.Call) and e.a.name in ACCUMULATING_INTRINSICS:
+            acc_e, call = e.b, e.a
+        else:
+            return None
+        if not _has_vnni(getattr(self.mod, "target", None)):
+            return None
+        acc = self._emit(acc_e)
+        args = [self._emit(a) for a in call.args]
+        if call.name not in MIXED_LANE_INTRINSICS:
+            lanes = max(T.lanes_of(v) or 0 for v in (acc, *args))
+            if lanes:
+                acc, *args = [v if T.lanes_of(v) else T.splat(self.builder, v, lanes)
+                              for v in (acc, *args)]
+        return emit_dot4(self, call.name, *args, acc=acc)
 
     def _emit_Sub(self, e):
         return self._binop(e, "fsub", "sub")
@@ -526,6 +551,11 @@ class ExprEmitter:
             lanes = max(T.lanes_of(a) or 0 for a in args)
             args = [a if T.lanes_of(a) else T.splat(self.builder, a, lanes) for a in args]
         return self.round_half(e.dtype, emit_call(self, e, args))
+
+
+@functools.lru_cache(maxsize=None)
+def _has_vnni(target) -> bool:
+    return any(how == "vnni" for _, how in dot4_strategies(target_features(target)))
 
 
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:

@@ -203,7 +203,8 @@ def compile_model(model, target: str = "native", db=None,
                   jobs: int | None = None, layout: str = "nchwc",
                   threads: int | None = None, winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  zero_shot: bool = False, proto=None) -> CompiledModel:
+                  zero_shot: bool = False, proto=None,
+                  cache_model: bool = True) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -225,6 +226,8 @@ def compile_model(model, target: str = "native", db=None,
     Off by default: its picks measured slower than the defaults (benchmarks/zero_shot.py).
     proto: the ModelProto already read from the path `model` (not read again; the path
     still identifies the model for the model cache).
+    cache_model: look the compiled model up in (and add it to) the persistent model cache
+    (its kernels go to the kernel cache either way); off for throwaway compiles.
     """
     start = time.perf_counter()
     target = canonical_target(target)
@@ -240,8 +243,8 @@ def compile_model(model, target: str = "native", db=None,
     options = (input_shapes, target, database, threads, layout, winograd)
     # (the model cache's key covers neither pinned input values nor zero-shot picks: such
     # compiles skip it)
-    cache_key = (model_cache.model_key(model, *options) if not constants and not zero_shot
-                 else None)
+    cache_key = (model_cache.model_key(model, *options)
+                 if cache_model and not constants and not zero_shot else None)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
     graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
@@ -286,21 +289,52 @@ def model_tasks(model, target: str = "native",
 def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
                callback: Callable[[Progress], None] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
-               layout: str = "nchwc", winograd: bool = True,
+               layout: str = "nchwc", winograd: bool = True, model_check: bool = True,
                **options) -> list[TaskReport]:
     """Tune the model's tasks until `db` holds `trials` records of them in total (a rerun
     resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database,
     a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
-    options, time_budget: seconds, with trials=None for no trial limit)."""
+    options, time_budget: seconds, with trials=None for no trial limit, confirm).
+    model_check: after the confirmation, try each tuned choice against its default inside
+    the compiled model and keep it only where the model runs faster (graph/model_check.py;
+    a time budget keeps model_check.SHARE of itself for that)."""
+    from ..autotune.confirm import CONFIRM
+    from ..autotune.measure import MeasureOptions
+    from . import model_check as check
     database = _open_db(db)
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "
                         "or a path such as 'tuning_logs/kiln.db'")
+    start = time.perf_counter()
     tasks = model_tasks(model, target, input_shapes, layout, winograd)
     log.info("tuning %d tasks: %s", len(tasks),
              ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
-    return tune_tasks([(t.task, t.weight) for t in tasks], canonical_target(target), trials,
-                      database, callback=callback, **options)
+    checking = model_check and options.get("confirm", CONFIRM) is not None
+    budget = options.get("time_budget")
+    if checking and budget is not None:
+        options["time_budget"] = budget * (1 - check.SHARE)
+    target = canonical_target(target)
+    reports = tune_tasks([(t.task, t.weight) for t in tasks], target, trials,
+                         database, callback=callback, **options)
+    if not checking:
+        return reports
+    threads = (options.get("options") or MeasureOptions()).threads or num_threads_from_env()
+    compile_now = lambda: compile_model(model, target, database, input_shapes,  # noqa: E731
+                                        layout=layout, threads=threads, winograd=winograd,
+                                        cache_model=False)
+    try:
+        found = check.check_choices_in_model(
+            compile_now, tasks, target, database, threads,
+            deadline=None if budget is None else start + budget)
+    except KilnError as exc:
+        log.warning("the in-model check of the tuned choices failed (%s); the confirmed "
+                    "choices stand", exc)
+        return reports
+    by_key = {c.task_key: c for c in found}
+    # (a confirmation of this run now says what the check left: the default where reverted)
+    return [dataclasses.replace(r, in_model=by_key[r.task_key], choice=database.choice(
+                r.task_key, target, threads) if r.choice is not None else None)
+            if r.task_key in by_key else r for r in reports]
 
 
 def confirm_model(model, target: str = "native", db=None, options=None,

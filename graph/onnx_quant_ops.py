@@ -288,10 +288,9 @@ def _dynamic_quantize_linear(ctx, x):
     """y_scale = (max(x, 0) - min(x, 0)) / 255 and y_zero_point = saturate(round(-min / y_scale))
     (the spec's qmin - min / scale with qmin 0), then y = QuantizeLinear(x) as uint8; an
     all-zero x gives scale 0 and NaN, as the spec's formula does."""
-    every = {"axes": tuple(range(len(x.shape))), "keepdims": 0}
     zero = ctx.const(np.array(0, np.float32))
-    lo = ctx.emit("min", [ctx.emit("reduce_min", [x], every), zero])
-    hi = ctx.emit("max", [ctx.emit("reduce_max", [x], every), zero])
+    lo = ctx.emit("min", [_whole_reduce(ctx, "reduce_min", x), zero])
+    hi = ctx.emit("max", [_whole_reduce(ctx, "reduce_max", x), zero])
     names = list(ctx.output_names) + ["", "", ""]
     scale = ctx.emit("div", [ctx.emit("sub", [hi, lo]), ctx.const(np.array(255, np.float32))])
     zp = ctx.emit("quantize_linear", [ctx.emit("neg", [lo]), scale, None], {"dtype": "uint8"})
@@ -301,6 +300,20 @@ def _dynamic_quantize_linear(ctx, x):
         outs.append(ctx.emit("identity", [value], final=False) if not name else
                     _renamed(ctx, value, name))
     return tuple(outs)
+
+
+def _whole_reduce(ctx, op: str, x: Value) -> Value:
+    """reduce_min / reduce_max of every element of `x` as two reductions: over every axis
+    but the last (the contiguous one, which stays the vector axis: whole-vector loads), then
+    over the last. min and max are exact in any order, so the value is the same. One
+    reduction over every axis ran as a serial scalar chain (BERT-like encoder, hidden 256:
+    32 us a DynamicQuantizeLinear for 32K floats, 21% of the int8 model at 1 thread), and
+    a row reduction first (the last axis) as gathers across rows (twice slower still)."""
+    rank = len(x.shape)
+    if rank < 2:
+        return ctx.emit(op, [x], {"axes": tuple(range(rank)), "keepdims": 0})
+    columns = ctx.emit(op, [x], {"axes": tuple(range(rank - 1)), "keepdims": 0})
+    return ctx.emit(op, [columns], {"axes": (0,), "keepdims": 0})
 
 
 def _renamed(ctx, value: Value, name: str) -> Value:

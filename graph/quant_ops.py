@@ -179,18 +179,21 @@ def _infer_pack(ins, attrs):
 
 
 # Either may take its weight as int16 pairs instead of byte words (graph/passes/int8_widen.py:
-# matmul w[K4, 2, N], conv w[F, C4, KH, KW, 2]; te/ops/quantized.py widen_weight_words).
+# matmul w[K4, 2, N], conv w[F, C4, KH, KW, 2]; te/ops/quantized.py widen_weight_words); a
+# matmul's words or pairs may come as column panels with attr n (graph/passes/int8_panels.py,
+# int8_widen.py).
 
 @_op("matmul_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
 def _infer_matmul_int8x4(ins, attrs):
     a, w = ins
     pairs = len(w.shape) == 3 and w.shape[1] == 2
-    panels = len(w.shape) == 4 and w.shape[2] == 2 and "n" in attrs
+    panels = len(w.shape) == 4 and w.shape[2] in (1, 2) and "n" in attrs
     k4 = w.shape[1] if panels else w.shape[0]
     if (len(w.shape) != 2 and not pairs and not panels) or a.shape[-1] != k4 \
             or "int32" != a.dtype or "int32" != w.dtype:
-        raise ValueError(f"expects packed words a[..., M, K4] and w[K4, N] (or int16 pairs "
-                         f"w[K4, 2, N], or their panels w[P, K4, 2, block] with attr n), got "
+        raise ValueError(f"expects packed words a[..., M, K4] and w[K4, N] (or their panels "
+                         f"w[P, K4, 1, block], int16 pairs w[K4, 2, N], or their panels "
+                         f"w[P, K4, 2, block]; panels with attr n), got "
                          f"{a.dtype}{list(a.shape)} and {w.dtype}{list(w.shape)}")
     return [(tuple(a.shape[:-1]) + (attrs["n"] if panels else w.shape[-1],), "int32")]
 
@@ -242,8 +245,10 @@ def _unpack_pairs(pairs: np.ndarray, pair_axis: int, axis: int) -> np.ndarray:
 
 def _matmul_int8x4_reference(node, a, w):
     a8 = _unpack_words(a, a.ndim - 1, np.uint8).astype(np.int64)
-    if w.ndim == 4:        # panels [P, K4, 2, block] -> pairs [K4, 2, n]
-        w = w.transpose(1, 2, 0, 3).reshape(w.shape[1], 2, -1)[..., :node.attrs["n"]]
+    if w.ndim == 4:        # panels [P, K4, W, block] -> pairs [K4, 2, n] or words [K4, n]
+        w = w.transpose(1, 2, 0, 3).reshape(w.shape[1], w.shape[2], -1)[..., :node.attrs["n"]]
+        if w.shape[1] == 1:
+            w = w[:, 0]
     w8 = (_unpack_pairs(w, 1, 0) if w.ndim == 3 else
           _unpack_words(w, 0, np.int8).astype(np.int64))
     return np.matmul(a8, w8).astype(np.int32)

@@ -130,7 +130,8 @@ def cmd_tune(args) -> int:
             trials = DEFAULT_MODEL_TRIALS
         return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
                            leaders=args.leaders, layout=args.layout,
-                           winograd=args.winograd, mutations=args.mutations)
+                           winograd=args.winograd, mutations=args.mutations,
+                           model_check=args.model_check)
     model, name = _default_model()
     trials, seconds = args.trials, args.time
     missing, total = _tasks_without_records(model, args.target, db, args.layout, args.winograd)
@@ -150,7 +151,8 @@ def cmd_tune(args) -> int:
                       "stops early and keeps every measurement)")
     return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
                        seconds, leaders=args.leaders, layout=args.layout,
-                       winograd=args.winograd, mutations=args.mutations)
+                       winograd=args.winograd, mutations=args.mutations,
+                       model_check=args.model_check)
 
 
 def _count(n: int, noun: str) -> str:
@@ -189,7 +191,7 @@ def _tune_op(args, db) -> int:
 
 def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
                 seconds: float | None, leaders: int = 3, layout: str = "nchwc",
-                winograd: bool = True, mutations: int = 0) -> int:
+                winograd: bool = True, mutations: int = 0, model_check: bool = True) -> int:
     from .autotune.confirm import ConfirmOptions
     from .graph.compile import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
@@ -204,7 +206,7 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                    if leaders or mutations else None)
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
                              layout=layout, winograd=winograd, time_budget=seconds,
-                             confirm=confirm)
+                             confirm=confirm, model_check=model_check)
         held = sum(r.trials for r in reports)
         bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
@@ -216,6 +218,12 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                       f"defaults: {len(tuned)} take a tuned schedule (the default's time / theirs: "
                       f"{_geomean([c.speedup for c in tuned]):.2f}x geomean), "
                       f"{len(confirmed) - len(tuned)} keep the default")
+    checked = [r for r in reports if r.in_model is not None]
+    if checked:
+        kept = [r for r in checked if r.in_model.kept]
+        console.print(f"tried {_count(len(checked), 'tuned schedule')} inside the model "
+                      f"against the default: {len(kept)} kept (the model ran faster with "
+                      f"them), {len(checked) - len(kept)} back to the default")
     return _compare(model, name, target, db, layout, winograd)
 
 
@@ -402,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also time N mutations of each task's incumbent in the "
                            "confirmation; with --time it then climbs, pass after pass, in "
                            "half of the budget (default 0)")
+    tune.add_argument("--no-model-check", dest="model_check", action="store_false",
+                      help="keep the confirmed choices without trying each against its "
+                           "default inside the compiled model (the check keeps a choice "
+                           "only where the model runs faster with it; with --time it "
+                           "takes up to 15%% of the budget)")
     tune.set_defaults(func=cmd_tune)
 
     conf = sub.add_parser("confirm", help="time each task's default, fastest records and "

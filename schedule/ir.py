@@ -6,12 +6,12 @@ flat: every access uses one element index (row-major offset), which lowering com
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import field
 
 from ..te.expr import Expr, Var, ir_node
+from ..te.uids import UidCounter
 
-_buffer_ids = itertools.count()
+_buffer_ids = UidCounter()
 
 
 class Scope(enum.Enum):

@@ -6,12 +6,12 @@ work as dict keys in memo tables. Arithmetic operators build nodes; `==` stays s
 from __future__ import annotations
 
 import enum
-import itertools
 import math
 from dataclasses import dataclass, field, fields
 
 from . import dtype as dt
 from .errors import TEError
+from .uids import UidCounter
 
 
 def ir_node(cls):
@@ -98,7 +98,7 @@ class FloatImm(Expr):
     value: float
 
 
-_uids = itertools.count()
+_uids = UidCounter()
 
 
 @ir_node

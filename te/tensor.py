@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 from dataclasses import dataclass, field
 
 from . import dtype as dt
 from .errors import TEError
 from .expr import (Cast, CommReducer, Expr, IntImm, IterKind, IterVar, Reduce, Var, _as_expr,
                    cast, const, ir_node, maximum, minimum)
+from .uids import UidCounter
 
-_op_ids = itertools.count()
+_op_ids = UidCounter()
 
 
 def _shape(shape) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from .int8_vnni_conv import to_vnni_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
+from .int8_panels import panel_int8_weights, view_int8_rows
 from .int8_perm import to_saturation_safe_pairs
 from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "implicit int8 convs",
                            "implicit int8 convs (VNNI)",
                            "widen int8 weights",
-                           "int16 activation pairs"})
+                           "int16 activation pairs", "int8 weight panels",
+                           "int8 activation views"})
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
@@ -59,6 +61,8 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("implicit int8 convs (VNNI)", to_vnni_int8_convs),
     ("widen int8 weights", widen_int8_weights),   # ... else int16 weight pairs
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
+    ("int8 weight panels", panel_int8_weights),   # VNNI: byte-word weights in column panels
+    ("int8 activation views", view_int8_rows),    # ... and uint8 rows read as words in place
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final

@@ -273,6 +273,23 @@ def panel_weight_pairs(pairs: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k4, 2, panels, block).transpose(2, 0, 1, 3))
 
 
+def panel_weight_words(words: np.ndarray, block: int) -> np.ndarray:
+    """A matmul's packed byte words [K4, N] (pack_weight_int8x4 along K) as column panels
+    [ceil(N / block), K4, 1, block], the tail panel zero-padded: what matmul_int8x4 reads on
+    a VNNI target (graph/passes/int8_panels.py), one contiguous run of a register tile's
+    columns per k, as panel_weight_pairs gives the int16 pairs ([..., 2, block]: the unit
+    axis tells the two apart)."""
+    w = np.asarray(words)
+    if w.ndim != 2 or w.dtype != np.int32 or block < 1:
+        raise TEError(f"panel_weight_words(): expects int32 words[K4, N] and block >= 1, got "
+                      f"{w.dtype}{list(w.shape)} and block={block}")
+    k4, n = w.shape
+    panels = -(-n // block)
+    padded = np.zeros((k4, panels * block), np.int32)
+    padded[:, :n] = w
+    return np.ascontiguousarray(padded.reshape(k4, 1, panels, block).transpose(2, 0, 1, 3))
+
+
 def _dot4(seven_bit: bool, symmetric: bool = False):
     """The cheapest exact intrinsic the weight range allows: 7-bit weights, then symmetric
     ones (no byte -128), then any."""
@@ -300,19 +317,23 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
                   n: int | None = None) -> Tensor:
     """int32 out[..., i, j] = sum_k dot4(a[..., i, k], b[k, j]): a the packed uint8
     activations [..., M, K4], b the packed int8 weight [K4, N] (pack_weight_int8x4 along
-    K), its int16 pairs [K4, 2, N] (widen_weight_words(words, 1): dot4_u8s16), or those
-    pairs as column panels [P, K4, 2, block] (panel_weight_pairs; `n` columns, tagged
-    matmul_prepacked for the search space). `seven_bit` promises weight bytes in [-64, 63],
+    K), those words as column panels [P, K4, 1, block] (panel_weight_words), its int16
+    pairs [K4, 2, N] (widen_weight_words(words, 1): dot4_u8s16), or those pairs as column
+    panels [P, K4, 2, block] (panel_weight_pairs). Panels hold `n` columns and are tagged
+    matmul_prepacked for the search space. `seven_bit` promises weight bytes in [-64, 63],
     `symmetric` in [-127, 127] (cheaper AVX2 lowerings of the byte form)."""
     _check_words("matmul_int8x4", a, b)
     pairs = b.ndim == 3 and b.shape[1] == 2
+    word_panels = b.ndim == 4 and b.shape[2] == 1
     panels = b.ndim == 4 and b.shape[2] == 2
-    k_extent = b.shape[1] if panels else b.shape[0]
-    if a.ndim < 2 or (b.ndim != 2 and not pairs and not panels) or a.shape[-1] != k_extent:
-        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N] (or int16 pairs "
-                      f"[K4, 2, N] or their panels [P, K4, 2, block]), got '{a.name}'"
-                      f"{list(a.shape)} and '{b.name}'{list(b.shape)}")
-    if panels:
+    k_extent = b.shape[1] if panels or word_panels else b.shape[0]
+    if a.ndim < 2 or (b.ndim != 2 and not pairs and not panels and not word_panels) \
+            or a.shape[-1] != k_extent:
+        raise TEError(f"matmul_int8x4(): expects a[..., M, K4] and b[K4, N] (or its panels "
+                      f"[P, K4, 1, block], int16 pairs [K4, 2, N] or their panels "
+                      f"[P, K4, 2, block]), got '{a.name}'{list(a.shape)} and "
+                      f"'{b.name}'{list(b.shape)}")
+    if panels or word_panels:
         block = b.shape[3]
         check_panel_columns("matmul_int8x4", b, block, n)
     k = reduce_axis(k_extent, "k")
@@ -320,6 +341,9 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
 
     def body(*idx):
         j = idx[-1]
+        if word_panels:
+            return te_sum(dot(a(*idx[:-1], k.var), b(j // block, k.var, 0, j % block)),
+                          axis=k)
         if panels:
             return te_sum(E.dot4_u8s16(a(*idx[:-1], k.var), b(j // block, k.var, 0, j % block),
                                        b(j // block, k.var, 1, j % block)), axis=k)
@@ -328,10 +352,10 @@ def matmul_int8x4(a: Tensor, b: Tensor, seven_bit: bool = False,
                                        b(k.var, 1, j)), axis=k)
         return te_sum(dot(a(*idx[:-1], k.var), b(k.var, j)), axis=k)
 
-    shape = a.shape[:-1] + ((n,) if panels else (b.shape[-1],))
+    shape = a.shape[:-1] + ((n,) if panels or word_panels else (b.shape[-1],))
     tag = MATMUL if len(shape) == 2 else BATCH_MATMUL
     return compute(shape, body, name=name or "matmul_int8x4",
-                   tag=f"{MATMUL},prepacked" if panels else tag)
+                   tag=f"{MATMUL},prepacked" if panels or word_panels else tag)
 
 
 def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,

@@ -59,5 +59,5 @@ def test_every_committed_choice_fits_todays_space_and_trains_the_zero_shot_model
             if space.misfit(row["config"]) is not None:
                 misfit.append((task.name, row["source"], space.misfit(row["config"])))
     assert missing == [] and misfit == [], (missing[:3], misfit[:3])
-    X, y = Z.training_rows(db, target)
+    X, y = Z.training_rows(db, choices[0].target)     # the ISA the confirmations ran on
     assert len(y) > 1000 and X.shape[1] == 2 * len(choices[0].candidates[0]["features"])

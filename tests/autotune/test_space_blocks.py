@@ -75,7 +75,7 @@ def test_one_vector_blocks_tile_blocks_and_pixels_and_compute_the_conv(c, h, w, 
     rng = np.random.default_rng(3)
     inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
     x, wt = (inputs[t] for t in task.args[:-1])
-    (got,) = run_config(task, SearchSpace(task.retargeted("native")), config, inputs)
+    (got,) = run_config(task, space, config, inputs)
     np.testing.assert_allclose(got, _numpy_conv(x, wt, stride, pad), rtol=1e-4, atol=1e-4)
 
 

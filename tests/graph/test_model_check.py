@@ -1,0 +1,183 @@
+"""Tuned choices tried against their defaults inside the compiled model (graph/model_check.py)."""
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+
+from kiln.autotune.database import Choice, Database, Record
+from kiln.autotune.dispatch import canonical_target
+from kiln.autotune.space import SearchSpace
+from kiln.graph import model_check, models
+from kiln.graph.compile import compile_model, model_tasks
+
+TARGET = canonical_target("native")
+
+
+def _spin(seconds: float):
+    """Work for `seconds` of this thread's CPU time (the clock the test times by, so a
+    loaded machine's time slices do not count)."""
+    def run():
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+    return run
+
+
+def test_paired_ratio_reads_the_ratio_of_two_workloads():
+    ratio = model_check.paired_ratio(_spin(0.002), _spin(0.001), 3, time.thread_time)
+    assert 1.6 < ratio < 2.5, ratio
+    assert 0.8 < model_check.paired_ratio(_spin(0.001), _spin(0.001), 3, time.thread_time) < 1.25
+
+
+def _model_with_choices(tmp_path, n: int):
+    """A small MLP and a database whose n heaviest tasks have a confirmed non-default choice
+    (a sampled config) with kernel-alone rows."""
+    model = models.mlp(sizes=(48, 32, 16, 10))
+    tasks = sorted(model_tasks(model, TARGET), key=lambda mt: -mt.weight * mt.task.flops)
+    db = Database(tmp_path / "kiln.db")
+    chosen = {}
+    for mt in tasks[:n]:
+        space = SearchSpace(mt.task.retargeted(TARGET), 1)
+        default = space.default_config()
+        config = next(c for c in (space.sample(random.Random(s)) for s in range(50))
+                      if c != default)
+        rows = ({"config": default, "source": "default", "ratio": 1.0},
+                {"config": config, "source": "record", "ratio": 0.9})
+        db.commit_choice(Choice(mt.task.workload_key, TARGET, 1, config, False, 0.9e-5, 1e-5,
+                                math.inf, rows))
+        chosen[mt.task.workload_key] = (config, default)
+    return model, tasks, db, chosen
+
+
+@pytest.mark.parametrize("ratio,kept", [(0.9, True), (1.05, False)])
+def test_a_choice_stays_only_if_the_model_runs_faster_with_it(tmp_path, monkeypatch, ratio,
+                                                              kept):
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 2)
+    compiles = []
+
+    def compile_now():
+        compiles.append(1)
+        return compile_model(model, TARGET, db, threads=1, cache_model=False)
+
+    seen = []
+
+    def fake_ratio(run_a, run_b, rounds, clock):
+        a, b = run_a(), run_b()             # the model as it stands, then the reverted one
+        np.testing.assert_allclose(a[0], b[0], rtol=1e-4, atol=1e-4)
+        seen.append(rounds)
+        return ratio
+
+    monkeypatch.setattr(model_check, "paired_ratio", fake_ratio)
+    found = model_check.check_choices_in_model(compile_now, tasks, TARGET, db, threads=1)
+    assert [c.task_key for c in found] == list(chosen)          # heaviest first
+    assert all(c.kept is kept and c.ratio == ratio for c in found)
+    assert len(compiles) == 1 + len(chosen)
+    for key, (config, default) in chosen.items():
+        choice = db.choice(key, TARGET, 1)
+        assert choice.is_default is not kept
+        assert choice.config == (config if kept else default)
+        assert len(choice.candidates) == 2          # the kernel-alone labels stay
+    # the next compile takes what the check left
+    sources = {s.source for s in compile_model(model, TARGET, db, threads=1,
+                                               cache_model=False).plan.steps}
+    assert ("database" in sources) is kept
+
+
+@pytest.mark.parametrize("ratio,kept", [(0.9, True), (1.05, False)])
+def test_a_best_record_without_a_confirmation_is_checked_too(tmp_path, monkeypatch, ratio,
+                                                             kept):
+    """A task whose best record compiles take with no confirmation (tuning ran out of time
+    before it): kept, it becomes a confirmation naming the record; else one naming the
+    default."""
+    model = models.mlp(sizes=(48, 32, 16, 10))
+    tasks = sorted(model_tasks(model, TARGET), key=lambda mt: -mt.weight * mt.task.flops)
+    db = Database(tmp_path / "kiln.db")
+    mt = tasks[0]
+    space = SearchSpace(mt.task.retargeted(TARGET), 1)
+    config = next(c for c in (space.sample(random.Random(s)) for s in range(50))
+                  if c != space.default_config())
+    db.commit_record(Record(mt.task.workload_key, TARGET, config, (2e-6, 3e-6), "OK",
+                            threads=1))
+    monkeypatch.setattr(model_check, "paired_ratio", lambda *a: ratio)
+    found = model_check.check_choices_in_model(
+        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TARGET,
+        db, 1)
+    assert [(c.task_key, c.kept) for c in found] == [(mt.task.workload_key, kept)]
+    choice = db.choice(mt.task.workload_key, TARGET, 1)
+    assert choice.is_default is not kept
+    assert choice.config == (config if kept else space.default_config())
+    sources = [s.source for s in compile_model(model, TARGET, db, threads=1,
+                                               cache_model=False).plan.steps]
+    assert sources.count("database") == (1 if kept else 0)
+
+
+def test_no_choices_or_no_time_checks_nothing(tmp_path, monkeypatch):
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 1)
+    monkeypatch.setattr(model_check, "paired_ratio", lambda *a, **k: pytest.fail("timed"))
+    compile_now = lambda: compile_model(model, TARGET, db, threads=1,  # noqa: E731
+                                        cache_model=False)
+    assert model_check.check_choices_in_model(compile_now, tasks, TARGET, db, 1,
+                                              deadline=time.perf_counter()) == []
+    assert not db.choice(next(iter(chosen)), TARGET, 1).is_default
+    empty = Database(tmp_path / "empty.db")
+    assert model_check.check_choices_in_model(
+        lambda: pytest.fail("compiled"), tasks, TARGET, empty, 1) == []
+
+
+def test_a_real_check_reverts_a_choice_that_slows_the_model(tmp_path):
+    """A choice that runs the heaviest task's kernel unvectorised and untiled (every tile 1,
+    scalar lanes where the space allows) against the default, timed for real."""
+    model = models.mlp(sizes=(256, 512, 256, 10))
+    tasks = sorted(model_tasks(model, TARGET), key=lambda mt: -mt.weight * mt.task.flops)
+    db = Database(tmp_path / "kiln.db")
+    mt = tasks[0]
+    space = SearchSpace(mt.task.retargeted(TARGET), 1)
+    default = space.default_config()
+    slow = dict(default)
+    for knob in space.knobs:
+        if any(part in knob.name for part in ("/tile/", "/vectorize", "/unroll", "/local")):
+            least = min(knob.choices, key=lambda c: c[-1] if isinstance(c, (list, tuple)) else c)
+            slow[knob.name] = list(least) if isinstance(least, tuple) else least
+    assert slow != default and space.misfit(slow) is None
+    db.commit_choice(Choice(mt.task.workload_key, TARGET, 1, slow, False, 1e-5, 2e-5, math.inf))
+    found = model_check.check_choices_in_model(
+        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TARGET,
+        db, 1, rounds=5)
+    assert len(found) == 1 and found[0].ratio > 1.2 and not found[0].kept
+    assert db.choice(mt.task.workload_key, TARGET, 1).is_default
+
+
+def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypatch):
+    """tune_model hands the task scheduler (1 - SHARE) of a time budget, then checks inside
+    the model by the deadline of the whole budget, and the reports say what it found."""
+    from kiln.autotune.scheduler import TaskReport
+    from kiln.graph import compile as C
+    model = models.mlp(sizes=(48, 32, 16, 10))
+    tasks = model_tasks(model, TARGET)
+    seen = {}
+
+    def fake_tune_tasks(pairs, target, trials, db, callback=None, **options):
+        seen["budget"] = options["time_budget"]
+        return [TaskReport(t.workload_key, t.name, w, 0, math.inf) for t, w in pairs]
+
+    def fake_check(compile_now, tasks, target, db, threads, deadline=None):
+        seen["deadline"], seen["threads"] = deadline, threads
+        return [model_check.ModelCheck(tasks[0].name, tasks[0].task.workload_key, 1.1, False)]
+
+    monkeypatch.setattr(C, "tune_tasks", fake_tune_tasks)
+    monkeypatch.setattr(model_check, "check_choices_in_model", fake_check)
+    start = time.perf_counter()
+    reports = C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100)
+    assert seen["budget"] == pytest.approx(100 * (1 - model_check.SHARE))
+    assert start + 100 <= seen["deadline"] <= time.perf_counter() + 100
+    checked = [r for r in reports if r.in_model is not None]
+    assert [r.task_key for r in checked] == [tasks[0].task.workload_key]
+    assert checked[0].in_model.ratio == 1.1 and checked[0].choice is None
+    seen.clear()
+    C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
+                 model_check=False)
+    assert seen == {"budget": 100}
