@@ -331,9 +331,12 @@ def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> li
     pad_byte = 0
     if conv and len(node.inputs) > 2 and node.inputs[2] is not None:
         zp = graph.constants.get(node.inputs[2].name)
-        if zp is None:
-            return []                            # a runtime zero point: keep conv2d_integer
-        pad_byte = int(np.asarray(zp).reshape(-1)[0])
+        if zp is not None:
+            pad_byte = int(np.asarray(zp).reshape(-1)[0])
+        elif any(node.attrs["pads"]):
+            return []       # a runtime zero point fills the padding: keep conv2d_integer
+        # (unpadded, e.g. a ViT's patch embedding under dynamic quantization: the zero
+        # point, known only at run time, is never read)
     flip = x.dtype == "int8"
     hint = node.name
 
