@@ -328,24 +328,39 @@ def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> li
     if weight is None or weight.dtype != np.int8 or (conv and node.attrs["groups"] != 1) \
             or (not conv and weight.ndim != 2):
         return []
-    pad_byte = 0
-    if conv and len(node.inputs) > 2 and node.inputs[2] is not None:
-        zp = graph.constants.get(node.inputs[2].name)
-        if zp is None:
-            return []                            # a runtime zero point: keep conv2d_integer
-        pad_byte = int(np.asarray(zp).reshape(-1)[0])
-    flip = x.dtype == "int8"
     hint = node.name
 
     def value(shape, dtype, what):
         return Value(namer(f"{hint}/{what}"), shape, dtype)
 
+    nodes, pad_byte = [], 0
+    pads = node.attrs["pads"] if conv else None
+    if conv and len(node.inputs) > 2 and node.inputs[2] is not None:
+        zx = node.inputs[2]
+        zp = graph.constants.get(zx.name)
+        if zp is not None:
+            pad_byte = int(np.asarray(zp).reshape(-1)[0])
+        elif any(pads):
+            if zx.shape != () or zx.dtype != x.dtype:
+                return []
+            # a runtime zero point (dynamic quantization: Whisper's audio convs) fills the
+            # padding: pad with it first, then an unpadded packed conv
+            top, left, bottom, right = pads
+            n, c, h, w_ = x.shape
+            padded = value((n, c, h + top + bottom, w_ + left + right), x.dtype, "x_padded")
+            nodes.append(Node("pad", (x, zx), (padded,), {
+                "pads": (0, 0, top, left, 0, 0, bottom, right), "mode": "constant",
+                "value": 0.0}, namer(f"{hint}:pad")))
+            x, pads = padded, (0, 0, 0, 0)
+        # (unpadded, e.g. a ViT's patch embedding under dynamic quantization, the zero
+        # point is never read)
+    flip = x.dtype == "int8"
     axis = 1 if conv else len(x.shape) - 1
     packed_shape = list(x.shape)
     packed_shape[axis] = (packed_shape[axis] + 3) // 4
     xp = value(tuple(packed_shape), "int32", "x_packed")
-    nodes = [Node("pack_int8x4", (x,), (xp,), {"axis": axis, "flip": flip},
-                  namer(f"{hint}:pack_int8x4"))]
+    nodes.append(Node("pack_int8x4", (x,), (xp,), {"axis": axis, "flip": flip},
+                      namer(f"{hint}:pack_int8x4")))
     words = tq.pack_weight_int8x4(weight, 1 if conv else 0)
     wp = value(words.shape, "int32", "w_packed")
     constants[wp.name] = words
@@ -354,7 +369,8 @@ def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> li
     out = node.outputs[0]
     acc = value(out.shape, "int32", "acc") if flip else out
     if conv:
-        attrs = {k: node.attrs[k] for k in ("strides", "dilations", "pads")}
+        attrs = {"strides": node.attrs["strides"], "dilations": node.attrs["dilations"],
+                 "pads": pads}
         attrs.update(pad_word=_word((pad_byte + 128) % 256 if flip else pad_byte % 256),
                      seven_bit=seven_bit, symmetric=symmetric)
         nodes.append(Node("conv2d_int8x4", (xp, wp), (acc,), attrs,
