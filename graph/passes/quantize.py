@@ -8,8 +8,11 @@ or per-output-channel scale), b the bias (DQ of int32, or float) and y_q the out
     acc[f]  = conv2d_integer(x_q, W_q) or matmul_integer(x_q, W_q)       (int32, exact)
     acc[f] += bias_i32[f] - x_zp * rowsum(W_q)[f]    (one int32 constant per channel, folded
               here at compile time; the conv pads with x_zp so the borders stay exact)
-    y_q     = requantize(acc, M[f], y_zp, lo, hi),  M[f] = float32(x_scale * w_scale[f] /
-              y_scale) computed in float64 and rounded once; lo/hi clamp at the quantized
+    y_q     = requantize(acc, M[f], y_zp, lo, hi),  M[f] = (x_scale * w_scale[f]) / y_scale
+              in float32, in that order, as onnxruntime's QLinearConv computes it (the
+              float64 quotient rounded once differs in the last bit for some scales, which
+              moved rounding ties: ResNet-18 int8's top-1 agreed with onnxruntime's on 97%
+              of random inputs, and bit for bit with this order); lo/hi clamp at the quantized
               Relu/Clip bounds (Q is monotone, so Q(relu(v)) = max(Q(v), y_zp))
 Activations stay uint8/int8 between kernels. A bias whose scale is not x_scale * w_scale
 (a float bias) is rounded to int32 in units of x_scale * w_scale (an error of at most half
@@ -233,7 +236,9 @@ def _rewrite(m: _Match, namer: Namer, constants: dict) -> list[Node]:
         nodes.append(Node("add", (acc, const(offset.astype(np.int32).reshape(per_channel),
                                              "offset")), (summed,), {}, namer(f"{hint}:add")))
         acc = summed
-    mult = (m.x_scale * m.w_scale / m.y_scale).astype(np.float32).reshape(per_channel)
+    f32 = np.float32       # (x_scale * w_scale) / y_scale in float32, that order: module doc
+    mult = ((f32(m.x_scale) * m.w_scale.astype(f32)) / f32(m.y_scale)).astype(f32).reshape(
+        per_channel)
     zp = const(np.array(m.y_zp, dtype=m.y.dtype), "y_zp")
     nodes.append(Node("requantize", (acc, const(mult, "multiplier"), zp), (m.y,),
                       {"dtype": m.y.dtype, "lo": m.lo, "hi": m.hi},
