@@ -27,6 +27,7 @@ from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
+from .quantized_add import onnxruntime_rounded_adds
 from .sink_layout import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
@@ -63,6 +64,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
     ("int8 weight panels", panel_int8_weights),   # VNNI: byte-word weights in column panels
     ("int8 activation views", view_int8_rows),    # ... and uint8 rows read as words in place
+    ("quantized adds as onnxruntime rounds them", onnxruntime_rounded_adds),
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final
