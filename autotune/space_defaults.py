@@ -161,8 +161,9 @@ class DefaultsMixin:
                 blocks = (_block_axis(op, rows) if extents[-1] == lanes and not window
                           and not uses_dot4(op) and op.dtype.startswith("float") else None)
                 if blocks is not None:
-                    inner[blocks], inner[rows] = _blocks_rows_tile(extents[blocks],
-                                                                   extents[rows], budget)
+                    spread = (_blocks_rows_tile_wide if target.vector_bits >= 512
+                              else _blocks_rows_tile)
+                    inner[blocks], inner[rows] = spread(extents[blocks], extents[rows], budget)
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
                 if one_row_tile_per_cache_tile(target, op):     # space_int8.py
                     mid[rows] = 1
@@ -628,6 +629,22 @@ def _blocks_rows_tile(blocks: int, rows: int, budget: int) -> tuple[int, int]:
             if (c * r, -(c + r)) > (best[0] * best[1], -(best[0] + best[1])):
                 best = (c, r)
     return best
+
+
+def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, int]:
+    """`_blocks_rows_tile` for a 32-register file (AVX-512): among the divisor tiles
+    within `budget` with at least half of it in accumulators (or the most there are), the
+    fewest loads per multiply-add ((blocks + rows) / (blocks x rows)), then the most
+    accumulators. Ranking by accumulators first, 24 registers took 16 blocks x 1 pixel
+    wherever the pixel rows are prime or 7-ish (7 x 7 outputs, Winograd's 49 tiles): 17
+    loads per 16 multiply-adds, the 16 weight vectors rows of the weight 16-147 KB apart
+    (one L1 set each), and ResNet-18's 7 x 7 stage ran 4-7x slower than 2 blocks x 7
+    pixels (benchmarks/RESULTS.md, session 15)."""
+    tiles = [(c, r) for c in range(1, min(blocks, budget) + 1) if blocks % c == 0
+             for r in range(1, min(rows, budget // c) + 1) if rows % r == 0]
+    enough = min(budget // 2, max(c * r for c, r in tiles))
+    return min((t for t in tiles if t[0] * t[1] >= enough),
+               key=lambda t: ((t[0] + t[1]) / (t[0] * t[1]), -t[0] * t[1], t[0]))
 
 
 def _rows_broadcast(op: ComputeOp, rows: int) -> bool:
