@@ -683,7 +683,7 @@ def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, in
     ran 2.3x slower than 3 x 3."""
     tiles = [(c, r) for c in range(1, min(blocks, budget, WIDE_MAX_BLOCKS) + 1)
              if blocks % c == 0
-             for r in range(1, min(rows, budget // c, WIDE_MAX_ROWS) + 1) if rows % r == 0]
+             for r in range(1, min(rows, budget // c) + 1) if rows % r == 0]
     enough = min(budget // 2, max(c * r for c, r in tiles))
     return min((t for t in tiles if t[0] * t[1] >= enough),
                key=lambda t: ((t[0] + t[1]) / (t[0] * t[1]), -t[0] * t[1], t[0]))
