@@ -509,7 +509,7 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
             return width
     if odd:
         return _odd_vector_tile(extent, lanes)
-    return _partial_vector_tile(extent, lanes) or lanes
+    return (_partial_vector_tile(extent, lanes) if lanes >= 16 else None) or lanes
 
 
 def _partial_vector_tile(extent: int, lanes: int) -> int | None:
