@@ -500,7 +500,8 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     56-wide rows (MobileNetV2, ResNet-18) and 1000 columns are whole 8-lane vectors but
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
     takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
-    half a vector and one (50 -> 10), else one vector with a guarded tail."""
+    a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
+    tail."""
     if extent <= 2 * lanes:
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
@@ -513,13 +514,16 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
 
 
 def _partial_vector_tile(extent: int, lanes: int) -> int | None:
-    """With 16-lane vectors, the widest divisor of `extent` between half a vector and one:
-    one partial register, no guarded tail (ViT-S's 50 x 50 attention scores as 5 x 10
-    lanes: 0.21 -> 0.037 ms at 1 thread, 16 lanes with a guarded tail before, two-register
-    25-lane tiles 0.46); else None. (8-lane vectors keep the guarded tail: not measured.)"""
+    """With 16-lane vectors, the widest divisor of `extent` between a quarter of a vector
+    and one: one partial register, no guarded tail. ViT-S's 50 x 50 attention scores as
+    5 x 10 lanes: 0.21 -> 0.037 ms at 1 thread (16 lanes with a guarded tail before,
+    two-register 25-lane tiles 0.46); Swin-T's 49 x 49 window scores as 7 x 7 lanes: 2.56 ->
+    0.92 ms (3 x 8 lanes and a tail, the AVX2 tile, 1.38). Else None. (8-lane vectors keep
+    the guarded tail: not measured.)"""
     if lanes < 16:
         return None
-    return max((d for d in range(lanes // 2 + 1, lanes) if extent % d == 0), default=None)
+    return max((d for d in range(max(2, lanes // 4), lanes) if extent % d == 0),
+               default=None)
 
 
 def _odd_vector_tile(extent: int, lanes: int) -> int:

@@ -105,7 +105,7 @@ def test_avx2_blocked_convs_never_consult_the_wide_rules(monkeypatch):
 
 
 @pytest.mark.parametrize("extent,lanes,want", [
-    (50, 16, 10), (100, 16, 10), (90, 16, 15), (49, 16, None), (37, 16, None),
+    (50, 16, 10), (100, 16, 10), (90, 16, 15), (49, 16, 7), (37, 16, None), (74, 16, None),
     (50, 8, None),            # 8-lane vectors keep their guarded tail
 ])
 def test_partial_vector_tile(extent, lanes, want):
