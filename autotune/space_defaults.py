@@ -557,7 +557,7 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-2.0x."""
     # a step is one vector, or the tail-free half vector `_vector_tile` falls back to
     step = lanes if extent % lanes == 0 else min(lanes, _vector_tile(extent, lanes))
-    run = max((w for w in range(step, lanes * max(1, budget // 2) + 1, step)
+    run = max((w for w in range(step, _stream_run_cap(choices, lanes, budget) + 1, step)
                if extent % w == 0), default=step)
     blocks = -(-extent // run)
     mids = sorted({m for m, i in choices if i == run and blocks % m == 0}) or [1]
@@ -567,6 +567,21 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
             (run // step, step) in choices:
         return step, run // step
     return run, mid
+
+
+def _stream_run_cap(choices: tuple, lanes: int, budget: int) -> int:
+    """The longest run of a GEMV's column block: `budget` // 2 vectors, and with 16-lane
+    vectors no more than the widest inner tile the knob offers. Past it (12 x 16 lanes
+    against a cap of 64) no mid tile pairs with the run and the block fell back to
+    one-vector steps over 8 vectors: 32 blocks of 128 columns, each a strided 512-byte
+    stream per row. AlexNet's 9216 x 4096 classifier (151 MB from DRAM), 1 thread: 12.1 ms
+    so, 7.0 ms as one block of 64-lane runs over the whole row (benchmarks/RESULTS.md,
+    session 15). On 8-lane vectors the fallback's one-run blocks are what was measured
+    (1000 columns as 25 blocks of 5 steps): unchanged."""
+    cap = lanes * max(1, budget // 2)
+    if lanes >= 16:
+        cap = min(cap, max(i for _, i in choices))
+    return cap
 
 
 def _kernel_threads(target: Target, threads: int) -> int:

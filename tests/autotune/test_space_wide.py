@@ -163,3 +163,25 @@ def test_the_row_cap_is_keyed_on_the_vector_width():
     assert sd._max_rows(SearchSpace(_stem_task(96, 96, 32, 2, AVX2)).target, op, 3) is None
     blocked = SearchSpace(_blocked_task(16, 8, 8, 32, 3, 1, 1, AVX512))
     assert sd._max_rows(blocked.target, blocked.anchors[0].op, 3) is None   # no window taps
+
+
+@pytest.mark.parametrize("k,n,want", [
+    (9216, 4096, (64, 64)),   # AlexNet's classifier: one block of 64-lane runs (was 32 x 8 steps)
+    (960, 1280, (20, 64)),    # MobileNetV3's head
+])
+def test_wide_gemv_streams_whole_rows_on_one_thread(k, n, want):
+    space = SearchSpace(Task.from_op("matmul", (1, k, n), target=AVX512), 1)
+    config = space.default_config()
+    assert tuple(config[knob(space, space.anchors[0].op.name, "tile/1")]) == want
+    assert sd._stream_run_cap(((1, 16), (1, 64)), 16, 24) == 64
+    assert sd._stream_run_cap(((1, 8), (1, 32)), 8, 12) == 48     # AVX2: the budget's bound
+
+
+@pytest.mark.parametrize("k,n", [(37, 1000), (13, 4096), (5, 200), (1, 48)])
+def test_wide_gemv_matches_numpy(k, n):
+    task = Task.from_op("matmul", (1, k, n), target=AVX512)
+    space = SearchSpace(task, 1)
+    rng = np.random.default_rng(13)
+    a, b = (rng.uniform(-1, 1, t.shape).astype(np.float32) for t in task.args[:2])
+    (got,) = run_config(task, space, space.default_config(), {task.args[0]: a, task.args[1]: b})
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
