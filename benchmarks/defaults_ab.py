@@ -12,7 +12,7 @@ were added, "new" as the code stands. The rules (autotune/space_defaults.py):
 - `reduce`: ~1 KB weight runs per reduce visit for convs with few pixels over a big weight
   (`_reduce_steps`); old: 256 multiply-adds per visit.
 
-and three rules of session 15 for 16-lane (AVX-512) targets, none of which an AVX2 target
+and four rules of session 15 for 16-lane (AVX-512) targets, none of which an AVX2 target
 consults:
 
 - `blocks512`: one-vector blocked tiles ranked by loads per multiply-add, at most 4 blocks
@@ -21,6 +21,8 @@ consults:
   `_max_rows`); old: no cap but the register budget.
 - `partial512`: a partial-vector column tile that divides the axis (`_partial_vector_tile`,
   50 -> 10 lanes, 49 -> 7); old: one vector with a guarded tail.
+- `stream512`: a GEMV's column run no wider than the widest inner tile (`_stream_run_cap`);
+  old: `budget` // 2 vectors, which fell back to one-vector steps over 128-column blocks.
 
 Then, in `--rounds` rounds, onnxruntime, old and new run `--repeat` times each (the order of
 old and new alternating by round), 1 thread, timed by the calling thread's CPU time; a
@@ -55,6 +57,7 @@ OLD_RULES = {
                   sd._blocks_rows_tile(blocks, rows, budget)),
     "rows512": ("_max_rows", lambda target, op, rows: None),
     "partial512": ("_partial_vector_tile", lambda extent, lanes: None),
+    "stream512": ("_stream_run_cap", lambda choices, lanes, budget: lanes * max(1, budget // 2)),
 }
 
 
