@@ -31,6 +31,14 @@ STREAM_RUN_BYTES = 1024  # weight bytes of each row per reduce visit of a few-pi
 STREAM_MAX_PIXELS = 36   # ... with at most this many output pixels (_few_pixels_big_weight)
 MIN_TAILED_ROWS = 4       # register rows of such a GEMM at least, when a tail tile follows
 MIN_BROADCAST_ACCUMULATORS = 6      # register tiles ranked by loads need this many at least
+WIDE_MAX_BLOCKS = 4  # output-channel blocks of a one-vector tile, 32 registers (_blocks_rows_tile_wide)
+# Rows of a register tile at most, with 32 vector registers (AVX-512; a 16-register file
+# never reaches it), where rows read overlapping windows of a broadcast operand (_max_rows):
+# each row reads through its own address, and past ~12 rows those spill from the 16
+# general registers (one reload per multiply-add, as in the 12-row grouped convs' code).
+# RegNet's stem (3x3/2 over 3 NCHW channels, 2 blocks of 16 at 48 x 48), 1 thread: 16 rows
+# 0.195 ms, 12, 8 or 6 rows 0.083 (benchmarks/RESULTS.md, session 15).
+WIDE_MAX_ROWS = 12
 # A pool's window taps are unrolled inside its register tile (the `window` knob); at most
 # this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
 # was 4 x 2 x 49 = 392 unrolled vector adds (1,900 lines of IR, ~0.3 s to compile) for a
@@ -155,14 +163,16 @@ class DefaultsMixin:
                              and _rows_broadcast(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
                                                         inner[-1], lanes, budget, tails,
-                                                        broadcast)
+                                                        broadcast,
+                                                        _max_rows(target, op, rows))
                 inner[rows] = depthwise_register_rows(target, op, extents[rows], inner[rows])
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 blocks = (_block_axis(op, rows) if extents[-1] == lanes and not window
                           and not uses_dot4(op) and op.dtype.startswith("float") else None)
                 if blocks is not None:
-                    inner[blocks], inner[rows] = _blocks_rows_tile(extents[blocks],
-                                                                   extents[rows], budget)
+                    spread = (_blocks_rows_tile_wide if target.vector_bits >= 512
+                              else _blocks_rows_tile)
+                    inner[blocks], inner[rows] = spread(extents[blocks], extents[rows], budget)
                 mid[rows] = max(1, min(8, extents[rows] // (2 * inner[rows])))
                 if one_row_tile_per_cache_tile(target, op):     # space_int8.py
                     mid[rows] = 1
@@ -489,14 +499,31 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     vectors a half vector, still a full 256-bit register, is the fallback when it divides:
     56-wide rows (MobileNetV2, ResNet-18) and 1000 columns are whole 8-lane vectors but
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
-    takes `_odd_vector_tile`."""
+    takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
+    a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
+    tail."""
     if extent <= 2 * lanes:
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
     for width in widths:
         if extent % width == 0:
             return width
-    return _odd_vector_tile(extent, lanes) if odd else lanes
+    if odd:
+        return _odd_vector_tile(extent, lanes)
+    return (_partial_vector_tile(extent, lanes) if lanes >= 16 else None) or lanes
+
+
+def _partial_vector_tile(extent: int, lanes: int) -> int | None:
+    """With 16-lane vectors, the widest divisor of `extent` between a quarter of a vector
+    and one: one partial register, no guarded tail. ViT-S's 50 x 50 attention scores as
+    5 x 10 lanes: 0.21 -> 0.037 ms at 1 thread (16 lanes with a guarded tail before,
+    two-register 25-lane tiles 0.46); Swin-T's 49 x 49 window scores as 7 x 7 lanes: 2.56 ->
+    0.92 ms (3 x 8 lanes and a tail, the AVX2 tile, 1.38). Else None. (8-lane vectors keep
+    the guarded tail: not measured.)"""
+    if lanes < 16:
+        return None
+    return max((d for d in range(max(2, lanes // 4), lanes) if extent % d == 0),
+               default=None)
 
 
 def _odd_vector_tile(extent: int, lanes: int) -> int:
@@ -530,7 +557,7 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
     kernel): 1280 x 1000 1.9x, ResNet-18's 512 x 1000 1.2-2.0x."""
     # a step is one vector, or the tail-free half vector `_vector_tile` falls back to
     step = lanes if extent % lanes == 0 else min(lanes, _vector_tile(extent, lanes))
-    run = max((w for w in range(step, lanes * max(1, budget // 2) + 1, step)
+    run = max((w for w in range(step, _stream_run_cap(choices, lanes, budget) + 1, step)
                if extent % w == 0), default=step)
     blocks = -(-extent // run)
     mids = sorted({m for m, i in choices if i == run and blocks % m == 0}) or [1]
@@ -540,6 +567,21 @@ def _streaming_tile(choices: tuple, extent: int, lanes: int, budget: int, cores:
             (run // step, step) in choices:
         return step, run // step
     return run, mid
+
+
+def _stream_run_cap(choices: tuple, lanes: int, budget: int) -> int:
+    """The longest run of a GEMV's column block: `budget` // 2 vectors, and with 16-lane
+    vectors no more than the widest inner tile the knob offers. Past it (12 x 16 lanes
+    against a cap of 64) no mid tile pairs with the run and the block fell back to
+    one-vector steps over 8 vectors: 32 blocks of 128 columns, each a strided 512-byte
+    stream per row. AlexNet's 9216 x 4096 classifier (151 MB from DRAM), 1 thread: 12.1 ms
+    so, 7.0 ms as one block of 64-lane runs over the whole row (benchmarks/RESULTS.md,
+    session 15). On 8-lane vectors the fallback's one-run blocks are what was measured
+    (1000 columns as 25 blocks of 5 steps): unchanged."""
+    cap = lanes * max(1, budget // 2)
+    if lanes >= 16:
+        cap = min(cap, max(i for _, i in choices))
+    return cap
 
 
 def _kernel_threads(target: Target, threads: int) -> int:
@@ -556,9 +598,21 @@ def _core_balance(count: int, cores: int) -> float:
     return count / (cores * -(-count // cores))
 
 
+def _max_rows(target: Target, op: ComputeOp, rows: int) -> int | None:
+    """The most rows a register tile takes: WIDE_MAX_ROWS with 32 vector registers where
+    the rows read overlapping windows of a broadcast operand (`_rows_broadcast` and
+    `_taps_along_rows`: NCHW-input convs, stems over 3 channels), else None (the register budget bounds them). Elsewhere
+    the cap measured neutral to slower (depthwise convs and pools 0.8-1.0x, blocked 1x1
+    convs 1.0x, session 15)."""
+    if (target.vector_bits < 512 or not _rows_broadcast(op, rows)
+            or not _taps_along_rows(op, rows)):
+        return None
+    return WIDE_MAX_ROWS
+
+
 def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
-                   budget: int, tails: bool = False, broadcast: bool = False
-                   ) -> tuple[int, int]:
+                   budget: int, tails: bool = False, broadcast: bool = False,
+                   max_rows: int | None = None) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
     vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
     `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
@@ -569,14 +623,15 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
     one broadcast per row, `_rows_broadcast`), tiles of at least MIN_BROADCAST_ACCUMULATORS
     accumulators rank by multiply-adds per load instead: SqueezeNet's 3x3/2 stem over 3 NCHW
     channels to 63 x 63 x 64 (63 = 7 x 9), 3 rows x 2 vectors instead of 9 x 1 (each input
-    broadcast once per 16 output channels, not twice): 0.50 -> 0.32 ms at 1 thread."""
+    broadcast once per 16 output channels, not twice): 0.50 -> 0.32 ms at 1 thread.
+    `max_rows` caps the rows (WIDE_MAX_ROWS)."""
     widths = [width]
     if width == 2 * lanes or (width > lanes and width % lanes == 0):
         widths.append(lanes)
     best = None
     for w in widths:
         vectors = -(-w // lanes)
-        cap = max(1, budget // vectors)
+        cap = max(1, min(budget // vectors, max_rows or budget))
         if tails and w == 2 * lanes:
             rows = _balanced_rows(rows_extent, cap)
         else:
@@ -592,7 +647,11 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
         if best is None or score > best[0]:
             best = (score, rows, w)
     if vec_extent % best[2]:
-        return _rows_tile(rows_extent, max(1, budget // -(-width // lanes))), width
+        cap = max(1, min(budget // -(-width // lanes), max_rows or budget))
+        rows = _rows_tile(rows_extent, cap)
+        if max_rows is not None and rows > max_rows:
+            rows = max(d for d in range(1, min(cap, rows_extent) + 1) if rows_extent % d == 0)
+        return rows, width
     return best[1], best[2]
 
 
@@ -628,6 +687,25 @@ def _blocks_rows_tile(blocks: int, rows: int, budget: int) -> tuple[int, int]:
             if (c * r, -(c + r)) > (best[0] * best[1], -(best[0] + best[1])):
                 best = (c, r)
     return best
+
+
+def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, int]:
+    """`_blocks_rows_tile` for a 32-register file (AVX-512): among the divisor tiles
+    within `budget` with at least half of it in accumulators (or the most there are), the
+    fewest loads per multiply-add ((blocks + rows) / (blocks x rows)), then the most
+    accumulators. Ranking by accumulators first, 24 registers took 16 blocks x 1 pixel
+    wherever the pixel rows are prime or 7-ish (7 x 7 outputs, Winograd's 49 tiles): 17
+    loads per 16 multiply-adds, the 16 weight vectors rows of the weight 16-147 KB apart
+    (one L1 set each), and ResNet-18's 7 x 7 stage ran 4-7x slower than 2 blocks x 7
+    pixels (benchmarks/RESULTS.md, session 15). At most WIDE_MAX_BLOCKS blocks: with few
+    pixels (RegNet-X-1.6GF's 912 channels at 3 x 3, 57 blocks) 8 or 16 blocks x 1 pixel
+    ran 2.3x slower than 3 x 3."""
+    tiles = [(c, r) for c in range(1, min(blocks, budget, WIDE_MAX_BLOCKS) + 1)
+             if blocks % c == 0
+             for r in range(1, min(rows, budget // c) + 1) if rows % r == 0]
+    enough = min(budget // 2, max(c * r for c, r in tiles))
+    return min((t for t in tiles if t[0] * t[1] >= enough),
+               key=lambda t: ((t[0] + t[1]) / (t[0] * t[1]), -t[0] * t[1], t[0]))
 
 
 def _rows_broadcast(op: ComputeOp, rows: int) -> bool:

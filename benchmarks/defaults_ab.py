@@ -4,13 +4,25 @@
                                      [--old blocks,reduce] [--dynamic-size 32]
 
 Each model is compiled twice with no database (`db=None`, `KILN_CACHE_DIR=off` so both really
-compile): "old" with the rules named by --old switched back to what they were before session
-14, "new" as the code stands. The rules (autotune/space_defaults.py):
+compile): "old" with the rules named by --old switched back to what they were before they
+were added, "new" as the code stands. The rules (autotune/space_defaults.py):
 
 - `blocks`: a register tile over output-channel blocks x pixels for blocked convs whose
   channel block is one vector (`_block_axis`, `_blocks_rows_tile`); old: pixels only.
 - `reduce`: ~1 KB weight runs per reduce visit for convs with few pixels over a big weight
   (`_reduce_steps`); old: 256 multiply-adds per visit.
+
+and four rules of session 15 for 16-lane (AVX-512) targets, none of which an AVX2 target
+consults:
+
+- `blocks512`: one-vector blocked tiles ranked by loads per multiply-add, at most 4 blocks
+  (`_blocks_rows_tile_wide`); old: `_blocks_rows_tile`, the most accumulators first.
+- `rows512`: at most 12 rows over overlapping broadcast windows (NCHW-input stems;
+  `_max_rows`); old: no cap but the register budget.
+- `partial512`: a partial-vector column tile that divides the axis (`_partial_vector_tile`,
+  50 -> 10 lanes, 49 -> 7); old: one vector with a guarded tail.
+- `stream512`: a GEMV's column run no wider than the widest inner tile (`_stream_run_cap`);
+  old: `budget` // 2 vectors, which fell back to one-vector steps over 128-column blocks.
 
 Then, in `--rounds` rounds, onnxruntime, old and new run `--repeat` times each (the order of
 old and new alternating by round), 1 thread, timed by the calling thread's CPU time; a
@@ -41,6 +53,11 @@ from kiln.autotune import space_defaults as sd  # noqa: E402
 OLD_RULES = {
     "blocks": ("_block_axis", lambda op, rows: None),
     "reduce": ("_reduce_steps", lambda op: sd.REDUCE_STEPS),
+    "blocks512": ("_blocks_rows_tile_wide", lambda blocks, rows, budget:
+                  sd._blocks_rows_tile(blocks, rows, budget)),
+    "rows512": ("_max_rows", lambda target, op, rows: None),
+    "partial512": ("_partial_vector_tile", lambda extent, lanes: None),
+    "stream512": ("_stream_run_cap", lambda choices, lanes, budget: lanes * max(1, budget // 2)),
 }
 
 
