@@ -1,0 +1,214 @@
+"""Lane-uniform selects become branches, so the loads they guard stay contiguous.
+
+A concatenation along the vectorized axis reads each input through a select chain, every
+read clamped so that the dead branch stays in bounds (te/ops/transform.concatenate):
+
+    for v in vectorized(64):
+        out[o*64 + v] = select(floormod(o, 4)*64 + v < 64, A[min(floormod(o, 4)*64 + v, 63) + ...],
+                        select(floormod(o, 4)*64 + v < 192, B[min(max(... - 64, 0), 127) + ...],
+                        ...))
+
+A vector select evaluates both sides and the clamp hides the index's lane stride, so every
+input was read lane by lane (a GoogLeNet inception concat + QuantizeLinear: 256 scalar loads,
+1.2 s of LLVM). When a condition that depends on the lanes is nevertheless the same in all of
+them (`base + v < C` with `C - base` a known multiple of the vector width: no vector straddles
+the boundary), the select is decided once per vector: the Store becomes
+
+    if floormod(o, 4)*64 < 64:  out[...] = A[...]   # the clamps proved redundant, dropped
+    else: ...
+
+Each branch knows its conditions for every lane (`floormod(o, 4)*64 + v` is in [64, 192) for
+B), which proves the clamps min/max of its indices redundant; without them the loads are
+contiguous. A condition not provably uniform stays a select (exact: lanes of both sides).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..schedule.ir import For, ForKind, IfThenElse, Stmt, Store
+from ..schedule.simplify import simplify
+from ..schedule.visitor import StmtMutator
+from ..te import expr as E
+from ..te.visit import ExprMutator, substitute
+from .emit_expr import _free_vars, lane_stride
+
+# Copies of one Store at most (a branch per uniform select doubles the statement; a chain of
+# k concatenated inputs gives k copies, k independent selects 2**k).
+MAX_COPIES = 16
+
+
+def branch_uniform_selects(stmt: Stmt) -> Stmt:
+    """`stmt` with the lane-uniform selects of its vectorized Stores made branches (see the
+    module docstring); the same object when there are none."""
+    return _Brancher()(stmt)
+
+
+class _Brancher(StmtMutator):
+    def __init__(self):
+        self.lanes: For | None = None
+
+    def visit_For(self, loop: For) -> Stmt:
+        if (loop.kind is not ForKind.VECTORIZED or not isinstance(loop.extent, E.IntImm)
+                or not isinstance(loop.min, E.IntImm)):
+            return self.generic_visit(loop)
+        outer, self.lanes = self.lanes, loop
+        try:
+            return self.generic_visit(loop)
+        finally:
+            self.lanes = outer
+
+    def visit_Store(self, node: Store) -> Stmt:
+        if self.lanes is None or not _has_select(node.value):
+            return node
+        out = _branch(node, self.lanes, (), [MAX_COPIES - 1])
+        return node if out is None else out
+
+
+def _has_select(e: E.Expr) -> bool:
+    if isinstance(e, E.Select):
+        return True
+    from ..te.visit import _children
+    return any(_has_select(c) for c in _children(e))
+
+
+# ------------------------------------------------------------------ uniformity
+def multiple_of(e: E.Expr) -> int:
+    """The largest k this analysis proves divides every value of integer `e` (0: e is 0)."""
+    if isinstance(e, E.IntImm):
+        return abs(e.value)
+    if isinstance(e, (E.Add, E.Sub, E.Min, E.Max)):
+        return math.gcd(multiple_of(e.a), multiple_of(e.b))
+    if isinstance(e, E.Mul):
+        return multiple_of(e.a) * multiple_of(e.b)
+    if isinstance(e, E.FloorMod) and isinstance(e.b, E.IntImm) and e.b.value != 0:
+        return math.gcd(multiple_of(e.a), abs(e.b.value))
+    if isinstance(e, E.FloorDiv) and isinstance(e.b, E.IntImm) and e.b.value != 0:
+        m = multiple_of(e.a)
+        return m // abs(e.b.value) if m and m % e.b.value == 0 else (0 if m == 0 else 1)
+    return 1
+
+
+def _negative_part(cond: E.Expr):
+    """`cond` as `d < 0` with d an int expression: d, or None for other conditions."""
+    if isinstance(cond, E.LT) and cond.a.dtype in ("int32", "int64"):
+        return simplify(cond.a - cond.b)
+    if isinstance(cond, E.LE) and cond.a.dtype in ("int32", "int64"):
+        return simplify(cond.a - cond.b - 1)
+    return None
+
+
+def is_lane_uniform(cond: E.Expr, loop: For) -> bool:
+    """True when `cond` has one value across the lanes of vectorized `loop` at every point:
+    free of its variable, or `base + v < 0` with base a known multiple of the lane count
+    (a vector starts on the boundary: never straddles it), or a combination of such."""
+    v = loop.loop_var
+    if v not in _free_vars(cond):
+        return True
+    if isinstance(cond, (E.And, E.Or)):
+        return is_lane_uniform(cond.a, loop) and is_lane_uniform(cond.b, loop)
+    if isinstance(cond, E.Not):
+        return is_lane_uniform(cond.a, loop)
+    d = _negative_part(cond)
+    if d is None or lane_stride(d, v) != 1:
+        return False
+    base = simplify(substitute(d, {v: loop.min}))
+    m = multiple_of(base)
+    return m == 0 or m % loop.extent.value == 0
+
+
+# ------------------------------------------------------------------ branching
+def _first_uniform_select(e: E.Expr, loop: For):
+    """The outermost select of `e` whose condition depends on the lanes and is uniform."""
+    from ..te.visit import _children
+    stack = [e]
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, E.Select) and loop.loop_var in _free_vars(node.cond) and \
+                is_lane_uniform(node.cond, loop):
+            return node
+        stack.extend(reversed(list(_children(node))))
+    return None
+
+
+def _branch(node: Store, loop: For, facts: tuple, budget: list) -> Stmt | None:
+    """`node` with its first uniform select a branch, recursively; None when it has none."""
+    sel = _first_uniform_select(node.value, loop)
+    if sel is None or budget[0] <= 0:
+        return None
+    budget[0] -= 1
+    taken = _Replace(sel, sel.t)(node.value)
+    other = _Replace(sel, sel.f)(node.value)
+    cases = []
+    for value, extra in ((taken, _facts(sel.cond, True)), (other, _facts(sel.cond, False))):
+        known = facts + extra
+        value = _Unclamp(known)(value)
+        store = replace(node, value=value)
+        deeper = _branch(store, loop, known, budget)
+        cases.append(store if deeper is None else deeper)
+    scalar = simplify(substitute(sel.cond, {loop.loop_var: loop.min}))
+    return IfThenElse(scalar, cases[0], cases[1])
+
+
+def _facts(cond: E.Expr, value: bool) -> tuple:
+    """(key, lo, hi) ranges that hold for every lane when `cond` is `value`."""
+    if isinstance(cond, E.Not):
+        return _facts(cond.a, not value)
+    if isinstance(cond, E.And) and value:
+        return _facts(cond.a, True) + _facts(cond.b, True)
+    if isinstance(cond, E.Or) and not value:
+        return _facts(cond.a, False) + _facts(cond.b, False)
+    d = _negative_part(cond)
+    if d is None:
+        return ()
+    return ((d, None, -1),) if value else ((d, 0, None),)
+
+
+class _Replace(ExprMutator):
+    def __init__(self, old: E.Expr, new: E.Expr):
+        super().__init__()
+        self.memo[old] = new
+
+
+class _Unclamp(ExprMutator):
+    """Drops min(x, c) / max(x, c) that the known ranges prove never clamp."""
+
+    def __init__(self, facts: tuple):
+        super().__init__()
+        self.facts = facts
+
+    def _range(self, x: E.Expr):
+        lo = hi = None
+        for key, klo, khi in self.facts:
+            if key.dtype != x.dtype:
+                continue
+            k = simplify(x - key)
+            if not isinstance(k, E.IntImm):
+                continue
+            if klo is not None:
+                lo = klo + k.value if lo is None else max(lo, klo + k.value)
+            if khi is not None:
+                hi = khi + k.value if hi is None else min(hi, khi + k.value)
+        return lo, hi
+
+    def visit_Min(self, e: E.Min) -> E.Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, c in ((a, b), (b, a)):
+            if isinstance(c, E.IntImm) and x.dtype in ("int32", "int64"):
+                hi = self._range(x)[1]
+                if hi is not None and hi <= c.value:
+                    return x
+        return e if (a is e.a and b is e.b) else E.Min(e.dtype, a, b)
+
+    def visit_Max(self, e: E.Max) -> E.Expr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, c in ((a, b), (b, a)):
+            if isinstance(c, E.IntImm) and x.dtype in ("int32", "int64"):
+                lo = self._range(x)[0]
+                if lo is not None and lo >= c.value:
+                    return x
+        return e if (a is e.a and b is e.b) else E.Max(e.dtype, a, b)
