@@ -19,18 +19,22 @@ the boundary), the select is decided once per vector: the Store becomes
 
 Each branch knows its conditions for every lane (`floormod(o, 4)*64 + v` is in [64, 192) for
 B), which proves the clamps min/max of its indices redundant; without them the loads are
-contiguous. A condition not provably uniform stays a select (exact: lanes of both sides).
+contiguous. A condition not provably uniform stays a select, whose sides are computed for
+all lanes; there a clamped load whose clamp the select's condition proves redundant in the
+lanes that take that side becomes a GuardedLoad: a contiguous load of the unclamped index
+masked by the condition (llvm.masked.load: a dead lane reads nothing, so it cannot leave
+the buffer), e.g. the inputs on both sides of a boundary inside a vector.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from ..schedule.ir import For, ForKind, IfThenElse, Stmt, Store
+from ..schedule.ir import BufferLoad, For, ForKind, IfThenElse, Stmt, Store, ir_node
 from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator
 from ..te import expr as E
-from ..te.visit import ExprMutator, substitute
+from ..te.visit import ExprMutator, _children, substitute
 from .emit_expr import _free_vars, lane_stride
 
 # Copies of one Store at most (a branch per uniform select doubles the statement; a chain of
@@ -42,6 +46,17 @@ def branch_uniform_selects(stmt: Stmt) -> Stmt:
     """`stmt` with the lane-uniform selects of its vectorized Stores made branches (see the
     module docstring); the same object when there are none."""
     return _Brancher()(stmt)
+
+
+@ir_node
+class GuardedLoad(BufferLoad):
+    """buffer[index] in the lanes where `mask` holds (index in bounds there; other lanes'
+    values are unspecified and unused): a masked contiguous vector load. Codegen-internal,
+    made by this pass after lowering; emitted as `safe` (the original, clamped load)
+    wherever it is not a stride-1 vector load."""
+
+    mask: E.Expr
+    safe: BufferLoad
 
 
 class _Brancher(StmtMutator):
@@ -68,7 +83,6 @@ class _Brancher(StmtMutator):
 def _has_select(e: E.Expr) -> bool:
     if isinstance(e, E.Select):
         return True
-    from ..te.visit import _children
     return any(_has_select(c) for c in _children(e))
 
 
@@ -120,7 +134,6 @@ def is_lane_uniform(cond: E.Expr, loop: For) -> bool:
 # ------------------------------------------------------------------ branching
 def _first_uniform_select(e: E.Expr, loop: For):
     """The outermost select of `e` whose condition depends on the lanes and is uniform."""
-    from ..te.visit import _children
     stack = [e]
     seen = set()
     while stack:
@@ -136,10 +149,12 @@ def _first_uniform_select(e: E.Expr, loop: For):
 
 
 def _branch(node: Store, loop: For, facts: tuple, budget: list) -> Stmt | None:
-    """`node` with its first uniform select a branch, recursively; None when it has none."""
+    """`node` with its first uniform select a branch, recursively, and its loads under the
+    other selects guarded; None when nothing changes."""
     sel = _first_uniform_select(node.value, loop)
     if sel is None or budget[0] <= 0:
-        return None
+        value = _Guard(loop, facts)(node.value)
+        return None if value is node.value else replace(node, value=value)
     budget[0] -= 1
     taken = _Replace(sel, sel.t)(node.value)
     other = _Replace(sel, sel.f)(node.value)
@@ -212,3 +227,35 @@ class _Unclamp(ExprMutator):
                 if lo is not None and lo >= c.value:
                     return x
         return e if (a is e.a and b is e.b) else E.Max(e.dtype, a, b)
+
+
+class _Guard(ExprMutator):
+    """Under a select whose condition depends on the lanes, a load whose clamps the
+    conditions on the way down (and the enclosing branches' facts) prove redundant, and
+    whose index is contiguous without them, becomes a GuardedLoad masked by those
+    conditions."""
+
+    def __init__(self, loop: For, facts: tuple, path: tuple = ()):
+        super().__init__()
+        self.loop, self.facts, self.path = loop, facts, path
+
+    def visit_Select(self, e: E.Select) -> E.Expr:
+        v = self.loop.loop_var
+        if v not in _free_vars(e.cond):
+            return self.generic_visit(e)
+        cond = self.visit(e.cond)
+        t = _Guard(self.loop, self.facts + _facts(e.cond, True), self.path + (e.cond,))(e.t)
+        f = _Guard(self.loop, self.facts + _facts(e.cond, False),
+                   self.path + (E.logical_not(e.cond),))(e.f)
+        if cond is e.cond and t is e.t and f is e.f:
+            return e
+        return E.Select(e.dtype, cond, t, f)
+
+    def visit_BufferLoad(self, e: BufferLoad) -> E.Expr:
+        v = self.loop.loop_var
+        if not self.path or isinstance(e, GuardedLoad) or lane_stride(e.index, v) == 1:
+            return e
+        index = _Unclamp(self.facts)(e.index)
+        if index is e.index or lane_stride(index, v) != 1:
+            return e
+        return GuardedLoad(e.dtype, e.buffer, index, E.all_of(*self.path), e)

@@ -49,9 +49,10 @@ def _vloop(v, n):
     return For(v, E.const(0), E.const(n), ForKind.VECTORIZED, Evaluate(E.const(0)))
 
 
-def _concat_kernel(widths, lanes, dtype, rows=3, quant=False):
-    ins = [te.placeholder((rows, w), dtype, name=f"x{i}") for i, w in enumerate(widths)]
-    out = concatenate(ins, axis=1)
+def _concat_kernel(widths, lanes, dtype, rows=3, quant=False, axis=1):
+    shapes = [(rows, w) if axis == 1 else (w, rows * lanes) for w in widths]
+    ins = [te.placeholder(shape, dtype, name=f"x{i}") for i, shape in enumerate(shapes)]
+    out = concatenate(ins, axis=axis)
     extra = []
     if quant:
         scale = te.placeholder((1,), "float32", name="scale")
@@ -95,6 +96,11 @@ def test_concat_along_the_vector_axis_matches_numpy(widths, lanes, dtype):
     _run(widths, lanes, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "int32", "float64"])
+def test_masked_loads_of_other_dtypes(dtype):
+    _run((5, 19), 16, dtype)
+
+
 def test_concat_then_quantize_matches_numpy():
     _run((64, 128, 32, 32), 64, "float32", quant=True)
     _run((5, 11), 8, "float32", quant=True)
@@ -110,15 +116,39 @@ def test_uniform_boundaries_read_whole_vectors():
     *_, func = _concat_kernel((64, 128, 32, 32), 64, "float32")
     body = str(branch_uniform_selects(func.body))
     assert body.count("if ") == 2 and body.count("select(") == 1   # 224 is inside a vector
-    *_, func = _concat_kernel((7, 13), 8, "float32")
+    *_, func = _concat_kernel((64, 128, 32, 32), 8, "float32", axis=0)
+    assert branch_uniform_selects(func.body) is func.body     # conditions free of the lanes
+
+
+def _llvm(func) -> str:
+    return str(emit_module(func, Target("native"), fastmath_flags(("contract",))))
+
+
+@pytest.mark.parametrize("widths,lanes", [((64, 128, 32, 32), 32), ((64, 128, 32, 32), 64),
+                                          ((7, 17), 8)])
+def test_concat_emits_no_per_lane_loads(widths, lanes):
+    """Uniform boundaries: plain vector loads; a boundary inside a vector: masked loads of
+    both sides (llvm.masked.load), never a load per lane."""
+    *_, func = _concat_kernel(widths, lanes, "float32")
+    text = _llvm(func)
+    assert not re.search(r"= load float, ptr", text)
+    assert "extractelement" not in text and "gather" not in text
+    assert ("llvm.masked.load" in text) == any(sum(widths[:k]) % lanes
+                                               for k in range(1, len(widths)))
+
+
+def test_a_clamp_the_condition_does_not_cover_stays():
+    """out[v] = select(v < 4, x[min(v, 2)], y[v]): lanes 3 read x[2] (an edge clamp, not a
+    dead-branch guard), so that load keeps its clamp and its per-lane reads."""
+    from kiln.schedule.ir import PrimFunc, Store
+    from .cg_util import buf, load, loop
+    x, y, out = buf("x", "float32", [3]), buf("y", "float32", [8]), buf("out", "float32", [8])
+    v = E.var("v")
+    value = E.select(v < 4, load(x, E.minimum(v, 2)), load(y, v))
+    func = PrimFunc("edge", (x, y, out), loop(v, 8, Store(out, v, value), ForKind.VECTORIZED))
     assert branch_uniform_selects(func.body) is func.body
-
-
-def test_uniform_concat_emits_no_per_lane_loads():
-    *_, func = _concat_kernel((64, 128, 32, 32), 32, "float32")
-    text = str(emit_module(func, Target("native"), fastmath_flags(("contract",))))
-    assert not re.search(r"= load float, ptr", text)          # only <32 x float> loads
-    assert "extractelement" not in text                      # no per-lane addresses
-    *_, func = _concat_kernel((7, 13), 8, "float32")
-    text = str(emit_module(func, Target("native"), fastmath_flags(("contract",))))
-    assert re.search(r"= load float, ptr", text)              # straddling: per lane, still
+    xs, ys = RNG.random(3).astype("float32"), RNG.random(8).astype("float32")
+    result = np.zeros(8, "float32")
+    build(func, cache_kernel=False)(xs, ys, result)
+    np.testing.assert_array_equal(result, np.where(np.arange(8) < 4, xs[np.minimum(
+        np.arange(8), 2)], ys))
