@@ -34,18 +34,20 @@ from ..schedule.ir import BufferLoad, For, ForKind, IfThenElse, Stmt, Store, ir_
 from ..schedule.simplify import simplify
 from ..schedule.visitor import StmtMutator
 from ..te import expr as E
-from ..te.visit import ExprMutator, _children, substitute
+from ..te.visit import ExprMutator, _children, substitute, walk
 from .emit_expr import _free_vars, lane_stride
 
 # Copies of one Store at most (a branch per uniform select doubles the statement; a chain of
 # k concatenated inputs gives k copies, k independent selects 2**k).
 MAX_COPIES = 16
+# Off (False): the pass returns its input (for A/B runs: benchmarks/concat_ab.py).
+ENABLED = True
 
 
 def branch_uniform_selects(stmt: Stmt) -> Stmt:
     """`stmt` with the lane-uniform selects of its vectorized Stores made branches (see the
     module docstring); the same object when there are none."""
-    return _Brancher()(stmt)
+    return _Brancher()(stmt) if ENABLED else stmt
 
 
 @ir_node
@@ -81,9 +83,7 @@ class _Brancher(StmtMutator):
 
 
 def _has_select(e: E.Expr) -> bool:
-    if isinstance(e, E.Select):
-        return True
-    return any(_has_select(c) for c in _children(e))
+    return any(isinstance(n, E.Select) for n in walk(e))
 
 
 # ------------------------------------------------------------------ uniformity
@@ -201,13 +201,17 @@ class _Unclamp(ExprMutator):
         for key, klo, khi in self.facts:
             if key.dtype != x.dtype:
                 continue
-            k = simplify(x - key)
-            if not isinstance(k, E.IntImm):
-                continue
-            if klo is not None:
-                lo = klo + k.value if lo is None else max(lo, klo + k.value)
-            if khi is not None:
-                hi = khi + k.value if hi is None else min(hi, khi + k.value)
+            for sign in (1, -1):            # x = key + k, or x = k - key (0 <= a: -a - 1 < 0)
+                k = simplify(x - key if sign == 1 else x + key)
+                if not isinstance(k, E.IntImm):
+                    continue
+                low, high = (klo, khi) if sign == 1 else (
+                    None if khi is None else -khi, None if klo is None else -klo)
+                if low is not None:
+                    lo = low + k.value if lo is None else max(lo, low + k.value)
+                if high is not None:
+                    hi = high + k.value if hi is None else min(hi, high + k.value)
+                break
         return lo, hi
 
     def visit_Min(self, e: E.Min) -> E.Expr:

@@ -152,3 +152,27 @@ def test_a_clamp_the_condition_does_not_cover_stays():
     build(func, cache_kernel=False)(xs, ys, result)
     np.testing.assert_array_equal(result, np.where(np.arange(8) < 4, xs[np.minimum(
         np.arange(8), 2)], ys))
+
+
+@pytest.mark.parametrize("before,after", [(2, 3), (8, 8), (1, 0)])
+def test_pad_along_the_vector_axis_reads_masked_vectors(before, after):
+    """A constant pad of the last axis (`0 <= w - before` and `w - before < 13`): the
+    condition covers the read's clamp from both sides, so the read is one masked load."""
+    from kiln.te.ops.transform import pad
+    x = te.placeholder((2, 13), "float32", name="x")
+    out = pad(x, (0, before), (0, after), value=1.5)
+    s = kiln.create_schedule(out)
+    width = 13 + before + after
+    lanes = 8 if width % 8 == 0 else 2 if width % 2 == 0 else 1
+    if lanes == 1:
+        lanes = width
+    r, c = out.op.axis
+    co, ci = s[out].split(c, lanes)
+    s[out].vectorize(ci)
+    func = lower(s, [x, out], name="pad")
+    xs = RNG.random((2, 13)).astype("float32")
+    result = np.zeros(out.shape, "float32")
+    build(func, cache_kernel=False)(xs, result)
+    np.testing.assert_array_equal(result, np.pad(xs, ((0, 0), (before, after)),
+                                                 constant_values=1.5))
+    assert "llvm.masked.load" in _llvm(func) and "extractelement" not in _llvm(func)
