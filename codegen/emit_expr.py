@@ -292,7 +292,8 @@ class ExprEmitter:
         """A masked contiguous vector load (codegen/uniform_select.py); its safe, clamped
         load wherever it is not a stride-1 access of the vector loop."""
         lanes = self.lanes
-        if lanes is None or lane_stride(e.index, lanes.var) != 1:
+        if (lanes is None or lane_stride(e.index, lanes.var) != 1
+                or not _native_masked_load(getattr(self.mod, "target", None), e.buffer.dtype)):
             return self._emit(e.safe)
         mask = self._emit(e.mask)
         if not T.is_vector(mask):
@@ -575,6 +576,17 @@ class ExprEmitter:
 @functools.lru_cache(maxsize=None)
 def _has_vnni(target) -> bool:
     return any(how == "vnni" for _, how in dot4_strategies(target_features(target)))
+
+
+@functools.lru_cache(maxsize=None)
+def _native_masked_load(target, dtype: str) -> bool:
+    """Whether `target` has a masked vector load of `dtype`'s elements (AVX/AVX2 vmaskmov:
+    32 and 64 bits; AVX-512BW: 8 and 16 too). Elsewhere LLVM expands one into a branch per
+    lane, slower than the clamped per-lane reads it replaces."""
+    feats = target_features(target)
+    if dt.itemsize(dtype) >= 4:
+        return bool(feats & {"avx", "avx2", "avx512f"})
+    return "avx512bw" in feats
 
 
 def _mangle(ty: ir.Type) -> str:

@@ -121,7 +121,7 @@ def test_uniform_boundaries_read_whole_vectors():
 
 
 def _llvm(func) -> str:
-    return str(emit_module(func, Target("native"), fastmath_flags(("contract",))))
+    return str(emit_module(func, Target.native(), fastmath_flags(("contract",))))
 
 
 @pytest.mark.parametrize("widths,lanes", [((64, 128, 32, 32), 32), ((64, 128, 32, 32), 64),
@@ -176,3 +176,18 @@ def test_pad_along_the_vector_axis_reads_masked_vectors(before, after):
     np.testing.assert_array_equal(result, np.pad(xs, ((0, 0), (before, after)),
                                                  constant_values=1.5))
     assert "llvm.masked.load" in _llvm(func) and "extractelement" not in _llvm(func)
+
+
+@pytest.mark.parametrize("dtype,masked", [("float32", True), ("uint8", False)])
+def test_avx2_masks_only_the_elements_it_has_masked_loads_for(dtype, masked):
+    """AVX2 has vmaskmov for 32/64-bit elements only: a uint8 boundary inside a vector keeps
+    its clamped reads there (LLVM would expand the masked load into a branch per lane)."""
+    *_, func = _concat_kernel((7, 17), 8, dtype)
+    avx2 = Target.from_string("llvm -mcpu=znver3")
+    text = str(emit_module(func, avx2, fastmath_flags(("contract",))))
+    assert ("llvm.masked.load" in text) == masked
+    if avx2.can_run_on_host():
+        ins = [RNG.integers(0, 200, (3, w)).astype(dtype) for w in (7, 17)]
+        result = np.zeros((3, 24), dtype)
+        build(func, target=avx2, cache_kernel=False)(*ins, result)
+        np.testing.assert_array_equal(result, np.concatenate(ins, axis=1))
