@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kiln
 from kiln import te
@@ -191,3 +193,10 @@ def test_avx2_masks_only_the_elements_it_has_masked_loads_for(dtype, masked):
         result = np.zeros((3, 24), dtype)
         build(func, target=avx2, cache_kernel=False)(*ins, result)
         np.testing.assert_array_equal(result, np.concatenate(ins, axis=1))
+
+
+@settings(max_examples=10, deadline=None)
+@given(widths=st.lists(st.integers(1, 40), min_size=1, max_size=4),
+       lanes=st.sampled_from([1, 4, 8, 16, 32, 64]), dtype=st.sampled_from(["float32", "uint8"]))
+def test_random_concats_match_numpy(widths, lanes, dtype):
+    _run(tuple(widths), lanes, dtype)
