@@ -590,7 +590,7 @@ def _native_masked_load(target, dtype: str) -> bool:
 
 
 def _mangle(ty: ir.Type) -> str:
-    """LLVM's intrinsic-name spelling of a scalar type: f32, f64, f16, bf16, i8, ..."""
+    """LLVM's intrinsic-name spelling of a scalar memory type: f32, f64, f16, i8, ..."""
     names = {ir.FloatType: "f32", ir.DoubleType: "f64", ir.HalfType: "f16"}
     for cls, name in names.items():
         if isinstance(ty, cls):

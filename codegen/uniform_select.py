@@ -46,7 +46,7 @@ ENABLED = True
 
 def branch_uniform_selects(stmt: Stmt) -> Stmt:
     """`stmt` with the lane-uniform selects of its vectorized Stores made branches (see the
-    module docstring); the same object when there are none."""
+    module docstring); an equal statement when there are none."""
     return _Brancher()(stmt) if ENABLED else stmt
 
 
