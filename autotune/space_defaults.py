@@ -12,6 +12,7 @@ from ..te.dtype import itemsize
 from ..te.ops.linalg import MATMUL_PREPACKED
 from ..te.tensor import ComputeOp, TensorLoad
 from ..te.visit import walk
+from .space_int8_conv import depthwise_register_rows, one_register_tile_per_cache_tile
 from .space_apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
                           _window_axes)
 from .space_int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
@@ -155,6 +156,7 @@ class DefaultsMixin:
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
                                                         inner[-1], lanes, budget, tails,
                                                         broadcast)
+                inner[rows] = depthwise_register_rows(target, op, extents[rows], inner[rows])
                 mid[-1] = max(1, min(4, extents[-1] // (2 * inner[-1])))
                 blocks = (_block_axis(op, rows) if extents[-1] == lanes and not window
                           and not uses_dot4(op) and op.dtype.startswith("float") else None)
@@ -286,6 +288,9 @@ class DefaultsMixin:
             # 1 thread: 1.04-1.14x faster with one-panel cache tiles)
             if (1, panel) in vec.choices:
                 out[vec.name] = [1, panel]
+        if one_register_tile_per_cache_tile(target, op):     # space_int8_conv.py
+            out[vec.name] = _nearest(vec.choices, (1, out[vec.name][1]))
+            out[knob.name] = _nearest(knob.choices, (1, out[knob.name][1]))
         return out
 
 

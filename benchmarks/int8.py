@@ -224,12 +224,17 @@ def _int8_form(form: str):
     [K4, N] words, graph/passes/int8_panels.py off), "tallcache" (dot4 GEMM cache tiles of
     up to 8 register tiles of rows, space_int8.py one_row_tile_per_cache_tile off) and
     "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off)
-    and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off);
+    and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off),
+    "novnniconv" (the conv GEMMs through im2col and row-major weights:
+    graph/passes/int8_vnni_conv.py off), "tallconvtile" (those convs with the prepacked
+    GEMM's cache tiles: autotune/space_int8_conv.py off) and "widedw" (depthwise register
+    tiles as wide as the accumulator budget: depthwise_register_rows off);
     "onereduce": DynamicQuantizeLinear's min and max each as one reduction over every axis
     (graph/onnx_quant_ops.py _whole_reduce off);
     the model cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
-             "nopanels", "tallcache", "unfused", "noviews", "onereduce")
+             "nopanels", "tallcache", "unfused", "noviews", "onereduce", "novnniconv",
+             "tallconvtile", "widedw")
     if "+" in form:      # several switches at once: "noimplicit+noshortk"
         with contextlib.ExitStack() as stack:
             for part in form.split("+"):
@@ -240,6 +245,8 @@ def _int8_form(form: str):
         raise SystemExit(f"--int8-forms: {form!r} is none of {', '.join(forms)}")
     saved, saved_dir = int8_widen.widens_int8, os.environ.get("KILN_CACHE_DIR")
     saved_short = space_defaults.short_k_columns
+    saved_conv_tile = space_defaults.one_register_tile_per_cache_tile
+    saved_dw_rows = space_defaults.depthwise_register_rows
     saved_pipeline = passes.PIPELINE
     saved_rows, saved_fused = space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni
     saved_reduce = onnx_quant_ops._whole_reduce
@@ -275,6 +282,16 @@ def _int8_form(form: str):
     if form == "noimplicit":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "implicit int8 convs")
         os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "widedw":
+        space_defaults.depthwise_register_rows = lambda target, op, extent, rows: rows
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "tallconvtile":
+        space_defaults.one_register_tile_per_cache_tile = lambda target, op: False
+        os.environ["KILN_CACHE_DIR"] = "off"
+    if form == "novnniconv":
+        passes.PIPELINE = tuple(p for p in passes.PIPELINE
+                                if p[0] != "implicit int8 convs (VNNI)")
+        os.environ["KILN_CACHE_DIR"] = "off"
     if form == "dot4":
         passes.PIPELINE = tuple(p for p in passes.PIPELINE if p[0] != "int16 activation pairs")
         os.environ["KILN_CACHE_DIR"] = "off"
@@ -283,6 +300,8 @@ def _int8_form(form: str):
     finally:
         int8_widen.widens_int8 = saved
         space_defaults.short_k_columns = saved_short
+        space_defaults.one_register_tile_per_cache_tile = saved_conv_tile
+        space_defaults.depthwise_register_rows = saved_dw_rows
         space_defaults.one_row_tile_per_cache_tile, emit_expr._has_vnni = saved_rows, saved_fused
         onnx_quant_ops._whole_reduce = saved_reduce
         passes.PIPELINE = saved_pipeline
@@ -542,7 +561,12 @@ def main() -> None:
                         "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs "
                         "through im2col, graph/passes/int8_implicit.py off), noshortk (pairs "
                         "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
-                        "short_k_columns off); join switches with + (noimplicit+noshortk)")
+                        "short_k_columns off), novnniconv (pairs with VNNI's conv GEMMs "
+                        "through im2col and row-major weights, graph/passes/int8_vnni_conv.py "
+                        "off), tallconvtile (those convs with the GEMM's cache tiles, "
+                        "autotune/space_int8_conv.py off), widedw (the depthwise register "
+                        "tile cap off); join switches with + "
+                        "(noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall: perf_counter; cpu: the calling thread's CPU time "

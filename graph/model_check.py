@@ -28,7 +28,6 @@ from typing import Callable
 from ..autotune.database import Choice, Database
 from ..autotune.dispatch import Selection, canonical_target, select_record
 from ..autotune.space import SearchSpace
-from ..te.errors import KilnError
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +140,11 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: str
         db.commit_choice(_default_choice(choice, space.default_config()))
         try:
             reverted = compile_now()
-        except KilnError:
+            ratio = paired_ratio(lambda: current.run(inputs), lambda: reverted.run(inputs),
+                                 rounds, clock)
+        except BaseException:       # (Ctrl-C too) the choice stands as it was
             db.commit_choice(dataclasses.replace(choice, timestamp=time.time()))
             raise
-        ratio = paired_ratio(lambda: current.run(inputs), lambda: reverted.run(inputs),
-                             rounds, clock)
         kept = ratio < 1.0 - MARGIN
         if kept:
             db.commit_choice(dataclasses.replace(choice, timestamp=time.time()))

@@ -17,6 +17,7 @@ from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .half_convs import convs_in_float32
 from .int8_implicit import to_implicit_int8_convs
+from .int8_vnni_conv import to_vnni_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
@@ -26,6 +27,7 @@ from .int8_widen import widen_int8_weights
 from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
+from .quantized_add import onnxruntime_rounded_adds
 from .sink_layout import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 # passes that also take the target the graph is compiled for (None: target-neutral, no-op)
 TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "implicit int8 convs",
+                           "implicit int8 convs (VNNI)",
                            "widen int8 weights",
                            "int16 activation pairs", "int8 weight panels",
                            "int8 activation views"})
@@ -55,10 +58,13 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     # AVX2 without VNNI: vpmaddubsw where the weight pairs provably cannot saturate ...
     ("saturation-safe int8 pairs", to_saturation_safe_pairs),
     ("implicit int8 convs", to_implicit_int8_convs),   # ... read from padded words, no im2col
+    # VNNI: conv GEMMs read padded words in place, weights as column panels
+    ("implicit int8 convs (VNNI)", to_vnni_int8_convs),
     ("widen int8 weights", widen_int8_weights),   # ... else int16 weight pairs
     ("int16 activation pairs", to_int16_pairs),   # ... and activations split where made
     ("int8 weight panels", panel_int8_weights),   # VNNI: byte-word weights in column panels
     ("int8 activation views", view_int8_rows),    # ... and uint8 rows read as words in place
+    ("quantized adds as onnxruntime rounds them", onnxruntime_rounded_adds),
     ("eliminate common subexpressions", eliminate_common_subexpressions),
     ("eliminate dead code", eliminate_dead_code),
     ("blocked layout", to_blocked_layout),      # after folding: BN-scaled weights are final

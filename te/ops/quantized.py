@@ -28,6 +28,7 @@ from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import broadcast_shape, check_tensor, read_broadcast
 from .conv import _padded_window, conv2d_nchw
+from .linalg import pack_matmul_weight
 from .tags import BATCH_MATMUL, BROADCAST, CONV2D_NCHW, ELEMWISE, MATMUL, PAD
 
 QUANT_DTYPES = ("uint8", "int8")
@@ -283,11 +284,7 @@ def panel_weight_words(words: np.ndarray, block: int) -> np.ndarray:
     if w.ndim != 2 or w.dtype != np.int32 or block < 1:
         raise TEError(f"panel_weight_words(): expects int32 words[K4, N] and block >= 1, got "
                       f"{w.dtype}{list(w.shape)} and block={block}")
-    k4, n = w.shape
-    panels = -(-n // block)
-    padded = np.zeros((k4, panels * block), np.int32)
-    padded[:, :n] = w
-    return np.ascontiguousarray(padded.reshape(k4, 1, panels, block).transpose(2, 0, 1, 3))
+    return pack_matmul_weight(w, block)[:, :, None, :]
 
 
 def _dot4(seven_bit: bool, symmetric: bool = False):

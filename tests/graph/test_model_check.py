@@ -181,3 +181,20 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
                  model_check=False)
     assert seen == {"budget": 100}
+
+
+def test_a_check_that_fails_leaves_the_choice_standing(tmp_path, monkeypatch):
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 1)
+    compiles = []
+
+    def compile_now():
+        compiles.append(1)
+        if len(compiles) > 1:
+            raise KeyboardInterrupt
+        return compile_model(model, TARGET, db, threads=1, cache_model=False)
+
+    with pytest.raises(KeyboardInterrupt):
+        model_check.check_choices_in_model(compile_now, tasks, TARGET, db, 1)
+    key, (config, _) = next(iter(chosen.items()))
+    choice = db.choice(key, TARGET, 1)
+    assert not choice.is_default and choice.config == config

@@ -120,6 +120,22 @@ def test_conv_integer(group, wzp):
     check(model, {"x": x}, exact=True)
 
 
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 0, 0, 2]])
+@pytest.mark.parametrize("xdtype", ["uint8", "int8"])
+def test_conv_integer_runtime_zero_point(pads, xdtype):
+    """Dynamic quantization's ConvInteger (a ViT's patch embedding, Whisper's padded
+    audio convs): the activation zero point comes at run time; the conv takes the packed
+    int8 kernels, padded by a pad kernel that fills in the zero point; exact."""
+    x = u8(1, 3, 13, 11) if xdtype == "uint8" else s8(1, 3, 13, 11)
+    w, xzp = s8(5, 3, 4, 3), np.array(77 if xdtype == "uint8" else -9, xdtype)
+    node = helper.make_node("ConvInteger", ["x", "w", "xzp"], ["y"], pads=pads,
+                            strides=[4, 3])
+    model = make_model([node], {"x": x, "xzp": xzp}, [("y", "int32")], {"w": w}, opset=13)
+    check(model, {"x": x, "xzp": xzp}, exact=True)
+    kernels = " ".join(s.kernel for s in kiln.compile(model, db=None, jobs=1).plan.steps)
+    assert "int8x4" in kernels and ("pad" in kernels) == any(pads), kernels
+
+
 @pytest.mark.parametrize("xdtype", ["uint8", "int8"])
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_qlinear_conv(xdtype, per_channel):

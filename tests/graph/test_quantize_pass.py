@@ -157,3 +157,20 @@ def test_onnxruntime_quantized_model(builder):
         worst_int8 = max(worst_int8, float(np.abs(got - ort_int8).max()))
         worst_fp32 = max(worst_fp32, float(np.abs(ort_fp32 - ort_int8).max()))
     assert worst_int8 < 0.5 * worst_fp32, (worst_int8, worst_fp32)
+
+
+def test_the_requantize_multiplier_is_onnxruntimes_float32_quotient():
+    """M[f] = (x_scale * w_scale[f]) / y_scale in float32, in that order, as onnxruntime's
+    QLinearConv computes it (the float64 quotient rounded once differs in the last bit for
+    some scales, and such a bit moved rounding ties: ResNet-18 int8 agreed with
+    onnxruntime's top-1 on 97% of random inputs, bit for bit on all with it)."""
+    model, _, _ = qdq_conv_model("uint8", True, None, f=64)
+    graph = fuse_quantized_kernels(load_onnx(model))
+    (req,) = [n for n in graph.nodes if n.op == "requantize"]
+    got = np.asarray(graph.constants[req.inputs[1].name]).reshape(-1)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    xs, ws, ys = inits["xs"], inits["ws"], inits["ys"]
+    want = (np.float32(xs) * ws) / np.float32(ys)
+    once = (np.float64(xs) * ws.astype(np.float64) / np.float64(ys)).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert not np.array_equal(want, once)          # these scales tell the two apart

@@ -1,0 +1,144 @@
+"""int8 convs on VNNI targets as implicit GEMMs with column-panel weights
+(graph/passes/int8_vnni_conv.py, te/ops/quantized_vnni_conv.py): an im2col + matmul_int8x4,
+or a 1x1 conv's matmul_int8x4 over the words, becomes [pad ->] conv_int8x4_panels. The kernel
+equals numpy's integer conv on the host (any dot4 lowering: batch 2, prime sizes, strides,
+dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal, bit for
+bit, the reference of the graph without the pass (uint8 and int8 activations, zero points
+other than 0 in the padding, per-channel scales, a residual, 1x1, a 3-channel stem and 24
+output channels),
+and compiled for the host when it has VNNI. AVX2 and no target keep the im2col."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import codegen
+from kiln.autotune.space import SearchSpace
+from kiln.autotune.task import Task
+from kiln.codegen import Target
+from kiln.graph.frontend import load_onnx
+from kiln.graph.passes import optimize
+from kiln.graph.passes.int8_vnni_conv import (panel_block, takes_vnni, to_vnni_int8_convs,
+                                              weight_panels)
+from kiln.graph.reference import run_reference
+from kiln.schedule.lower import lower
+from kiln.te.errors import TEError
+from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels
+from kiln.te.tensor import placeholder
+
+from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight
+from .test_int8_pointwise import _pointwise_model
+
+R = np.random.default_rng(67)
+VNNI = "llvm -mcpu=znver4"
+SKIP = ("implicit int8 convs (VNNI)",)
+HOST = Target.from_string("native")
+HOST_VNNI = takes_vnni(HOST)
+
+
+@pytest.mark.parametrize("nb,h,w,c4,f,kernel,stride,dilation,block", [
+    (2, 5, 7, 3, 16, (3, 3), (2, 1), (1, 1), 8),      # batch 2, prime sizes, 3 words
+    (1, 7, 6, 8, 24, (3, 2), (1, 1), (2, 1), 16),     # uneven window, dilation, padded panel
+    (1, 3, 5, 1, 8, (1, 1), (1, 1), (1, 1), 8),       # a 1x1 over one word a pixel
+])
+def test_conv_int8x4_panels_kernel_is_exact(nb, h, w, c4, f, kernel, stride, dilation, block):
+    kh, kw = kernel
+    oh = (h - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    ow = (w - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    w8 = R.integers(-128, 128, (kh * kw * c4 * 4, f)).astype(np.int8)
+    words = np.ascontiguousarray(w8.reshape(-1, 4, f).transpose(0, 2, 1)).view(np.int32)[..., 0]
+    panels = weight_panels(words, block)
+    xb = R.integers(0, 256, (nb, h, w, 4 * c4)).astype(np.uint8)
+    xb.flat[0] = 255
+    x = placeholder((nb, h, w, c4), "int32", "x")
+    wt = placeholder(panels.shape, "int32", "w")
+    out = conv_int8x4_panels(x, wt, f, kernel, (oh, ow), stride, dilation)
+    task = Task("conv", (out,), (x, wt, out), HOST)
+    space = SearchSpace(task)
+    sch, args = space.apply(space.default_config())
+    fn = codegen.build(lower(sch, args, name="conv"), target=HOST, cache_kernel=False)
+    got = np.empty((nb * oh * ow, f), np.int32)
+    fn(xb.view(np.int32), panels, got)
+    taps = [xb[:, ry * dilation[0]:ry * dilation[0] + stride[0] * (oh - 1) + 1:stride[0],
+               rx * dilation[1]:rx * dilation[1] + stride[1] * (ow - 1) + 1:stride[1]]
+            for ry in range(kh) for rx in range(kw)]
+    cols = np.stack(taps, axis=3).reshape(nb * oh * ow, -1).astype(np.int64)
+    np.testing.assert_array_equal(got, cols @ w8.astype(np.int64))
+
+
+@pytest.mark.parametrize("xdtype,c,f,h,w,strides,kernel,pads,residual", [
+    ("uint8", 16, 24, 5, 4, (1, 1), (3, 3), (1, 1, 1, 1), True),   # zero point in the pads
+    ("int8", 12, 40, 7, 5, (2, 2), (3, 3), (1, 0, 0, 1), False),   # int8 x, stride, uneven
+    ("uint8", 8, 16, 6, 3, (2, 1), (3, 1), (0, 0, 0, 0), False),   # no padding: no pad node
+    ("uint8", 96, 24, 3, 5, (1, 1), (1, 1), (0, 0, 0, 0), True),   # a 1x1, 8-wide panels
+    ("int8", 20, 48, 4, 3, (2, 2), (1, 1), (0, 0, 0, 0), False),   # a strided 1x1
+    ("uint8", 3, 16, 9, 11, (2, 2), (3, 3), (1, 0, 1, 1), False),  # a 3x3 stem: C4 = 1
+])
+def test_model_convs_take_panels_exactly(xdtype, c, f, h, w, strides, kernel, pads, residual):
+    model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
+    model = _with_weight(model, "wq", _gaussian((f, c) + kernel))
+    graph = load_onnx(model)
+    plain = optimize(graph, target=VNNI, skip=SKIP)
+    panels = optimize(graph, target=VNNI)
+    ops = _ops(panels)
+    assert "conv_int8x4_panels" in ops and "im2col_nhwc_int8x4" not in ops, ops
+    assert "matmul_int8x4" not in ops, ops
+    assert ("pad" in ops) == any(pads), ops
+    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3}
+    if residual:
+        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    want = run_reference(plain, feeds)["y"]
+    np.testing.assert_array_equal(run_reference(panels, feeds)["y"], want)
+    if HOST_VNNI:       # compiled for (and run on) a VNNI host
+        got = kiln.compile(model, target=HOST, db=None, jobs=1).run(feeds)[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_avx2_no_target_and_odd_columns_keep_the_gemm():
+    model = _pointwise_model("uint8", 16, 16, 5, 5, False, (1, 1), (3, 3), (1, 1, 1, 1))
+    model = _with_weight(model, "wq", _gaussian((16, 16, 3, 3)))
+    for target in (None, AVX2, "llvm -mcpu=skylake-avx512"):
+        assert "conv_int8x4_panels" not in _ops(optimize(load_onnx(model), target=target))
+    odd = _pointwise_model("uint8", 16, 13, 5, 5, False, (1, 1), (3, 3), (1, 1, 1, 1))
+    odd = _with_weight(odd, "wq", _gaussian((13, 16, 3, 3)))
+    ops = _ops(optimize(load_onnx(odd), target=VNNI))       # 13 columns: no panel width
+    assert "conv_int8x4_panels" not in ops and "im2col_nhwc_int8x4" in ops, ops
+    graph = optimize(load_onnx(model), target=VNNI, skip=SKIP)
+    done = to_vnni_int8_convs(graph, VNNI)
+    assert "conv_int8x4_panels" in _ops(done)
+    assert to_vnni_int8_convs(done, VNNI) is done            # nothing left to rewrite
+    assert to_vnni_int8_convs(graph, AVX2) is graph
+
+
+def test_panel_block_and_weight_panels():
+    assert [panel_block(n, 16) for n in (64, 144, 48, 16, 24, 8, 13, 1000)] == \
+        [32, 16, 16, 16, 8, 8, None, 8]
+    assert panel_block(24, 8) == 8 and panel_block(12, 8) == 4
+    words = np.arange(3 * 20, dtype=np.int32).reshape(3, 20)
+    p = weight_panels(words, 8)
+    assert p.shape == (3, 3, 8) and p.dtype == np.int32
+    np.testing.assert_array_equal(p.transpose(1, 0, 2).reshape(3, 24)[:, :20], words)
+    assert not p[2, :, 4:].any()
+    assert takes_vnni(VNNI) and not takes_vnni(AVX2) and not takes_vnni(None)
+
+
+def test_a_wide_stem_keeps_its_columns():
+    model = _pointwise_model("uint8", 3, 16, 9, 11, False, (2, 2), (7, 7), (3, 3, 3, 3))
+    ops = _ops(optimize(load_onnx(model), target=VNNI))
+    assert "conv_int8x4_panels" not in ops and "im2col_nhwc_int8x4" in ops, ops
+
+
+def test_conv_int8x4_panels_rejects_bad_operands():
+    wt = placeholder((2, 9 * 4, 16), "int32", "w")
+    with pytest.raises(TEError, match=r"conv_int8x4_panels.*w\[P, KH \* KW \* C4, block\]"):
+        conv_int8x4_panels(placeholder((1, 5, 5, 3), "int32", "x"), wt, 32, (3, 3), (3, 3))
+    with pytest.raises(TEError, match=r"output 4x3 .* does not fit the padded input 'x'"):
+        conv_int8x4_panels(placeholder((1, 5, 5, 4), "int32", "x"), wt, 32, (3, 3), (4, 3))
+    with pytest.raises(TEError, match=r"weight words 'w' must be int32"):
+        conv_int8x4_panels(placeholder((1, 5, 5, 4), "int32", "x"),
+                           placeholder((2, 36, 16), "int8", "w"), 32, (3, 3), (3, 3))
+    with pytest.raises(TEError, match=r"panels"):
+        conv_int8x4_panels(placeholder((1, 5, 5, 4), "int32", "x"), wt, 40, (3, 3), (3, 3))
