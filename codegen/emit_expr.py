@@ -158,8 +158,8 @@ class ExprEmitter:
     def _shareable(self, e: E.Expr) -> bool:
         ok = self._share_ok.get(e)
         if ok is None:
-            if isinstance(e, BufferLoad):
-                ok = e.buffer in self.readonly and self._shareable(e.index)
+            if isinstance(e, BufferLoad):   # a GuardedLoad's mask and safe load too
+                ok = e.buffer in self.readonly and all(self._shareable(c) for c in _children(e))
             else:
                 ok = all(self._shareable(c) for c in _children(e))
             self._share_ok[e] = ok
@@ -287,6 +287,26 @@ class ExprEmitter:
             v = self.builder.load(self.element_ptr(ptr, mem_ty, i), typ=mem_ty, align=align)
             out = self.builder.insert_element(out, v, ir.Constant(T.I32, lane))
         return self._from_memory(e.buffer.dtype, out)
+
+    def _emit_GuardedLoad(self, e):
+        """A masked contiguous vector load (codegen/uniform_select.py); its safe, clamped
+        load wherever it is not a stride-1 access of the vector loop."""
+        lanes = self.lanes
+        if (lanes is None or lane_stride(e.index, lanes.var) != 1
+                or not _native_masked_load(getattr(self.mod, "target", None), e.buffer.dtype)):
+            return self._emit(e.safe)
+        mask = self._emit(e.mask)
+        if not T.is_vector(mask):
+            mask = T.splat(self.builder, mask, lanes.count)
+        mem_ty = T.memory_type(e.buffer.dtype)
+        base = self.expr(_at_lane_base(e.index, lanes.var, lanes.base), index=ADDRESS)
+        ptr = self.element_ptr(self.buffer_ptr(e.buffer), mem_ty, base)
+        vty = ir.VectorType(mem_ty, lanes.count)
+        fn = self.mod.declare(f"llvm.masked.load.v{lanes.count}{_mangle(mem_ty)}.p0", vty,
+                              [T.PTR, T.I32, mask.type, vty])
+        value = self.builder.call(fn, [ptr, ir.Constant(T.I32, dt.itemsize(e.buffer.dtype)),
+                                       mask, ir.Constant(vty, None)])
+        return self._from_memory(e.buffer.dtype, value)
 
     def _from_memory(self, dtype: str, value: ir.Value) -> ir.Value:
         bld = self.builder
@@ -556,6 +576,28 @@ class ExprEmitter:
 @functools.lru_cache(maxsize=None)
 def _has_vnni(target) -> bool:
     return any(how == "vnni" for _, how in dot4_strategies(target_features(target)))
+
+
+@functools.lru_cache(maxsize=None)
+def _native_masked_load(target, dtype: str) -> bool:
+    """Whether `target` has a masked vector load of `dtype`'s elements (AVX/AVX2 vmaskmov:
+    32 and 64 bits; AVX-512BW: 8 and 16 too). Elsewhere LLVM expands one into a branch per
+    lane, slower than the clamped per-lane reads it replaces."""
+    feats = target_features(target)
+    if dt.itemsize(dtype) >= 4:
+        return bool(feats & {"avx", "avx2", "avx512f"})
+    return "avx512bw" in feats
+
+
+def _mangle(ty: ir.Type) -> str:
+    """LLVM's intrinsic-name spelling of a scalar memory type: f32, f64, f16, i8, ..."""
+    names = {ir.FloatType: "f32", ir.DoubleType: "f64", ir.HalfType: "f16"}
+    for cls, name in names.items():
+        if isinstance(ty, cls):
+            return name
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    raise CodegenError(f"internal: no intrinsic name for element type {ty}")
 
 
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:

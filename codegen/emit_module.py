@@ -19,6 +19,7 @@ from .emit_expr import _free_vars
 from .emit_stmt import FunctionEmitter
 from .promote import promote_register_tiles
 from .tails import split_tails
+from .uniform_select import branch_uniform_selects
 from .runtime import backend
 from .target import Target
 
@@ -199,7 +200,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("captures(none)")
     kernel_function_attributes(fn)
     body = promote_register_tiles(func.body, register_file_bytes(target))
-    body = remove_unit_loops(split_tails(body))
+    body = branch_uniform_selects(remove_unit_loops(split_tails(body)))
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     ctx.cold_loops = loop_hints.cold_loops(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
