@@ -338,7 +338,8 @@ def bench_gemm(threads: list[int], db, repeat: int, n: int = 1024,
         sess = _session(model, t)
         theirs = sess.run(None, {"a": a})[0]
         fns = {form: (lambda c=c: c.run({"a": a})) for form, c in compiled.items()}
-        timed = _interleaved({**fns, "ort": lambda: sess.run(None, {"a": a})}, repeat)
+        timed = _interleaved({**fns, "ort": lambda: sess.run(None, {"a": a})}, repeat,
+                             settle=0.3 if t > 1 else 0.0)
         o_s, o_med = timed["ort"]
         for form, c in compiled.items():
             ours = c.run({"a": a})[0]
@@ -404,8 +405,13 @@ def _accuracy(sessions: dict, compiled, model, samples: int) -> dict:
             **{f"top1_{k}": agree[k] / samples for k in pairs}}
 
 
-def _interleaved(fns: dict, repeat: int) -> dict:
-    """(best, median) seconds of each callable, timed in turns so they share the noise."""
+def _interleaved(fns: dict, repeat: int, settle: float = 0.0) -> dict:
+    """(best, median) seconds of each callable, timed in turns so they share the noise.
+    With `settle` (runs on several threads), each turn starts after that many seconds of
+    quiet and an untimed call: a runtime's pool threads spin for a while after its call
+    (onnxruntime's), and on 2 cores the next runtime's second thread met that spinner
+    (Kiln ResNet-18 int8 read 10.7 ms at 2 threads in turns right after onnxruntime, 5.8 ms
+    alone; session 15)."""
     time.sleep(0.3)
     for fn in fns.values():
         fn()
@@ -413,6 +419,9 @@ def _interleaved(fns: dict, repeat: int) -> dict:
     clock = CLOCK
     for _ in range(repeat):
         for k, fn in fns.items():
+            if settle:
+                time.sleep(settle)
+                fn()
             start = clock()
             fn()
             times[k].append(clock() - start)
@@ -511,7 +520,7 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
                                   "ort_int8": lambda: int8_sess.run(None, feeds),
                                   "kiln_fp32": lambda: ours_fp32.run(feeds),
                                   "ort_fp32": lambda: fp32_sess.run(None, feeds),
-                                  **extra}, repeat)
+                                  **extra}, repeat, settle=0.3 if t > 1 else 0.0)
             entry[f"{t}t"] = {f"{k}_ms_{which}": round(v[i] * 1e3, 3) for k, v in timed.items()
                               for i, which in ((0, "best"), (1, "median"))}
             entry[f"{t}t"]["compile_s"] = round(compile_s, 1)

@@ -88,6 +88,9 @@ def main(argv=None) -> int:
     parser.add_argument("--share", type=float, default=CONFIRM.share,
                         help="share of each slice kept for the climb (with --mutations; "
                              f"default {CONFIRM.share})")
+    parser.add_argument("--no-model-check", dest="model_check", action="store_false",
+                        help="keep the confirmed choices without trying them inside the "
+                             "model (graph/model_check.py; on by default, as in kiln tune)")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5,
@@ -125,7 +128,7 @@ def main(argv=None) -> int:
         for _ in range(args.points):
             start = time.perf_counter()
             reports = kiln.tune(model, db=db, time_budget=args.time / args.points,
-                                confirm=confirm)
+                                confirm=confirm, model_check=args.model_check)
             tuned += time.perf_counter() - start
             trials = sum(r.trials for r in reports)
             points.append({"tuning_s": tuned, "trials": trials,
@@ -149,6 +152,7 @@ def main(argv=None) -> int:
     emit_json({"bench": "tune_budget", "model": "regnetx_like", "image_size": args.image_size,
                "threads": args.threads, "time_budget_s": args.time,
                "mutations": args.mutations, "climb_share": args.share,
+               "model_check": args.model_check,
                "clock": "thread_time" if args.cpu else "perf_counter",
                "default_ratio": round(points[0]["ratio"], 3),
                "final_ratio": round(points[-1]["ratio"], 3),
