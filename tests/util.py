@@ -106,3 +106,20 @@ def finishes_in_child(target, args: tuple, seconds: float) -> bool:
         child.join()
         return False
     return child.exitcode == 0
+
+
+def numpy_conv_nchwc(x, wt, stride, pad):
+    """conv2d_nchwc in numpy: x blocked [N, C / bi, H, W, bi] with w[F / bo, C / bi, R, S, bi,
+    bo], or NCHW [N, C, H, W] with w[F / bo, C, R, S, bo]."""
+    if x.ndim == 4:
+        x, wt = x[..., None], wt[:, :, :, :, None, :]
+    n, cb, h, w, bi = x.shape
+    fo, _, r, s, _, bo = wt.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
+    oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+    out = np.zeros((n, fo, oh, ow, bo), np.float64)
+    for ry in range(r):
+        for rx in range(s):
+            win = xp[:, :, ry:ry + stride * oh:stride, rx:rx + stride * ow:stride, :]
+            out += np.einsum("ncyxi,fcio->nfyxo", win, wt[:, :, ry, rx], optimize=True)
+    return out

@@ -8,7 +8,7 @@ from kiln.autotune.space import SearchSpace
 from kiln.autotune.space_defaults import (REDUCE_STEPS, _block_axis, _blocks_rows_tile,
                                           _few_pixels_big_weight, _reduce_steps)
 from kiln.autotune.task import Task
-from tests.util import knob, run_config
+from tests.util import knob, numpy_conv_nchwc, run_config
 
 AVX2 = "llvm -mcpu=haswell"
 
@@ -16,20 +16,6 @@ AVX2 = "llvm -mcpu=haswell"
 def _conv_task(c, h, w, k, r=1, stride=1, pad=0, in_block=8, block=8, target=AVX2):
     return Task.from_op("conv2d_nchwc", (1, c, h, w, k, r, r, stride, pad, in_block, block),
                         target=target)
-
-
-def _numpy_conv(x, wt, stride, pad):
-    """conv2d_nchwc in numpy: x[N, C / bi, H, W, bi], w[F / bo, C / bi, R, S, bi, bo]."""
-    n, cb, h, w, bi = x.shape
-    fo, _, r, s, _, bo = wt.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
-    out = np.zeros((n, fo, oh, ow, bo), np.float64)
-    for ry in range(r):
-        for rx in range(s):
-            win = xp[:, :, ry:ry + stride * oh:stride, rx:rx + stride * ow:stride, :]
-            out += np.einsum("ncyxi,fcio->nfyxo", win, wt[:, :, ry, rx], optimize=True)
-    return out
 
 
 def _tile(space, config):
@@ -76,7 +62,7 @@ def test_one_vector_blocks_tile_blocks_and_pixels_and_compute_the_conv(c, h, w, 
     inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
     x, wt = (inputs[t] for t in task.args[:-1])
     (got,) = run_config(task, space, config, inputs)
-    np.testing.assert_allclose(got, _numpy_conv(x, wt, stride, pad), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, numpy_conv_nchwc(x, wt, stride, pad), rtol=1e-4, atol=1e-4)
 
 
 def test_two_vector_blocks_keep_their_rows_tile():
@@ -110,7 +96,7 @@ def test_a_few_pixel_conv_over_a_big_weight_computes_the_conv():
         inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
         x, wt = (inputs[t] for t in task.args[:-1])
         (got,) = run_config(task, space, config, inputs)
-        np.testing.assert_allclose(got, _numpy_conv(x, wt, 1, 0), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(got, numpy_conv_nchwc(x, wt, 1, 0), rtol=1e-4, atol=1e-3)
 
 
 def test_a_few_pixel_grouped_conv_over_a_big_weight_streams_and_computes_it():

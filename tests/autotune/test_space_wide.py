@@ -15,27 +15,10 @@ from kiln.autotune.space_defaults import (WIDE_MAX_BLOCKS, WIDE_MAX_ROWS, _block
                                           _vector_tile)
 from kiln.autotune.task import Task
 from kiln.te import ops
-from tests.util import knob, run_config
+from tests.util import knob, numpy_conv_nchwc, run_config
 
 AVX512 = "llvm -mcpu=znver4"
 AVX2 = "llvm -mcpu=znver3"
-
-
-def _numpy_conv(x, wt, stride, pad):
-    """conv2d_nchwc in numpy: x blocked [N, C / bi, H, W, bi] with w[F / bo, C / bi, R, S, bi,
-    bo], or NCHW [N, C, H, W] with w[F / bo, C, R, S, bo]."""
-    if x.ndim == 4:
-        x, wt = x[..., None], wt[:, :, :, :, None, :]
-    n, cb, h, w, bi = x.shape
-    fo, _, r, s, _, bo = wt.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
-    out = np.zeros((n, fo, oh, ow, bo), np.float64)
-    for ry in range(r):
-        for rx in range(s):
-            win = xp[:, :, ry:ry + stride * oh:stride, rx:rx + stride * ow:stride, :]
-            out += np.einsum("ncyxi,fcio->nfyxo", win, wt[:, :, ry, rx], optimize=True)
-    return out
 
 
 def _blocked_task(c, h, w, k, r, stride, pad, target):
@@ -52,7 +35,7 @@ def _check_conv(task, space, config, stride, pad, seed=3):
     inputs = {t: rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args[:-1]}
     x, wt = (inputs[t] for t in task.args[:-1])
     (got,) = run_config(task, space, config, inputs)
-    np.testing.assert_allclose(got, _numpy_conv(x, wt, stride, pad), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, numpy_conv_nchwc(x, wt, stride, pad), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("blocks,rows,want", [
