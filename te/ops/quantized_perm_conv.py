@@ -21,6 +21,17 @@ from .quantized import check_panel_columns
 from .tags import MATMUL
 
 
+def word_conv_args(op: str, words: dict, kernel, stride, dilation, out_hw):
+    """The int32 word operands of an implicit-GEMM int8 conv checked (`words`: what -> tensor)
+    and its (kernel, stride, dilation, out_hw) pairs, with errors that name `op`."""
+    for what, t in words.items():
+        check_tensor(op, t)
+        if t.dtype != "int32":
+            raise TEError(f"{op}(): the {what} '{t.name}' must be int32, got {t.dtype}")
+    return tuple(int_tuple(op, name, v, 2) for name, v in (
+        ("kernel", kernel), ("stride", stride), ("dilation", dilation), ("out_hw", out_hw)))
+
+
 def conv_int8x4_perm(x: Tensor, sel: Tensor, w: Tensor, n: int, kernel, out_hw,
                      stride=1, dilation=1, name: str | None = None) -> Tensor:
     """int32 out[r, j] with r = (b * OH + y) * OW + xx: the conv of the padded packed uint8
@@ -29,15 +40,9 @@ def conv_int8x4_perm(x: Tensor, sel: Tensor, w: Tensor, n: int, kernel, out_hw,
     words: selectors [P, G, 4] and words [P, G, 4, block] with G = KH * KW * C4 / 4), equal
     to matmul_int8x4_perm over im2col_nhwc_int8x4(x, KH, KW, stride, dilation) viewed as
     [N * OH * OW, KH * KW * C4]. Tagged matmul_prepacked (column panels)."""
-    for t, what in ((x, "activation words"), (sel, "selectors"), (w, "weight words")):
-        check_tensor("conv_int8x4_perm", t)
-        if t.dtype != "int32":
-            raise TEError(f"conv_int8x4_perm(): the {what} '{t.name}' must be int32, got "
-                          f"{t.dtype}")
-    kh, kw = int_tuple("conv_int8x4_perm", "kernel", kernel, 2)
-    sh, sw = int_tuple("conv_int8x4_perm", "stride", stride, 2)
-    dh, dw = int_tuple("conv_int8x4_perm", "dilation", dilation, 2)
-    oh, ow = int_tuple("conv_int8x4_perm", "out_hw", out_hw, 2)
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = word_conv_args(
+        "conv_int8x4_perm", {"activation words": x, "selectors": sel, "weight words": w},
+        kernel, stride, dilation, out_hw)
     if x.ndim != 4 or x.shape[3] % 4 or sel.ndim != 3 or w.ndim != 4 or sel.shape[2] != 4 \
             or w.shape[:3] != sel.shape or sel.shape[1] * 4 != kh * kw * x.shape[3]:
         raise TEError(f"conv_int8x4_perm(): expects x[N, Hp, Wp, C4] with C4 a multiple of 4, "

@@ -18,8 +18,8 @@ from .. import expr as E
 from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
-from ._common import check_tensor, int_tuple
 from .quantized import _dot4, check_panel_columns
+from .quantized_perm_conv import word_conv_args
 from .tags import MATMUL
 
 
@@ -35,15 +35,9 @@ def conv_int8x4_panels(x: Tensor, w: Tensor, n: int, kernel, out_hw, stride=1, d
     [N * OH * OW, KH * KW * C4], the weight in the same K order. `seven_bit` / `symmetric`
     promise weight bytes in [-64, 63] / [-127, 127] as for matmul_int8x4. Tagged
     matmul_prepacked (column panels)."""
-    for t, what in ((x, "activation words"), (w, "weight words")):
-        check_tensor("conv_int8x4_panels", t)
-        if t.dtype != "int32":
-            raise TEError(f"conv_int8x4_panels(): the {what} '{t.name}' must be int32, got "
-                          f"{t.dtype}")
-    kh, kw = int_tuple("conv_int8x4_panels", "kernel", kernel, 2)
-    sh, sw = int_tuple("conv_int8x4_panels", "stride", stride, 2)
-    dh, dw = int_tuple("conv_int8x4_panels", "dilation", dilation, 2)
-    oh, ow = int_tuple("conv_int8x4_panels", "out_hw", out_hw, 2)
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = word_conv_args(
+        "conv_int8x4_panels", {"activation words": x, "weight words": w}, kernel, stride,
+        dilation, out_hw)
     if x.ndim != 4 or w.ndim != 3 or w.shape[1] != kh * kw * x.shape[3]:
         raise TEError(f"conv_int8x4_panels(): expects x[N, Hp, Wp, C4] and weight panels "
                       f"w[P, KH * KW * C4, block] (kernel {kh}x{kw}), got '{x.name}'"
