@@ -32,7 +32,8 @@ _RESERVED = {"exp", "log", "tanh", "erf", "log1p", "expm1", "sin", "cos", "pow",
              "atan", "atanf", "sinh", "sinhf", "cosh", "coshf", "asinh", "asinhf", "acosh",
              "acoshf", "atanh", "atanhf", "free", "aligned_alloc", "malloc",
              "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "main", "syscall",
-             "getpid", "sched_yield", "pthread_create", "pthread_detach"}
+             "getpid", "sched_yield", "sched_getcpu", "sched_getaffinity",
+             "sched_setaffinity", "pthread_create", "pthread_detach"}
 
 
 def symbol_name(name: str) -> str:

@@ -14,7 +14,13 @@ chunks not yet claimed (0-23). Claiming a chunk is a compare-exchange of `state`
 checks the generation, so a worker that wakes late can never claim a chunk of a newer job
 with an older job's view. A job's parameters are read only after a successful claim, which
 the caller cannot outlive: it returns when `done` reaches the chunk count. Idle workers spin
-for a while (back-to-back kernels of a model start fast) and then sleep on a futex. A second
+for a while (back-to-back kernels of a model start fast) and then sleep on a futex. A worker
+that finds itself on the CPU the caller posted its last job from moves off it: it narrows its
+own affinity to the CPUs the process may use but that one (or, if there is no other, sleeps).
+Why: after a pause between calls (a server between requests) the other CPU of a VM is halted,
+the scheduler counts a halted vCPU as busy and wakes the worker on the caller's CPU; there the
+two share one core for tens of calls before the load balancer parts them, and a 2-thread
+ResNet-18 int8 ran 9-11 ms instead of 5 (slower than 1 thread; session 16). A second
 caller while a job runs (another Python thread), or a kernel called from inside a job, runs
 its loop serially. After fork() the child sees a pool that is not its own (pid check) and
 starts a fresh one.
@@ -49,9 +55,12 @@ HEAD_MIN_PER_THREAD = 8
 TAIL_CHUNKS_PER_THREAD = 4
 # One x86 `pause` takes ~26 ns on these Zen 3 cores (measured), so an idle worker spins
 # ~200 us before it sleeps (a model's next kernel usually comes sooner), and a caller waiting
-# for a chunk another thread holds spins ~25 us before it yields its core to that thread
+# for a chunk another thread holds spins ~25 us before it yields its core to that thread.
+# A spinning worker checks every CPU_CHECK_SPINS pauses whether it shares the caller's CPU.
 WORKER_SPINS = 1 << 13
 CALLER_SPINS = 1 << 10
+CPU_CHECK_SPINS = 1 << 6
+CPU_SET_WORDS = 16             # cpu_set_t: 1024 bits
 MAX_WORKERS = 255              # fits the state word's 8-bit worker field
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
@@ -105,6 +114,7 @@ class _Pool:
         self.busy = var("busy", I32, 0)
         self.workers = var("workers", I32, 0)
         self.pid = var("pid", I32, 0)
+        self.caller_cpu = var("caller_cpu", I32, -1)   # the CPU the last job was posted from
         self.fn = var("fn", T.PTR, None)
         self.data = var("data", T.PTR, None)
         self.extent = var("extent", I32, 0)
@@ -127,12 +137,16 @@ def build_runtime_module(triple: str, futex: int) -> ir.Module:
         "syscall": extern("syscall", I64, [I64], var_arg=True),
         "getpid": extern("getpid", I32, []),
         "sched_yield": extern("sched_yield", I32, []),
+        "sched_getcpu": extern("sched_getcpu", I32, []),
+        "sched_getaffinity": extern("sched_getaffinity", I32, [I32, I64, T.PTR]),
+        "sched_setaffinity": extern("sched_setaffinity", I32, [I32, I64, T.PTR]),
         "pthread_create": extern("pthread_create", I32, [T.PTR, T.PTR, T.PTR, T.PTR]),
         "pthread_detach": extern("pthread_detach", I32, [I64]),
         "pause": extern("llvm.x86.sse2.pause", ir.VoidType(), []) if x86 else None,
     }
     run_chunks = _emit_run_chunks(module, pool)
-    worker = _emit_worker(module, pool, run_chunks, ext, futex)
+    move_off = _emit_move_off(module, ext)
+    worker = _emit_worker(module, pool, run_chunks, move_off, ext, futex)
     _emit_entry(module, pool, run_chunks, worker, ext, futex)
     return module
 
@@ -203,9 +217,57 @@ def _chunk_bounds(b: ir.IRBuilder, pool: _Pool, index: ir.Value, chunks: ir.Valu
             b.trunc(b.select(in_head, head_end, tail_end), I32))
 
 
-def _emit_worker(module, pool: _Pool, run_chunks, ext, futex: int) -> ir.Function:
+def _emit_move_off(module: ir.Module, ext) -> ir.Function:
+    """move_off(cpu, allowed): restrict the calling thread to the CPUs of `allowed` (a
+    cpu_set_t) but `cpu`; false when that leaves none or the kernel refuses."""
+    fn = ir.Function(module, ir.FunctionType(ir.IntType(1), [I32, T.PTR]), "kiln_rt_move_off")
+    fn.linkage = "internal"
+    cpu, allowed = fn.args
+    entry, clear, call, fail = (fn.append_basic_block(n)
+                                for n in ("entry", "clear", "call", "fail"))
+    b = ir.IRBuilder(entry)
+    mask = _cpu_set(b)
+    for k in range(CPU_SET_WORDS):
+        b.store(b.load(_word(b, allowed, k), typ=I64), _word(b, mask, k))
+    in_range = b.and_(b.icmp_signed(">=", cpu, ir.Constant(I32, 0)),
+                      b.icmp_signed("<", cpu, ir.Constant(I32, 64 * CPU_SET_WORDS)))
+    b.cbranch(in_range, clear, fail)
+    b.position_at_end(clear)
+    slot = _word(b, mask, b.lshr(cpu, ir.Constant(I32, 6)))
+    bit = b.shl(ir.Constant(I64, 1), b.zext(b.and_(cpu, ir.Constant(I32, 63)), I64))
+    b.store(b.and_(b.load(slot, typ=I64), b.not_(bit)), slot)
+    left = ir.Constant(I64, 0)
+    for k in range(CPU_SET_WORDS):
+        left = b.or_(left, b.load(_word(b, mask, k), typ=I64))
+    b.cbranch(b.icmp_unsigned("!=", left, ir.Constant(I64, 0)), call, fail)
+    b.position_at_end(call)
+    rc = b.call(ext["sched_setaffinity"], [ir.Constant(I32, 0),
+                                           ir.Constant(I64, 8 * CPU_SET_WORDS), mask])
+    b.ret(b.icmp_signed("==", rc, ir.Constant(I32, 0)))
+    b.position_at_end(fail)
+    b.ret(ir.Constant(ir.IntType(1), 0))
+    return fn
+
+
+def _cpu_set(b: ir.IRBuilder) -> ir.Value:
+    """A zeroed cpu_set_t on the stack, as an opaque pointer."""
+    words = b.alloca(ir.ArrayType(I64, CPU_SET_WORDS))
+    words.align = 8
+    words.type = T.PTR        # llvmlite types alloca results; the runtime uses opaque pointers
+    for k in range(CPU_SET_WORDS):
+        b.store(ir.Constant(I64, 0), _word(b, words, k))
+    return words
+
+
+def _word(b: ir.IRBuilder, cpu_set: ir.Value, k) -> ir.Value:
+    index = k if isinstance(k, ir.Value) else ir.Constant(I32, k)
+    return b.gep(cpu_set, [index], source_etype=I64)
+
+
+def _emit_worker(module, pool: _Pool, run_chunks, move_off, ext, futex: int) -> ir.Function:
     """worker(index): wait for a new generation (spin, then futex sleep); join it when the
-    job admits this many workers; forever."""
+    job admits this many workers; forever. Moves off the caller's CPU when it finds itself
+    there (see the module docstring)."""
     fn = ir.Function(module, ir.FunctionType(T.PTR, [T.PTR]), "kiln_rt_worker")
     fn.linkage = "internal"
     entry, outer, wait, spin, sleep, wake, got, join = (
@@ -213,6 +275,9 @@ def _emit_worker(module, pool: _Pool, run_chunks, ext, futex: int) -> ir.Functio
         ("entry", "outer", "wait", "spin", "sleep", "wake", "got", "join"))
     b = ir.IRBuilder(entry)
     index = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
+    allowed = _cpu_set(b)                    # the CPUs it started with
+    b.call(ext["sched_getaffinity"], [ir.Constant(I32, 0), ir.Constant(I64, 8 * CPU_SET_WORDS),
+                                      allowed])
     first = _gen_of(b, b.load_atomic(pool.state, SEQ, 8, typ=I64))
     b.branch(outer)
 
@@ -229,7 +294,22 @@ def _emit_worker(module, pool: _Pool, run_chunks, ext, futex: int) -> ir.Functio
     b.position_at_end(spin)
     more = b.add(spins, ir.Constant(I32, 1))
     _pause(b, ext)
-    b.cbranch(b.icmp_unsigned("<", more, ir.Constant(I32, WORKER_SPINS)), wait, sleep)
+    check = fn.append_basic_block("check_cpu")
+    spin_on = b.and_(b.icmp_unsigned("<", more, ir.Constant(I32, WORKER_SPINS)),
+                     b.icmp_unsigned("!=", b.and_(more, ir.Constant(I32, CPU_CHECK_SPINS - 1)),
+                                     ir.Constant(I32, 0)))
+    b.cbranch(spin_on, wait, check)
+
+    b.position_at_end(check)    # on the caller's CPU, spinning only slows the caller
+    caller = b.load_atomic(pool.caller_cpu, SEQ, 4, typ=I32)
+    shared = b.icmp_signed("==", b.call(ext["sched_getcpu"], []), caller)
+    move, check_more = fn.append_basic_block("move"), fn.append_basic_block("check_more")
+    b.cbranch(shared, move, check_more)
+    b.position_at_end(check_more)
+    b.cbranch(b.icmp_unsigned(">=", more, ir.Constant(I32, WORKER_SPINS)), sleep, wait)
+    b.position_at_end(move)
+    moved = b.call(move_off, [caller, allowed])
+    b.cbranch(moved, wait, sleep)
 
     b.position_at_end(sleep)
     b.atomic_rmw("add", pool.sleepers, ir.Constant(I32, 1), SEQ)
@@ -261,6 +341,8 @@ def _emit_worker(module, pool: _Pool, run_chunks, ext, futex: int) -> ir.Functio
     seen.add_incoming(gen, skip)
     spins.add_incoming(ir.Constant(I32, 0), outer)
     spins.add_incoming(more, spin)
+    spins.add_incoming(more, check_more)
+    spins.add_incoming(more, move)
     return fn
 
 
@@ -346,6 +428,7 @@ def _emit_entry(module, pool: _Pool, run_chunks, worker, ext, futex: int) -> Non
     b.store(closure, pool.data)
     b.store(extent, pool.extent)
     b.store(chunks, pool.chunks)
+    b.store_atomic(b.call(ext["sched_getcpu"], []), pool.caller_cpu, SEQ, 4)
     b.store_atomic(zero, pool.done, SEQ, 4)
     old = b.load_atomic(pool.state, SEQ, 8, typ=I64)
     gen = b.add(_gen_of(b, old), one)

@@ -2,7 +2,9 @@
 once whatever the extent and thread count, concurrent callers and forked children are safe,
 and exported libraries use the pool too."""
 import multiprocessing
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -99,13 +101,57 @@ def test_forked_child_starts_its_own_pool():
     parent = build(increment_kernel(100, name="incr_parent"))
     parent.set_num_threads(2)
     _check_once(parent, 100)          # the parent's pool has a worker thread now
+    assert _in_forked_child(_run_in_child) == 5000.0
+
+
+def _in_forked_child(target) -> object:
+    """target(queue) run in a forked child (its own pool and CPU affinity); what it put."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_run_in_child, args=(queue,))
+    child = ctx.Process(target=target, args=(queue,))
     child.start()
     child.join(timeout=120)
     assert child.exitcode == 0, f"child exit code {child.exitcode} (hung or crashed)"
-    assert queue.get(timeout=5) == 5000.0
+    return queue.get(timeout=5)
+
+
+def _worker_moves_off(queue):
+    kernel = build(increment_kernel(64, name="incr_move"))
+    kernel.set_num_threads(2)
+    before = set(os.listdir("/proc/self/task"))
+    a, b = np.ones(64, np.float32), np.zeros(64, np.float32)
+    kernel(a, b)                                     # starts the worker
+    worker = int((set(os.listdir("/proc/self/task")) - before).pop())
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(threading.get_native_id(), {cpu})
+    os.sched_setaffinity(worker, {cpu})              # the scheduler put it on the caller's CPU
+    for _ in range(200):
+        kernel(a, b)
+        time.sleep(0.0005)
+    queue.put((cpu, sorted(os.sched_getaffinity(worker)), float(b.sum())))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_worker_moves_off_the_callers_cpu():
+    # a worker spinning on the caller's CPU takes the caller's time slices: it must leave
+    cpu, worker_cpus, total = _in_forked_child(_worker_moves_off)
+    assert total == 201 * 64
+    assert worker_cpus and cpu not in worker_cpus, (cpu, worker_cpus)
+
+
+def _pool_on_one_cpu(queue):
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    kernel = build(increment_kernel(101, name="incr_one_cpu"))
+    kernel.set_num_threads(2)
+    a, b = np.ones(101, np.float32), np.zeros(101, np.float32)
+    for _ in range(300):
+        kernel(a, b)
+    queue.put(float(b.sum()))
+
+
+def test_pool_on_a_single_cpu_is_correct():
+    # the worker cannot move off the caller's CPU: it sleeps, and every iteration still runs once
+    assert _in_forked_child(_pool_on_one_cpu) == 300 * 101
 
 
 def test_exported_library_runs_on_the_pool(tmp_path):
