@@ -74,11 +74,18 @@ def cancel_transposes(graph: Graph) -> Graph:
 
 # -- batch norm --------------------------------------------------------------------------------
 
-def _bn_scale_shift(node: Node, consts) -> tuple[np.ndarray, np.ndarray] | None:
+def _bn_scale_shift(node: Node, consts, inverse_first: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-channel (s, shift) with batch_norm(x) = x * s + shift. `inverse_first`: s =
+    (1 / sqrt(var + eps)) * scale, the order onnxruntime's BatchNormalization kernel rounds
+    in (a mul + add that stays in the graph: quantized models re-quantize its output, where a
+    last-bit difference can move a value across a rounding step); otherwise scale / sqrt(...),
+    as onnxruntime folds a batch norm into conv weights."""
     if not all(v.name in consts for v in node.inputs[1:]):
         return None
     scale, bias, mean, var = (consts[v.name] for v in node.inputs[1:])
-    s = scale / np.sqrt(var + np.asarray(node.attrs["epsilon"], dtype=var.dtype))
+    root = np.sqrt(var + np.asarray(node.attrs["epsilon"], dtype=var.dtype))
+    s = (np.reciprocal(root) * scale).astype(root.dtype) if inverse_first else scale / root
     return s, bias - mean * s
 
 
@@ -142,6 +149,7 @@ class _BatchNormFolder:
                                           mm.name)
             bias = self.const(shift.astype(y.dtype), f"{bn.name}/bias")
             return [Node("add", (mm.outputs[0], bias), (y,), {}, bn.name)]
+        s, shift = _bn_scale_shift(bn, self.consts, inverse_first=True)
         mid = Value(self.namer(f"{bn.name}/scaled"), x.shape, x.dtype)
         scale = self.const(s.reshape(ch).astype(y.dtype), f"{bn.name}/scale")
         bias = self.const(shift.reshape(ch).astype(y.dtype), f"{bn.name}/shift")

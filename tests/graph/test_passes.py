@@ -141,6 +141,25 @@ def test_batch_norm_not_after_conv_is_decomposed():
     same_outputs(g, out, {"x": f32(2, 3, 6, 6)}, tol=1e-4)
 
 
+def test_decomposed_batch_norm_rounds_as_onnxruntime():
+    # onnxruntime's kernel rounds (1 / sqrt(var + eps)) * scale, then bias - mean * that; a
+    # quantized model re-quantizes this output, where the last bit can cross a step
+    rng = np.random.default_rng(3)
+    c = {k: rng.standard_normal(256).astype(np.float32) for k in ("s", "bb", "m")}
+    c["v"] = (np.abs(rng.standard_normal(256)) + 0.1).astype(np.float32)
+    g = load_onnx(make_model([helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"],
+                                               ["y"])],
+                             {"x": ((1, 256, 3, 3), "float32")}, ["y"], c))
+    out = verify_graph(fold_batch_norm(g))
+    mul, add = out.nodes
+    inv = np.float32(1) / np.sqrt(c["v"] + np.float32(1e-5))
+    assert np.any(inv * c["s"] != c["s"] / np.sqrt(c["v"] + np.float32(1e-5)))  # they differ
+    scale = out.constants[mul.inputs[1].name].reshape(-1)
+    np.testing.assert_array_equal(scale, inv * c["s"])
+    np.testing.assert_array_equal(out.constants[add.inputs[1].name].reshape(-1),
+                                  c["bb"] - c["m"] * scale)
+
+
 def test_fold_batch_norm_into_matmul():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
              helper.make_node("BatchNormalization", ["h", "s", "bb", "m", "v"], ["y"])]
