@@ -1,8 +1,8 @@
-"""Kiln's thread pool vs libgomp running the same compiled models, on a quiet machine and
-with one busy process competing for a core.
+"""Kiln's thread pool vs libgomp running the same compiled models, on a quiet machine, with
+one busy process competing for a core, and with a pause before every run.
 
     python benchmarks/parallel_runtime.py [--models default_cnn,mobilenetv2_like]
-        [--db tuning_logs/kiln.db] [--seconds 8]
+        [--db tuning_logs/kiln.db] [--seconds 8] [--pause 0.02]
 
 Each (model, runtime, condition) runs in a fresh process (two thread pools in one process
 would compete for the cores): the model is compiled from --db for 2 threads with
@@ -10,6 +10,9 @@ KILN_PARALLEL_RUNTIME set, warmed up, then run back to back for --seconds; the t
 the median and 90th percentile of single-run latency and their ratio to the same model at 1
 thread (no pool involved) measured in the same condition. "busy" starts a spinning Python
 process for the whole measurement, as another job on a shared 2-core machine would.
+"paused" sleeps --pause seconds before each timed run (a server between requests): the pool's
+workers have gone to sleep and the idle vCPU has halted, so each run starts from cold threads
+(where a worker woken on the caller's CPU once made 2 threads slower than 1; session 16).
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ MODELS = {
 }
 
 
-def child(model: str, threads: int, db: str | None, seconds: float) -> None:
-    """Compile, warm up, time single runs; print one JSON line."""
+def child(model: str, threads: int, db: str | None, seconds: float, pause: float) -> None:
+    """Compile, warm up, time single runs (each after `pause` seconds idle); one JSON line."""
     import numpy as np
     from kiln.graph import models  # noqa: F401 - used by eval of MODELS
     from kiln.graph.compile import compile_model
@@ -46,6 +49,8 @@ def child(model: str, threads: int, db: str | None, seconds: float) -> None:
     times = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(times) < 20:
+        if pause:
+            time.sleep(pause)
         start = time.perf_counter()
         compiled.run(inputs)
         times.append(time.perf_counter() - start)
@@ -54,10 +59,12 @@ def child(model: str, threads: int, db: str | None, seconds: float) -> None:
                       "runs": len(ms)}))
 
 
-def measure(model: str, threads: int, runtime: str, db: str | None, seconds: float) -> dict:
+def measure(model: str, threads: int, runtime: str, db: str | None, seconds: float,
+            pause: float = 0.0) -> dict:
     env = dict(os.environ, KILN_PARALLEL_RUNTIME=runtime, KILN_NUM_THREADS=str(threads))
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--threads",
-           str(threads), "--seconds", str(seconds)] + (["--db", db] if db else [])
+           str(threads), "--seconds", str(seconds), "--pause", str(pause)] + (
+               ["--db", db] if db else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"{model} ({runtime}, {threads} threads) failed:\n"
@@ -72,21 +79,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--child")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pause", type=float, default=0.02,
+                        help="seconds idle before each run in the 'paused' condition")
+    parser.add_argument("--conditions", default="quiet,busy,paused")
     args = parser.parse_args()
     db = args.db if args.db and os.path.exists(args.db) else None
     if args.child:
-        child(args.child, args.threads, db, args.seconds)
+        child(args.child, args.threads, db, args.seconds, args.pause)
         return
     rows, results = [], []
-    for condition in ("quiet", "busy"):
+    for condition in args.conditions.split(","):
+        pause = args.pause if condition == "paused" else 0.0
         hog = None
         if condition == "busy":
             hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
             for model in args.models.split(","):
-                one = measure(model, 1, "kiln", db, args.seconds)
+                one = measure(model, 1, "kiln", db, args.seconds, pause)
                 for runtime in ("kiln", "gomp"):
-                    r = measure(model, 2, runtime, db, args.seconds)
+                    r = measure(model, 2, runtime, db, args.seconds, pause)
                     speedup = one["median_ms"] / r["median_ms"]
                     rows.append([model, condition, runtime, one["median_ms"], r["median_ms"],
                                  r["p90_ms"], speedup])
