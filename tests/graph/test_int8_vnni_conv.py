@@ -4,8 +4,8 @@ or a 1x1 conv's matmul_int8x4 over the words, becomes [pad ->] conv_int8x4_panel
 equals numpy's integer conv on the host (any dot4 lowering: batch 2, prime sizes, strides,
 dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal, bit for
 bit, the reference of the graph without the pass (uint8 and int8 activations, zero points
-other than 0 in the padding, per-channel scales, a residual, 1x1, a 3-channel stem and 24
-output channels),
+other than 0 in the padding, per-channel scales, a residual, 1x1, a 3-channel stem, 24
+output channels and widths no panel divides: 58, 19),
 and compiled for the host when it has VNNI. AVX2 and no target keep the im2col."""
 from __future__ import annotations
 
@@ -74,6 +74,8 @@ def test_conv_int8x4_panels_kernel_is_exact(nb, h, w, c4, f, kernel, stride, dil
     ("uint8", 96, 24, 3, 5, (1, 1), (1, 1), (0, 0, 0, 0), True),   # a 1x1, 8-wide panels
     ("int8", 20, 48, 4, 3, (2, 2), (1, 1), (0, 0, 0, 0), False),   # a strided 1x1
     ("uint8", 3, 16, 9, 11, (2, 2), (3, 3), (1, 0, 1, 1), False),  # a 3x3 stem: C4 = 1
+    ("uint8", 58, 58, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0), True),   # 58: padded 8-wide panel
+    ("int8", 13, 19, 5, 7, (1, 2), (3, 3), (1, 1, 0, 1), False),   # 19: 3 of 24 padding
 ])
 def test_model_convs_take_panels_exactly(xdtype, c, f, h, w, strides, kernel, pads, residual):
     model = _pointwise_model(xdtype, c, f, h, w, residual, strides, kernel, pads)
@@ -114,9 +116,9 @@ def test_avx2_no_target_and_odd_columns_keep_the_gemm():
 
 
 def test_panel_block_and_weight_panels():
-    assert [panel_block(n, 16) for n in (64, 144, 48, 16, 24, 8, 13, 1000)] == \
-        [32, 16, 16, 16, 8, 8, None, 8]
-    assert panel_block(24, 8) == 8 and panel_block(12, 8) == 4
+    assert [panel_block(n, 16) for n in (64, 144, 48, 16, 24, 8, 13, 1000, 58, 116, 17)] == \
+        [32, 16, 16, 16, 8, 8, None, 8, 8, 8, 8]
+    assert panel_block(24, 8) == 8 and panel_block(12, 8) == 4 and panel_block(13, 8) == 4
     words = np.arange(3 * 20, dtype=np.int32).reshape(3, 20)
     p = weight_panels(words, 8)
     assert p.shape == (3, 3, 8) and p.dtype == np.int32
