@@ -76,6 +76,36 @@ def weight_panels(words: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k4, panels, block).transpose(1, 0, 2))
 
 
+def grouped_panel_block(fg: int, n: int, lanes: int) -> int | None:
+    """The panel width for a grouped conv of `fg` columns a group and `n` in all: the
+    widest of two, one, half a vector inside one group (dividing fg), else the narrowest
+    of them holding whole groups (ResNeXt-50's 4- and 8-channel groups: 8 columns, one or
+    two groups a panel, a block-diagonal weight); None when neither fits."""
+    for block in (2 * lanes, lanes, lanes // 2):
+        if block >= 1 and fg % block == 0:
+            return block
+    for block in (lanes // 2, lanes):
+        if block >= 1 and block % fg == 0 and n % block == 0:
+            return block
+    return None
+
+
+def grouped_weight_panels(words: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """A grouped conv's weight words [T, Cg4, F] (tap, the group's word, column) -> panels
+    [F / block, T * kc4, block] as te conv_int8x4_panels(groups=...) reads them: a panel's
+    rows are its tap-major words of the kc4 words it spans, zero where a column's group
+    does not own the word."""
+    taps, cg4, f = words.shape
+    fg = f // groups
+    per = max(1, block // fg)           # whole groups a panel holds
+    out = np.zeros((f // block, taps, per * cg4, block), np.int32)
+    for j in range(f):
+        p, jj = divmod(j, block)
+        local = j // fg - p * block // fg
+        out[p, :, local * cg4:(local + 1) * cg4, jj] = words[:, :, j]
+    return out.reshape(f // block, taps * per * cg4, block)
+
+
 def _source(producers: dict, a: Value):
     """(words x[N, H, W, C4], im2col node or None) that the GEMM operand `a` views: plain
     im2col columns of x, or x itself (a 1x1 conv); None for anything else."""

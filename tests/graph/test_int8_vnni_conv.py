@@ -6,7 +6,9 @@ dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal
 bit, the reference of the graph without the pass (uint8 and int8 activations, zero points
 other than 0 in the padding, per-channel scales, a residual, 1x1, a 3-channel stem, 24
 output channels and widths no panel divides: 58, 19),
-and compiled for the host when it has VNNI. AVX2 and no target keep the im2col."""
+and compiled for the host when it has VNNI. AVX2 and no target keep the im2col. Grouped
+convs (16-, 8-, 4-channel groups, 34 groups, int8 and uint8) take one grouped
+conv_int8x4_panels, exact against the NCHW conv's reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,12 +21,13 @@ from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.graph.frontend import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_vnni_conv import (panel_block, takes_vnni, to_vnni_int8_convs,
+from kiln.graph.passes.int8_vnni_conv import (grouped_panel_block, grouped_weight_panels,
+                                              panel_block, takes_vnni, to_vnni_int8_convs,
                                               weight_panels)
 from kiln.graph.reference import run_reference
 from kiln.schedule.lower import lower
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels
+from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels, group_words
 from kiln.te.tensor import placeholder
 
 from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight
@@ -144,3 +147,53 @@ def test_conv_int8x4_panels_rejects_bad_operands():
                            placeholder((2, 36, 16), "int8", "w"), 32, (3, 3), (3, 3))
     with pytest.raises(TEError, match=r"panels"):
         conv_int8x4_panels(placeholder((1, 5, 5, 4), "int32", "x"), wt, 40, (3, 3), (3, 3))
+
+
+@pytest.mark.parametrize("xdtype,c,groups,h,w,kernel,strides,pads,residual,block", [
+    ("uint8", 32, 2, 5, 7, (3, 3), (1, 1), (1, 1, 1, 1), False, 16),  # 16-channel groups
+    ("int8", 16, 4, 7, 5, (3, 3), (2, 2), (1, 0, 1, 1), True, 8),     # 4: two groups a panel
+    ("uint8", 24, 3, 3, 3, (1, 1), (1, 1), (0, 0, 0, 0), False, 8),   # 1x1, 8-channel groups
+    ("uint8", 48, 2, 4, 3, (3, 3), (1, 1), (1, 1, 1, 1), True, 8),    # 24 a group: 8-panels
+    ("int8", 136, 34, 3, 5, (3, 3), (1, 2), (0, 1, 1, 0), False, 8),  # 34 groups, > 16
+])
+def test_grouped_convs_take_grouped_panels_exactly(xdtype, c, groups, h, w, kernel, strides,
+                                                   pads, residual, block):
+    """A grouped int8 conv on VNNI: one conv_int8x4_panels(groups=...) over the padded
+    words (no im2col, no per-group GEMMs, no concat), bit-identical to the graph reference
+    of the NCHW conv2d_integer (uint8 / int8 x, zero points in the pads, per-channel scales,
+    a residual); compiled for a VNNI host too."""
+    model = _pointwise_model(xdtype, c, c, h, w, residual, strides, kernel, pads, groups)
+    graph = load_onnx(model)
+    plain = optimize(graph, target=AVX2) if groups <= 16 else optimize(graph)
+    panels = optimize(graph, target=VNNI)
+    ops = _ops(panels)
+    assert "conv_int8x4_panels" in ops and "conv2d_integer" not in ops, ops
+    assert not {"im2col_nhwc_int8x4", "matmul_int8x4", "concat"} & set(ops), ops
+    conv = next(n for n in panels.nodes if n.op == "conv_int8x4_panels")
+    assert conv.attrs["groups"] == groups and conv.inputs[1].shape[2] == block
+    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3}
+    if residual:
+        feeds["r"] = R.standard_normal((1, c, oh, ow)).astype(np.float32)
+    want = run_reference(load_onnx(model), feeds)["y"]
+    np.testing.assert_array_equal(run_reference(plain, feeds)["y"], want)
+    np.testing.assert_array_equal(run_reference(panels, feeds)["y"], want)
+    if HOST_VNNI:
+        got = kiln.compile(model, target=HOST, db=None, jobs=1).run(feeds)[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_grouped_panel_blocks_and_weights():
+    assert [grouped_panel_block(fg, 4 * fg, 16) for fg in (64, 16, 24, 8, 4, 2, 3, 12)] == \
+        [32, 16, 8, 8, 8, 8, None, None]
+    assert grouped_panel_block(4, 100, 16) is None          # 8-wide panels split no 4 x 25
+    # 2 groups of 4 columns, 2 taps, 1 word a group: an 8-column panel, block-diagonal
+    words = np.arange(1, 2 * 1 * 8 + 1, dtype=np.int32).reshape(2, 1, 8)
+    p = grouped_weight_panels(words, 2, 8)
+    assert p.shape == (1, 4, 8)
+    np.testing.assert_array_equal(p[0].reshape(2, 2, 8)[:, 0, :4], words[:, 0, :4])
+    np.testing.assert_array_equal(p[0].reshape(2, 2, 8)[:, 1, 4:], words[:, 0, 4:])
+    assert not p[0].reshape(2, 2, 8)[:, 0, 4:].any() and not p[0].reshape(2, 2, 8)[:, 1, :4].any()
+    with pytest.raises(TEError, match="neither lie in one group"):
+        group_words(12, 12, 4, 8)
