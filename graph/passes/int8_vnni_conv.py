@@ -97,6 +97,9 @@ def grouped_weight_panels(words: np.ndarray, groups: int, block: int) -> np.ndar
     does not own the word."""
     taps, cg4, f = words.shape
     fg = f // groups
+    if f % groups or f % block or (fg % block and block % fg):
+        raise ValueError(f"grouped_weight_panels(): {block}-column panels do not fit {f} "
+                         f"columns in {groups} groups")
     per = max(1, block // fg)           # whole groups a panel holds
     out = np.zeros((f // block, taps, per * cg4, block), np.int32)
     for j in range(f):

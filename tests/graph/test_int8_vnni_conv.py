@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kiln
 from kiln import codegen
@@ -165,6 +167,7 @@ def test_grouped_convs_take_grouped_panels_exactly(xdtype, c, groups, h, w, kern
     model = _pointwise_model(xdtype, c, c, h, w, residual, strides, kernel, pads, groups)
     graph = load_onnx(model)
     plain = optimize(graph, target=AVX2) if groups <= 16 else optimize(graph)
+    assert "conv_int8x4_panels" not in _ops(plain)            # AVX2: per-group GEMMs
     panels = optimize(graph, target=VNNI)
     ops = _ops(panels)
     assert "conv_int8x4_panels" in ops and "conv2d_integer" not in ops, ops
@@ -197,3 +200,69 @@ def test_grouped_panel_blocks_and_weights():
     assert not p[0].reshape(2, 2, 8)[:, 0, 4:].any() and not p[0].reshape(2, 2, 8)[:, 1, :4].any()
     with pytest.raises(TEError, match="neither lie in one group"):
         group_words(12, 12, 4, 8)
+
+
+def _grouped_case(nb, h, w, groups, cg4, fg, kernel, stride, block, seed):
+    """Random bytes of a grouped conv: x [nb, h, w, 4 * groups * cg4] uint8, w8 [F, 4 * cg4,
+    KH, KW] int8, the weight panels, and numpy's grouped conv [rows, F] in int64."""
+    rng = np.random.default_rng(seed)
+    kh, kw = kernel
+    f, c = groups * fg, 4 * groups * cg4
+    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
+    xb = rng.integers(0, 256, (nb, h, w, c)).astype(np.uint8)
+    w8 = rng.integers(-128, 128, (f, 4 * cg4, kh, kw)).astype(np.int8)
+    words = np.ascontiguousarray(w8.transpose(2, 3, 0, 1).reshape(kh * kw, f, cg4, 4)).view(
+        np.int32)[..., 0].transpose(0, 2, 1)                    # [T, Cg4, F]
+    panels = grouped_weight_panels(np.ascontiguousarray(words), groups, block)
+    want = np.zeros((nb, oh, ow, f), np.int64)
+    for g in range(groups):
+        xs = xb[..., g * 4 * cg4:(g + 1) * 4 * cg4].astype(np.int64)
+        for ry in range(kh):
+            for rx in range(kw):
+                tap = xs[:, ry:ry + stride * (oh - 1) + 1:stride,
+                         rx:rx + stride * (ow - 1) + 1:stride]
+                want[..., g * fg:(g + 1) * fg] += tap @ w8[g * fg:(g + 1) * fg, :, ry, rx].T
+    return xb, panels, want.reshape(-1, f), (oh, ow)
+
+
+@pytest.mark.parametrize("nb,h,w,groups,cg4,fg,kernel,stride,block", [
+    (2, 5, 7, 3, 2, 8, (3, 3), 2, 8),        # batch 2, primes, one group a panel
+    (1, 6, 5, 6, 1, 4, (3, 1), 1, 8),        # two 4-column groups a panel
+    (1, 3, 3, 2, 3, 16, (1, 1), 1, 16),      # 1x1, 3 words a group
+])
+def test_grouped_conv_int8x4_panels_kernel_is_exact(nb, h, w, groups, cg4, fg, kernel, stride,
+                                                    block):
+    xb, panels, want, out_hw = _grouped_case(nb, h, w, groups, cg4, fg, kernel, stride, block, 3)
+    x = placeholder(xb.shape[:3] + (xb.shape[3] // 4,), "int32", "x")
+    wt = placeholder(panels.shape, "int32", "w")
+    out = conv_int8x4_panels(x, wt, groups * fg, kernel, out_hw, stride, groups=groups)
+    task = Task("conv", (out,), (x, wt, out), HOST)
+    space = SearchSpace(task)
+    sch, args = space.apply(space.default_config())
+    fn = codegen.build(lower(sch, args, name="conv"), target=HOST, cache_kernel=False)
+    got = np.empty(want.shape, np.int32)
+    fn(np.ascontiguousarray(xb).view(np.int32), panels, got)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(2, 7), cg4=st.integers(1, 3), fg=st.sampled_from([4, 8, 16, 24]),
+       kh=st.integers(1, 3), kw=st.integers(1, 3), stride=st.integers(1, 2),
+       h=st.integers(3, 6), w=st.integers(3, 6), seed=st.integers(0, 99))
+def test_grouped_panels_reference_equals_a_grouped_conv(groups, cg4, fg, kh, kw, stride, h, w,
+                                                       seed):
+    """The graph op's numpy reference on grouped_weight_panels, against numpy's grouped conv
+    (the reference the model tests above compare the compiled kernels with)."""
+    from kiln.graph.ir import FrozenDict, Node, Value
+    from kiln.graph.quant_ops_vnni_conv import _conv_int8x4_panels_reference
+    block = grouped_panel_block(fg, groups * fg, 16)
+    if block is None or (groups * fg) % block:
+        return
+    xb, panels, want, out_hw = _grouped_case(1, h, w, groups, cg4, fg, (kh, kw), stride,
+                                             block, seed)
+    node = Node("conv_int8x4_panels", (Value("x", (1,), "int32"), Value("w", (1,), "int32")),
+                (Value("y", want.shape, "int32"),),
+                FrozenDict({"n": groups * fg, "kernel": (kh, kw), "strides": (stride, stride),
+                            "dilations": (1, 1), "out_hw": out_hw, "groups": groups}), "conv")
+    got = _conv_int8x4_panels_reference(node, np.ascontiguousarray(xb).view(np.int32), panels)
+    np.testing.assert_array_equal(got, want)
