@@ -375,13 +375,17 @@ def _whole_leading_axes(space, label: str, extents: list[int], rows: int) -> dic
 def _panel_weight(op: ComputeOp):
     """The column-panel weight of a matmul_prepacked anchor ([N / panel, K, panel], or int8
     pairs [N / panel, K4, 2, panel] or words [N / panel, K4, 1, panel]: the operand its
-    vector axis indexes in the last dim), else None."""
+    vector axis indexes in the last dim, with no reduce axis there: a grouped conv's
+    activation words [N, H, W, C4] take their word from the column's group plus the
+    reduce axis), else None."""
     if op.tag != MATMUL_PREPACKED or len(op.axis) < 2:
         return None
+    reduce_vars = {r.var for r in op.reduce_axis}
     for node in walk(op.body):
-        if (isinstance(node, TensorLoad) and node.tensor.ndim in (3, 4)
-                and op.axis[-1].var in set(walk(node.indices[-1]))):
-            return node.tensor
+        if isinstance(node, TensorLoad) and node.tensor.ndim in (3, 4):
+            last = set(walk(node.indices[-1]))
+            if op.axis[-1].var in last and not reduce_vars & last:
+                return node.tensor
     return None
 
 

@@ -36,7 +36,8 @@ from .winograd import to_winograd
 log = logging.getLogger(__name__)
 
 # passes that also take the target the graph is compiled for (None: target-neutral, no-op)
-TARGET_PASSES = frozenset({"saturation-safe int8 pairs", "implicit int8 convs",
+TARGET_PASSES = frozenset({"pixel-major int8", "saturation-safe int8 pairs",
+                           "implicit int8 convs",
                            "implicit int8 convs (VNNI)",
                            "widen int8 weights",
                            "int16 activation pairs", "int8 weight panels",

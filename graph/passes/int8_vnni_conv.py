@@ -17,8 +17,9 @@ GEMM reads the (padded) words in place, and its weight comes as column panels of
 wide (8 columns for F = 24). A 1x1 conv (the matmul reads the words through a view) takes
 the same kernel with a 1x1 window, a stem (C4 = 1: its split-tap columns) the same over
 the words its pack padded (MobileNetV2's 3x3/2 stem, 1 thread: im2col 0.22 + GEMM 0.12 ms ->
-0.12 ms; up to MAX_STEM_TAPS taps). Grouped convs' word slices keep the im2col; so does a weight whose F has no panel
-width.
+0.12 ms; up to MAX_STEM_TAPS taps). Grouped convs' word slices keep the im2col. A width
+no panel divides (ShuffleNet-V2's 58, 116) gets half-vector panels, the last zero-padded,
+when it is wider than a vector; a narrower one keeps the GEMM.
 """
 from __future__ import annotations
 
@@ -49,14 +50,20 @@ def takes_vnni(target) -> bool:
 
 def panel_block(n: int, lanes: int) -> int | None:
     """The column-panel width for `n` output channels with `lanes` int32 lanes a vector:
-    two vectors when they divide n, then one, then half a vector; None when none does (a
-    guarded column tail inside the register tile). Three vectors (48 int32 columns) is no
-    vector type LLVM's x86 backend handles well: 196 pixels x 24 words -> 144 channels,
-    AVX-512, 1 thread: 16-wide panels 0.020 ms, 48-wide 0.190."""
+    two vectors when they divide n, then one, then half a vector; when none does and n is
+    wider than a vector, half a vector with the last panel zero-padded (the fewest padded
+    columns; its register tile stores a guarded tail); else None (the [K4, F] GEMM).
+    AVX-512, 1 thread, one-conv models: ShuffleNet-V2's 1x1 convs 16 x 16 x 58 -> 58
+    0.112 -> 0.049 ms, 8 x 8 x 116 -> 116 0.047 -> 0.025, 28 x 28 x 64 -> 100 0.297 ->
+    0.179, 56 x 56 x 96 -> 20 0.889 -> 0.547; but 28 x 28 x 64 -> 13 (two panels, 3 of 16
+    columns padding) 0.046 -> 0.111.
+    Three vectors (48 int32 columns) is no vector type LLVM's x86 backend handles well:
+    196 pixels x 24 words -> 144 channels, AVX-512, 1 thread: 16-wide panels 0.020 ms,
+    48-wide 0.190."""
     for block in (2 * lanes, lanes, lanes // 2):
         if block >= 1 and n % block == 0:
             return block
-    return None
+    return lanes // 2 if n > lanes and lanes >= 2 else None
 
 
 def weight_panels(words: np.ndarray, block: int) -> np.ndarray:
@@ -67,6 +74,39 @@ def weight_panels(words: np.ndarray, block: int) -> np.ndarray:
     padded = np.zeros((k4, panels * block), np.int32)
     padded[:, :f] = words
     return np.ascontiguousarray(padded.reshape(k4, panels, block).transpose(1, 0, 2))
+
+
+def grouped_panel_block(fg: int, n: int, lanes: int) -> int | None:
+    """The panel width for a grouped conv of `fg` columns a group and `n` in all: the
+    widest of two, one, half a vector inside one group (dividing fg), else the narrowest
+    of them holding whole groups (ResNeXt-50's 4- and 8-channel groups: 8 columns, one or
+    two groups a panel, a block-diagonal weight); None when neither fits."""
+    for block in (2 * lanes, lanes, lanes // 2):
+        if block >= 1 and fg % block == 0:
+            return block
+    for block in (lanes // 2, lanes):
+        if block >= 1 and block % fg == 0 and n % block == 0:
+            return block
+    return None
+
+
+def grouped_weight_panels(words: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """A grouped conv's weight words [T, Cg4, F] (tap, the group's word, column) -> panels
+    [F / block, T * kc4, block] as te conv_int8x4_panels(groups=...) reads them: a panel's
+    rows are its tap-major words of the kc4 words it spans, zero where a column's group
+    does not own the word."""
+    taps, cg4, f = words.shape
+    fg = f // groups
+    if f % groups or f % block or (fg % block and block % fg):
+        raise ValueError(f"grouped_weight_panels(): {block}-column panels do not fit {f} "
+                         f"columns in {groups} groups")
+    per = max(1, block // fg)           # whole groups a panel holds
+    out = np.zeros((f // block, taps, per * cg4, block), np.int32)
+    for j in range(f):
+        p, jj = divmod(j, block)
+        local = j // fg - p * block // fg
+        out[p, :, local * cg4:(local + 1) * cg4, jj] = words[:, :, j]
+    return out.reshape(f // block, taps * per * cg4, block)
 
 
 def _source(producers: dict, a: Value):

@@ -17,7 +17,8 @@ or per-output-channel scale), b the bias (DQ of int32, or float) and y_q the out
 Activations stay uint8/int8 between kernels. A bias whose scale is not x_scale * w_scale
 (a float bias) is rounded to int32 in units of x_scale * w_scale (an error of at most half
 a unit, far below y_scale). DQ -> MaxPool -> Q with equal scale and zero point becomes a
-max pool on the integers (max commutes with the monotone DQ, and Q(DQ(v)) = v).
+max pool on the integers (max commutes with the monotone DQ, and Q(DQ(v)) = v); so does
+data movement (reshape, transpose, slice, split, concat) between equal DQs and Qs.
 Patterns that do not fit (a weight zero point other than 0, runtime scales, a value read
 twice) are left as they are: the float path around them stays correct.
 """
@@ -259,6 +260,43 @@ def _max_pool_on_integers(node: Node, matcher: _Matcher) -> Node | None:
     return Node("max_pool2d", (act[0],), q.outputs, node.attrs, node.name + ".int")
 
 
+# data movement that commutes with a per-tensor DQ: each output element is one input element
+_MOVES = ("reshape", "transpose", "slice", "split", "concat")
+
+
+def _move_on_integers(node: Node, matcher: _Matcher) -> tuple[list[Node], Node] | None:
+    """Q(move(DQ(x_q), ...)) with every DQ's and every Q's scale, zero point and type equal
+    -> move(x_q, ...) (a reshape, transpose, slice, split or concat; ShuffleNet's channel
+    shuffles and splits): exact, since the move picks elements and Q(DQ(v)) = v for one
+    scale and zero point (|v - zp| <= 255, so v - zp survives the float scale and back).
+    Returns the Q nodes (the first takes the new node) and the new node, or None."""
+    params = None
+    data = node.inputs if node.op == "concat" else node.inputs[:1]
+    ints = []
+    for v in data:
+        act = matcher.activation(v)
+        if act is None or (params is not None and act[1:] + (act[0].dtype,) != params):
+            return None
+        params = act[1:] + (act[0].dtype,)
+        ints.append(act[0])
+    rest = node.inputs[len(data):]
+    if any(v is not None and matcher.static(v) is None for v in rest):
+        return None
+    qs = []
+    for out in node.outputs:
+        q = _single_reader(matcher.consumers, matcher.outputs, out)
+        if q is None or q.op != "quantize_linear":
+            return None
+        y_scale = _scalar(matcher.static(q.inputs[1]))
+        y_zp = _scalar(matcher.static(q.inputs[2]) if len(q.inputs) > 2 else None, 0)
+        if y_scale is None or (float(y_scale), y_zp, q.outputs[0].dtype) != params:
+            return None
+        qs.append(q)
+    moved = Node(node.op, tuple(ints) + tuple(rest), tuple(q.outputs[0] for q in qs),
+                 node.attrs, node.name + ".int")
+    return qs, moved
+
+
 def fuse_quantized_kernels(graph: Graph) -> Graph:
     """Rewrite DQ -> conv/matmul -> Q (and DQ -> max pool -> Q) into integer kernels."""
     if not any(n.op == "dequantize_linear" for n in graph.nodes):
@@ -267,12 +305,21 @@ def fuse_quantized_kernels(graph: Graph) -> Graph:
     namer = Namer(graph)
     constants = dict(graph.constants)
     replaced: dict[str, list[Node]] = {}        # the Q node's name -> nodes emitted there
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
     for node in graph.nodes:
         if node.op == "max_pool2d":
             pooled = _max_pool_on_integers(node, matcher)
             if pooled is not None:
                 q = matcher.consumers[node.outputs[0].name][0]
                 replaced[q.name] = [pooled]
+            continue
+        if node.op in _MOVES:
+            found = _move_on_integers(node, matcher)
+            if found is not None:
+                qs, moved = found
+                first = min(qs, key=lambda q: position[q.name])
+                for q in qs:
+                    replaced[q.name] = [moved] if q is first else []
             continue
         m = matcher.match(node)
         if m is None:
