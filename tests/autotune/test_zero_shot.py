@@ -276,3 +276,29 @@ def test_a_donor_config_is_ranked_with_the_mutations(tmp_path):
     assert donors
     config, _ = Z.rank_candidates(space, Z.load_forest(path), donors=donors)
     assert space.misfit(config) is None
+
+
+def test_a_pick_is_cached_and_a_bad_entry_is_ranked_again(tmp_path, monkeypatch):
+    """cached_pick ranks a task once per model, task and donors; a second call reads the
+    stored pick; a corrupt entry, or the cache switched off, ranks again."""
+    target = canonical_target("native")
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:3])
+    path = Z.model_for(db, target, directory=tmp_path / "models")
+    space = SearchSpace(Task.from_op("dense", (5, 31, 17), target=target), threads=1)
+    calls = []
+    rank = Z.rank_candidates
+    monkeypatch.setattr(Z, "rank_candidates", lambda *a, **k: calls.append(1) or rank(*a, **k))
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    first = Z.cached_pick(space, path)
+    assert Z.cached_pick(space, path) == first and len(calls) == 1
+    assert first == rank(space, Z.load_forest(path))
+    donors = (space.default_config(),)
+    Z.cached_pick(space, path, donors)              # other donors: another entry
+    assert len(calls) == 2
+    entry = Z.open_store("zero_shot_picks", "json").path(Z.pick_key(space, path))
+    entry.write_bytes(entry.read_bytes()[:-5])      # truncated: rejected, ranked anew
+    assert Z.cached_pick(space, path) == first and len(calls) == 3
+    assert Z.cached_pick(space, path) == first and len(calls) == 3
+    monkeypatch.setenv("KILN_CACHE_DIR", "off")
+    Z.cached_pick(space, path)
+    assert len(calls) == 4
