@@ -343,6 +343,12 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
     return configs[best], best != 0
 
 
+def settings() -> list:
+    """The ranking's settings (a compile's model cache key includes them with zero-shot on;
+    benchmarks change N_NEIGHBORS at run time)."""
+    return [N_NEIGHBORS, N_DONORS, PICK_MARGIN, FEATURE_VERSION, TRAIN]
+
+
 def pick_key(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...] = ()) -> str:
     """The cache key of a task's pick: everything `rank_candidates` depends on (the model
     file's name carries the database contents, ISA and training settings it was made from;
@@ -350,7 +356,7 @@ def pick_key(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...
     return make_key("zero-shot-pick", model=Path(model_path).name,
                     task=space.task.workload_key, target=space.task.target,
                     threads=space.threads, donors=[config_key(d) for d in donors],
-                    settings=[N_NEIGHBORS, N_DONORS, PICK_MARGIN, FEATURE_VERSION])
+                    settings=settings())
 
 
 def cached_pick(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...] = ()

@@ -302,3 +302,28 @@ def test_a_pick_is_cached_and_a_bad_entry_is_ranked_again(tmp_path, monkeypatch)
     monkeypatch.setenv("KILN_CACHE_DIR", "off")
     Z.cached_pick(space, path)
     assert len(calls) == 4
+
+
+def test_a_zero_shot_compile_is_kept_in_the_model_cache_under_its_own_key(tmp_path,
+                                                                         monkeypatch):
+    """The second zero-shot compile of a model loads it whole (its picks included); a
+    compile with zero-shot off is another entry, with the defaults."""
+    from kiln.graph import model_cache
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)
+    proto = models.mlp(batch=3, sizes=(37, 24, 13))
+    own = {mt.task.workload_key for mt in model_tasks(proto)}
+    db = _synthetic_db(tmp_path / "log.db", [t for t in _other_tasks()
+                                             if t.workload_key not in own])
+    db.close()
+    db = Database(tmp_path / "log.db")
+    cold = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    warm = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    off = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=False)
+    assert not cold.plan.meta["compile"].get("cached")
+    assert warm.plan.meta["compile"].get("cached")
+    assert not off.plan.meta["compile"].get("cached")
+    assert warm.plan.steps == cold.plan.steps and "zero-shot" in [s.source for s in warm.plan.steps]
+    assert {s.source for s in off.plan.steps} == {"default"}
+    x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+    np.testing.assert_array_equal(warm.run([x])[0], cold.run([x])[0])
