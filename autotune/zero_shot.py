@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..codegen.cache_store import cache_dir as kiln_cache_dir
 from ..codegen.cache_store import make_key, open_store
 from ..te.errors import KilnError
 from .cost_model import XGBCostModel
@@ -78,9 +79,14 @@ def relative_rows(X: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def cache_dir() -> Path:
-    """Where trained models are kept: $KILN_CACHE_DIR/zero_shot, else ~/.cache/kiln/zero_shot."""
-    root = os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln"
-    return Path(root).expanduser() / "zero_shot"
+    """Where trained models are kept: zero_shot/ in the persistent cache's folder
+    (KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln); with the cache off
+    (KILN_CACHE_DIR=off), a folder of this user's in the temporary directory (a compile
+    needs the model file to read it)."""
+    root = kiln_cache_dir()
+    if root is None:
+        root = Path(tempfile.gettempdir()) / f"kiln-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    return root / "zero_shot"
 
 
 def isa_targets(db: Database, target: str) -> list[str]:

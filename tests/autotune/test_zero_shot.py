@@ -327,3 +327,11 @@ def test_a_zero_shot_compile_is_kept_in_the_model_cache_under_its_own_key(tmp_pa
     assert {s.source for s in off.plan.steps} == {"default"}
     x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
     np.testing.assert_array_equal(warm.run([x])[0], cold.run([x])[0])
+
+
+def test_models_are_kept_in_the_cache_folder_and_somewhere_real_with_the_cache_off(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "c"))
+    assert Z.cache_dir() == tmp_path / "c" / "zero_shot"
+    monkeypatch.setenv("KILN_CACHE_DIR", "off")
+    assert Z.cache_dir().is_absolute() and "off" not in Z.cache_dir().parts
