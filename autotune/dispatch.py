@@ -24,7 +24,7 @@ from .database import Choice, Database, Record
 from .migrate import legacy_knob_names, rename_config
 from .space import SearchSpace
 from .task import Task
-from .zero_shot import ZERO_SHOT_SOURCE, load_forest, rank_candidates
+from .zero_shot import ZERO_SHOT_SOURCE, cached_pick
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,7 @@ def apply_selection(space: SearchSpace, selection: Selection) -> tuple[Schedule,
         sch, args = space.apply(selection.record.config)
         return sch, args, selection.source(target)
     if selection.zero_shot is not None:
-        config, picked = rank_candidates(space, load_forest(selection.zero_shot),
-                                         donors=selection.donors)
+        config, picked = cached_pick(space, selection.zero_shot, donors=selection.donors)
         if picked:
             sch, args = space.apply(config)
             return sch, args, ZERO_SHOT_SOURCE

@@ -26,7 +26,13 @@ mutations of the default (one or two knobs moved), each applied, lowered and fea
 cost: ~10-20 ms a config); an illegal candidate drops out. The best-predicted one is the
 task's schedule if its predicted speedup over the default is at least PICK_MARGIN; otherwise
 the default stays. The compile checks the choice builds and falls back to the default if
-not (graph/compile.py)."""
+not (graph/compile.py).
+
+Ranking costs ~0.1 s a task (a ResNet-18 compile: 3.3 CPU seconds, session 16), so each pick
+is kept in the persistent cache (`cached_pick`, KILN_CACHE_DIR/zero_shot_picks), keyed by the
+model file (which names the database contents it was trained on), the task, target, thread
+count, donors, candidate settings and Kiln's sources: a warm compile reads the pick and ranks
+nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -40,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..codegen.cache_store import cache_dir as kiln_cache_dir
+from ..codegen.cache_store import make_key, open_store
 from ..te.errors import KilnError
 from .cost_model import XGBCostModel
 from .database import Database, _vector_isa, config_key
@@ -71,9 +79,14 @@ def relative_rows(X: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def cache_dir() -> Path:
-    """Where trained models are kept: $KILN_CACHE_DIR/zero_shot, else ~/.cache/kiln/zero_shot."""
-    root = os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln"
-    return Path(root).expanduser() / "zero_shot"
+    """Where trained models are kept: zero_shot/ in the persistent cache's folder
+    (KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln or ~/.cache/kiln); with the cache off
+    (KILN_CACHE_DIR=off), a folder of this user's in the temporary directory (a compile
+    needs the model file to read it)."""
+    root = kiln_cache_dir()
+    if root is None:
+        root = Path(tempfile.gettempdir()) / f"kiln-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    return root / "zero_shot"
 
 
 def isa_targets(db: Database, target: str) -> list[str]:
@@ -334,3 +347,47 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
               space.task.name, len(configs), featurize.seconds, best,
               math.exp(scores[best] - scores[0]) if ok[0] else math.nan)
     return configs[best], best != 0
+
+
+def settings() -> list:
+    """The ranking's settings (a compile's model cache key includes them with zero-shot on;
+    benchmarks change N_NEIGHBORS at run time)."""
+    return [N_NEIGHBORS, N_DONORS, PICK_MARGIN, FEATURE_VERSION, TRAIN]
+
+
+def pick_key(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...] = ()) -> str:
+    """The cache key of a task's pick: everything `rank_candidates` depends on (the model
+    file's name carries the database contents, ISA and training settings it was made from;
+    make_key adds Kiln's sources, which decide the candidates and their features)."""
+    return make_key("zero-shot-pick", model=Path(model_path).name,
+                    task=space.task.workload_key, target=space.task.target,
+                    threads=space.threads, donors=[config_key(d) for d in donors],
+                    settings=settings())
+
+
+def cached_pick(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...] = ()
+                ) -> tuple[dict, bool]:
+    """rank_candidates with the model in `model_path`, its answer kept in the persistent
+    cache (KILN_CACHE_DIR/zero_shot_picks; none when the cache is off): a second compile
+    of the task reads it back instead of ranking again. An unreadable entry is ranked anew."""
+    store = open_store("zero_shot_picks", "json")
+    key = pick_key(space, model_path, donors) if store is not None else None
+    if store is not None:
+        entry = store.read(key)
+        if entry is not None:
+            mm, start = entry
+            try:
+                doc = json.loads(bytes(mm[start:]))
+                if isinstance(doc.get("config"), dict) and isinstance(doc.get("picked"), bool):
+                    return doc["config"], doc["picked"]
+            except (ValueError, AttributeError):
+                pass
+            finally:
+                mm.close()
+            log.warning("zero-shot pick cache: ignoring entry %s; ranking again",
+                        store.path(key))
+    config, picked = rank_candidates(space, load_forest(model_path), donors=donors)
+    if store is not None:
+        store.write(key, [json.dumps({"config": config, "picked": picked},
+                                     sort_keys=True).encode()])
+    return config, picked

@@ -22,6 +22,7 @@ from ..autotune.zero_shot import ZERO_SHOT_SOURCE
 from ..autotune.zero_shot import donor_table as zero_shot_donor_table
 from ..autotune.zero_shot import donors_for as zero_shot_donors
 from ..autotune.zero_shot import model_for as zero_shot_model
+from ..autotune.zero_shot import settings as zero_shot_settings
 from ..codegen.runtime_config import num_threads_from_env
 from ..schedule import create_schedule, lower
 from ..te.errors import KilnError
@@ -240,11 +241,12 @@ def compile_model(model, target: str = "native", db=None,
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
-    options = (input_shapes, target, database, threads, layout, winograd)
-    # (the model cache's key covers neither pinned input values nor zero-shot picks: such
-    # compiles skip it)
+    # zero-shot picks follow from the database (in the key) and the ranking's settings
+    options = (input_shapes, target, database, threads, layout, winograd,
+               zero_shot_settings() if zero_shot and database is not None else None)
+    # (the model cache's key does not cover pinned input values: such compiles skip it)
     cache_key = (model_cache.model_key(model, *options)
-                 if cache_model and not constants and not zero_shot else None)
+                 if cache_model and not constants else None)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
         return hit
     graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,

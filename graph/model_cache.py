@@ -104,9 +104,12 @@ def _db_identity(db) -> list | None:
 
 
 def model_key(model, input_shapes: Mapping[str, Sequence[int]] | None, target: str,
-              db, threads: int, layout: str, winograd: bool) -> str | None:
+              db, threads: int, layout: str, winograd: bool,
+              zero_shot: list | None = None) -> str | None:
     """The cache key of compiling `model` with these options, or None when this compile
-    cannot use the model cache (caching off, a Graph, a database written seconds ago)."""
+    cannot use the model cache (caching off, a Graph, a database written seconds ago).
+    zero_shot: the ranking's settings when zero-shot picks are on (they are a function of
+    the database, those settings and Kiln's sources, all in the key)."""
     if open_store("models", "kmodel") is None:
         return None
     ident = _model_identity(model)
@@ -117,16 +120,18 @@ def model_key(model, input_shapes: Mapping[str, Sequence[int]] | None, target: s
                                                  for k, v in sorted(input_shapes.items())}
     return make_key("model", model=ident, input_shapes=shapes, target=target,
                     threads=threads, layout=layout, winograd=winograd, runtime=backend(),
-                    db=db_ident)
+                    db=db_ident, **({"zero_shot": zero_shot} if zero_shot else {}))
 
 
-def still_valid(key: str, model, input_shapes, target, db, threads, layout, winograd) -> bool:
+def still_valid(key: str, model, input_shapes, target, db, threads, layout, winograd,
+                zero_shot: list | None = None) -> bool:
     """Whether the inputs still are what `key` was made of (a model or database written
     during the compile must not be stored under the old key). Also records the model file's
     stat -> sha256 alias, so the next compile need not hash it."""
     if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
         _content_identity(Path(model), remember=True)
-    return model_key(model, input_shapes, target, db, threads, layout, winograd) == key
+    return model_key(model, input_shapes, target, db, threads, layout, winograd,
+                     zero_shot) == key
 
 
 def store(key: str, compiled: CompiledModel) -> bool:

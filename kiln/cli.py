@@ -331,6 +331,12 @@ def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
 
 def cmd_logs(args) -> int:
     db = _open_db(args.db)
+    if args.merge:
+        from .autotune.merge import merge_database
+        counts = merge_database(db, args.merge)
+        db.close()
+        console.print(f"merged {args.merge} into {db.path}: {counts}")
+        return 0
     if args.check or args.prune:
         misfits = _misfits(db, args.check, args.target) if args.check else []
         for name, record, reason in misfits:
@@ -467,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "that do not fit today's search spaces")
     logs.add_argument("--prune", action="store_true", help="remove stale records (older "
                       "schema; with --check, also the misfits it lists) from your log")
+    logs.add_argument("--merge", metavar="SRC.db", help="copy SRC.db's tasks, records (with "
+                      "features) and confirmations into the log (--db DEST); rows it already "
+                      "holds are skipped, so merging twice adds nothing")
     logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
 

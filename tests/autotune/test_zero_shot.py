@@ -276,3 +276,62 @@ def test_a_donor_config_is_ranked_with_the_mutations(tmp_path):
     assert donors
     config, _ = Z.rank_candidates(space, Z.load_forest(path), donors=donors)
     assert space.misfit(config) is None
+
+
+def test_a_pick_is_cached_and_a_bad_entry_is_ranked_again(tmp_path, monkeypatch):
+    """cached_pick ranks a task once per model, task and donors; a second call reads the
+    stored pick; a corrupt entry, or the cache switched off, ranks again."""
+    target = canonical_target("native")
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:3])
+    path = Z.model_for(db, target, directory=tmp_path / "models")
+    space = SearchSpace(Task.from_op("dense", (5, 31, 17), target=target), threads=1)
+    calls = []
+    rank = Z.rank_candidates
+    monkeypatch.setattr(Z, "rank_candidates", lambda *a, **k: calls.append(1) or rank(*a, **k))
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    first = Z.cached_pick(space, path)
+    assert Z.cached_pick(space, path) == first and len(calls) == 1
+    assert first == rank(space, Z.load_forest(path))
+    donors = (space.default_config(),)
+    Z.cached_pick(space, path, donors)              # other donors: another entry
+    assert len(calls) == 2
+    entry = Z.open_store("zero_shot_picks", "json").path(Z.pick_key(space, path))
+    entry.write_bytes(entry.read_bytes()[:-5])      # truncated: rejected, ranked anew
+    assert Z.cached_pick(space, path) == first and len(calls) == 3
+    assert Z.cached_pick(space, path) == first and len(calls) == 3
+    monkeypatch.setenv("KILN_CACHE_DIR", "off")
+    Z.cached_pick(space, path)
+    assert len(calls) == 4
+
+
+def test_a_zero_shot_compile_is_kept_in_the_model_cache_under_its_own_key(tmp_path,
+                                                                         monkeypatch):
+    """The second zero-shot compile of a model loads it whole (its picks included); a
+    compile with zero-shot off is another entry, with the defaults."""
+    from kiln.graph import model_cache
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)
+    proto = models.mlp(batch=3, sizes=(37, 24, 13))
+    own = {mt.task.workload_key for mt in model_tasks(proto)}
+    db = _synthetic_db(tmp_path / "log.db", [t for t in _other_tasks()
+                                             if t.workload_key not in own])
+    db.close()
+    db = Database(tmp_path / "log.db")
+    cold = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    warm = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    off = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=False)
+    assert not cold.plan.meta["compile"].get("cached")
+    assert warm.plan.meta["compile"].get("cached")
+    assert not off.plan.meta["compile"].get("cached")
+    assert warm.plan.steps == cold.plan.steps and "zero-shot" in [s.source for s in warm.plan.steps]
+    assert {s.source for s in off.plan.steps} == {"default"}
+    x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+    np.testing.assert_array_equal(warm.run([x])[0], cold.run([x])[0])
+
+
+def test_models_are_kept_in_the_cache_folder_and_somewhere_real_with_the_cache_off(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "c"))
+    assert Z.cache_dir() == tmp_path / "c" / "zero_shot"
+    monkeypatch.setenv("KILN_CACHE_DIR", "off")
+    assert Z.cache_dir().is_absolute() and "off" not in Z.cache_dir().parts

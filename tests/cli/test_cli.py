@@ -163,3 +163,18 @@ def test_an_error_naming_a_long_path_prints_it_whole_and_literally(tmp_path):
     code, out = kiln("compile", str(deep), "-o", str(tmp_path / "m.so"))
     assert code != 0, out
     assert str(deep) in out, out
+
+
+def test_logs_merge_twice_adds_nothing_and_names_a_missing_file(tmp_path):
+    from kiln.autotune.database import Database, Record
+    src = Database(tmp_path / "src.db")
+    src.commit_task("k" * 64, "C = A @ B", [])
+    src.commit_record(Record("k" * 64, "cpu-a", {"t": 1}, (1e-3,), "OK"))
+    src.close()
+    dest = str(tmp_path / "dest.db")
+    code, out = kiln("logs", "--db", dest, "--merge", str(tmp_path / "src.db"))
+    assert code == 0 and "1 of 1 record(s)" in out, out
+    code, out = kiln("logs", "--db", dest, "--merge", str(tmp_path / "src.db"))
+    assert code == 0 and "0 of 1 record(s)" in out, out
+    code, out = kiln("logs", "--db", dest, "--merge", str(tmp_path / "nope.db"))
+    assert code == 1 and "nope.db" in out and "no such file" in out, out
