@@ -328,7 +328,7 @@ class _DotFigures:
         tile_dots, words, accumulators, lanes = self.tile
         return [_log(self.dots), _log(self.macs), _log(tile_dots), _log(words),
                 tile_dots / words if words else 0.0, accumulators, lanes,
-                math.log2((1.0 + 2.0 * self.macs) / (1.0 + param_bytes))]
+                math.log2((1.0 + 2.0 * self.macs) / (1.0 + param_bytes)) if self.macs else 0.0]
 
 
 def _stride(access: _Access, var: E.Var) -> float:
@@ -425,12 +425,35 @@ FEATURE_NAMES: tuple[str, ...] = tuple(
        "log_total_trips", "log_flops_per_byte"]
     + ["log_int_dots", "log_int_macs", "log_dot_tile_dots", "log_dot_tile_operand_words",
        "dot_tile_dots_per_operand_word", "dot_tile_accumulator_vectors", "dot_tile_lanes",
-       "log_int_ops_per_byte", "log_narrow_bytes"])
+       "log_dot_ops_per_byte", "log_narrow_bytes"])
 N_FEATURES = len(FEATURE_NAMES)
 # stored with each feature vector in the database: vectors of another layout are not read
 # (but see upgrade_vector). v2 appended the integer dot-product block to v1 and stopped
 # counting dot products as float_math.
 FEATURE_VERSION = "v2-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
+V1_LENGTH = FEATURE_NAMES.index("log_int_dots")
+V1_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES[:V1_LENGTH]).encode()).hexdigest()[:12]
+LEGACY_VERSIONS = (V1_VERSION,)
+# tensors of these dtypes hold no packed integer words and no 8/16-bit data
+_FLOAT_TASK_DTYPES = frozenset({"float32", "float64", "int64"})
+
+
+def upgrade_vector(version: str, vector: np.ndarray,
+                   dtypes: tuple[str, ...]) -> np.ndarray | None:
+    """A stored vector of an older layout in this one, or None when that cannot be exact.
+
+    A v1 vector of a task whose tensors are all float32, float64 or int64 describes a kernel
+    without dot products or 8/16-bit accesses: its v2 vector is the v1 one followed by zeros.
+    (v1 counted a dot product as float_math, so an integer task's v1 vector is not upgraded.)
+    `dtypes`: the task's tensor dtypes.
+    """
+    if version == FEATURE_VERSION:
+        return vector
+    if version != V1_VERSION or len(vector) != V1_LENGTH or not dtypes \
+            or not set(dtypes) <= _FLOAT_TASK_DTYPES:
+        return None
+    return np.concatenate([np.asarray(vector, np.float32),
+                           np.zeros(N_FEATURES - V1_LENGTH, np.float32)])
 
 
 def extract_features(func: PrimFunc) -> np.ndarray:
