@@ -6,6 +6,7 @@ arithmetic it performs, the bytes each loop level touches (reuse) and the access
 Integer dot products (te.expr's DOT4_INTRINSICS, the int8 kernels' vpdpbusd / vpmaddwd lanes)
 get their own block: how many, the multiply-adds they do, the register tile they accumulate
 in and the operand words that tile loads, so an int8 kernel is not read as float math.
+(8-bit accesses need no feature of their own: the byte figures count each access's itemsize.)
 
 The tuner extracts a vector for every candidate its search scores (tens per measured trial),
 so the extraction walks the IR once: each stored value is scanned a single time for both its
@@ -215,7 +216,6 @@ class _Collector:
         self.n_loops = 0
         self.local_bytes = 0
         self.global_scratch_bytes = 0
-        self.narrow_bytes = 0.0       # bytes of 8- and 16-bit accesses, times their trips
         self.dot = _DotFigures()
         self._vars: dict[E.Expr, frozenset] = {}
 
@@ -267,10 +267,8 @@ class _Collector:
         for load in loads:
             self._add_access(loops, load.buffer, load.index, False)
         self._count(counts)
-        trips = float(math.prod(loop.extent for loop in loops))
-        self.narrow_bytes += trips * sum(a.itemsize for a in self.accesses[first:]
-                                         if a.itemsize <= 2)
         if dots:
+            trips = float(math.prod(loop.extent for loop in loops))
             self.dot.add(self.accesses[first:], dots, macs, trips)
 
     def _add_access(self, loops, buffer, index: E.Expr, is_store: bool) -> None:
@@ -425,7 +423,7 @@ FEATURE_NAMES: tuple[str, ...] = tuple(
        "log_total_trips", "log_flops_per_byte"]
     + ["log_int_dots", "log_int_macs", "log_dot_tile_dots", "log_dot_tile_operand_words",
        "dot_tile_dots_per_operand_word", "dot_tile_accumulator_vectors", "dot_tile_lanes",
-       "log_dot_ops_per_byte", "log_narrow_bytes"])
+       "log_dot_ops_per_byte"])
 N_FEATURES = len(FEATURE_NAMES)
 # stored with each feature vector in the database: vectors of another layout are not read
 # (but see upgrade_vector). v2 appended the integer dot-product block to v1 and stopped
@@ -434,23 +432,25 @@ FEATURE_VERSION = "v2-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdi
 V1_LENGTH = FEATURE_NAMES.index("log_int_dots")
 V1_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES[:V1_LENGTH]).encode()).hexdigest()[:12]
 LEGACY_VERSIONS = (V1_VERSION,)
-# tensors of these dtypes hold no packed integer words and no 8/16-bit data
+# tensors of these dtypes hold no packed integer words (the dot products' operands)
 _FLOAT_TASK_DTYPES = frozenset({"float32", "float64", "int64"})
+_FLOAT_MATH = FEATURE_NAMES.index("log_float_math")
 
 
 def upgrade_vector(version: str, vector: np.ndarray,
-                   dtypes: tuple[str, ...]) -> np.ndarray | None:
+                   dtypes: tuple[str, ...] = ()) -> np.ndarray | None:
     """A stored vector of an older layout in this one, or None when that cannot be exact.
 
-    A v1 vector of a task whose tensors are all float32, float64 or int64 describes a kernel
-    without dot products or 8/16-bit accesses: its v2 vector is the v1 one followed by zeros.
-    (v1 counted a dot product as float_math, so an integer task's v1 vector is not upgraded.)
-    `dtypes`: the task's tensor dtypes.
+    v2 is v1 followed by the dot-product block, and v1 counted a dot product as float_math.
+    So a v1 vector describes a kernel without dot products, and its v2 vector is the v1 one
+    followed by zeros, when its float_math is 0 or its task's tensors (`dtypes`, () when
+    unknown) are all float32, float64 or int64; otherwise None.
     """
     if version == FEATURE_VERSION:
         return vector
-    if version != V1_VERSION or len(vector) != V1_LENGTH or not dtypes \
-            or not set(dtypes) <= _FLOAT_TASK_DTYPES:
+    if version != V1_VERSION or len(vector) != V1_LENGTH:
+        return None
+    if vector[_FLOAT_MATH] != 0 and not (dtypes and set(dtypes) <= _FLOAT_TASK_DTYPES):
         return None
     return np.concatenate([np.asarray(vector, np.float32),
                            np.zeros(N_FEATURES - V1_LENGTH, np.float32)])
@@ -476,6 +476,6 @@ def extract_features(func: PrimFunc) -> np.ndarray:
                  _log(collector.local_bytes), _log(collector.global_scratch_bytes),
                  _log(_tile_working_set(accesses, nest)), _log(total_trips),
                  math.log2((1.0 + flops) / (1.0 + param_bytes))]
-              + collector.dot.features(param_bytes) + [_log(collector.narrow_bytes)])
+              + collector.dot.features(param_bytes))
     assert len(values) == N_FEATURES, "feature layout out of sync with FEATURE_NAMES"
     return np.asarray(values, dtype=np.float32)

@@ -60,7 +60,6 @@ def test_register_tile_figures_on_hand_written_ir(call, macs_per_dot):
     assert f["log_dot_ops_per_byte"] == pytest.approx(
         math.log2((1 + 2 * macs_per_dot * dots) / (1 + param_bytes)), rel=1e-5)
     assert f["log_float_math"] == 0.0          # a dot product is not float math
-    assert f["log_narrow_bytes"] == 0.0        # int32 words only
 
 
 def _matmul_int8_task(m=7, k4=5, n=33) -> Task:
@@ -91,15 +90,20 @@ def test_int8_matmul_dot_count_is_the_arithmetic_and_register_tiles_differ():
     assert _unlog(one_row["log_int_dots"]) == pytest.approx(m * n * k4, rel=1e-5)
 
 
-def test_upgrade_vector_only_carries_float_tasks_v1_vectors():
-    v1 = np.arange(V1_LENGTH, dtype=np.float32)
+def test_upgrade_vector_carries_v1_vectors_without_dot_products():
+    v1 = np.arange(V1_LENGTH, dtype=np.float32)         # float_math != 0: maybe dot products
+    float_math = FEATURE_NAMES.index("log_float_math")
     up = upgrade_vector(V1_VERSION, v1, ("float32", "float32", "int64"))
     assert up.shape == (N_FEATURES,) and not up[V1_LENGTH:].any()
     np.testing.assert_array_equal(up[:V1_LENGTH], v1)
-    # packed int8 words, 8-bit tensors: v1 counted their dot products as float math
+    # packed int8 words: v1 counted their dot products as float math
     assert upgrade_vector(V1_VERSION, v1, ("int32", "int32", "int32")) is None
     assert upgrade_vector(V1_VERSION, v1, ("uint8", "float32")) is None
     assert upgrade_vector(V1_VERSION, v1, ()) is None                 # unknown task
+    no_calls = v1.copy()
+    no_calls[float_math] = 0.0                                        # certainly no dots
+    np.testing.assert_array_equal(upgrade_vector(V1_VERSION, no_calls, ())[:V1_LENGTH],
+                                  no_calls)
     assert upgrade_vector("v0-other", v1, ("float32",)) is None
     assert upgrade_vector(V1_VERSION, v1[:5], ("float32",)) is None  # wrong length
     full = np.ones(N_FEATURES, np.float32)
@@ -110,7 +114,7 @@ def test_database_reads_float_tasks_v1_vectors_as_today_s_layout(tmp_path):
     db = Database(tmp_path / "f.db")
     float_task = Task.from_op("matmul", (16, 8, 24))
     int8_task = _matmul_int8_task()
-    v1 = np.linspace(0, 1, V1_LENGTH, dtype=np.float32)
+    v1 = np.linspace(0, 1, V1_LENGTH, dtype=np.float32)     # float_math != 0
     for task in (float_task, int8_task):
         db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
         db.commit_record(Record(task.workload_key, TARGET, {"s0/unroll": 0}, (1e-3,), "OK"),
@@ -134,7 +138,7 @@ def test_database_reads_float_tasks_v1_vectors_as_today_s_layout(tmp_path):
 def test_confirmation_candidates_of_float_tasks_upgrade(tmp_path):
     db = Database(tmp_path / "c.db")
     float_task, int8_task = Task.from_op("matmul", (16, 8, 24)), _matmul_int8_task()
-    v1 = [0.5] * V1_LENGTH
+    v1 = [0.5] * V1_LENGTH                                    # float_math != 0
     for task in (float_task, int8_task):
         db.commit_task(task.workload_key, task.description, task.shapes, task.flops)
         candidates = ({"config": {}, "seconds": 1.0, "features": v1,
