@@ -107,6 +107,7 @@ class CostModelPool:
         self.rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.prior: set[str] = set()
         self.fit_seconds = 0.0
+        self.width: int | None = None    # the leading columns the model was fitted on
 
     @property
     def is_trained(self) -> bool:
@@ -138,11 +139,18 @@ class CostModelPool:
         y = np.concatenate([useful[g][1] for g in names])
         groups = np.concatenate([np.full(len(useful[g][1]), i) for i, g in enumerate(names)])
         weights = {i: self.prior_weight for i, g in enumerate(names) if g in self.prior}
-        self.model.fit(X, y, groups, weights)
+        # trailing columns no row uses (a feature block appended to the layout, such as the
+        # dot products of float tasks) are left out: column subsampling then draws from the
+        # same columns as before the block existed, so those tasks' fits do not change
+        used = np.flatnonzero(X.any(axis=0))
+        width = int(used[-1]) + 1 if len(used) else X.shape[1]
+        self.model.fit(X[:, :width], y, groups, weights)     # (y has spread: it fits)
+        self.width = width
         self.fit_seconds += time.perf_counter() - start
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return self.model.predict(X)
+        X = np.asarray(X, dtype=np.float32)
+        return self.model.predict(X if self.width is None else X[:, :self.width])
 
 
 def kendall_tau(predicted: np.ndarray, actual: np.ndarray) -> float:

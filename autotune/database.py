@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -33,7 +33,7 @@ import sqlite_utils
 
 from ..codegen.target import Target
 from ..te.errors import TargetError, TuningDatabaseError
-from .features import FEATURE_VERSION, N_FEATURES
+from .features import FEATURE_VERSION, LEGACY_VERSIONS, N_FEATURES, upgrade_vector
 
 # 2: knob names from positions in the canonical DAG (autotune/migrate.py renames schema-1
 # configs, which named stages, axes and tensors after the model they were tuned on)
@@ -324,8 +324,26 @@ class Database:
             f"threads ORDER BY timestamp DESC, id DESC) AS rank FROM {source}) "
             "WHERE rank = 1 ORDER BY task_key, target, threads")
         wanted = None if targets is None else set(targets)
-        return [self._to_choice(row) for row in rows
+        return [self._upgrade_candidates(self._to_choice(row)) for row in rows
                 if wanted is None or row["target"] in wanted]
+
+    def _upgrade_candidates(self, choice: Choice) -> Choice:
+        """`choice` with its candidates' feature vectors of older layouts in today's where
+        features.upgrade_vector can (the others keep their old version, which readers skip)."""
+        if not any(c.get("feature_version") in LEGACY_VERSIONS for c in choice.candidates):
+            return choice
+        dtypes = self._task_dtypes(choice.task_key)
+        candidates = []
+        for c in choice.candidates:
+            vector = c.get("features")
+            if c.get("feature_version") in LEGACY_VERSIONS and isinstance(vector, list):
+                new = upgrade_vector(c["feature_version"], np.asarray(vector, np.float32),
+                                     dtypes)
+                if new is not None:
+                    c = {**c, "features": [float(x) for x in new],
+                         "feature_version": FEATURE_VERSION}
+            candidates.append(c)
+        return replace(choice, candidates=tuple(candidates))
 
     def choice_stats(self) -> tuple[int, float]:
         """(confirmations, newest timestamp): a fingerprint of the choices (they are only
@@ -432,18 +450,23 @@ class Database:
         each task. Records of other targets are never returned."""
         # (any schema version: a feature vector describes the measured loop nest, not the
         # config's knob names, so a record that no longer fits a space still teaches the model)
+        versions = self._readable_versions(version)
         rows = self._db.conn.execute(
-            f"SELECT r.task_key, r.mean_cost, r.status, f.vector FROM {self._records} r "
-            f"JOIN {self._features} f ON f.record_id = r.id WHERE r.target = ? "
-            "AND f.version = ? ORDER BY r.id DESC", (target, version))
+            f"SELECT r.task_key, r.mean_cost, r.status, f.vector, f.version "
+            f"FROM {self._records} r JOIN {self._features} f ON f.record_id = r.id "
+            f"WHERE r.target = ? AND f.version IN ({','.join('?' * len(versions))}) "
+            "ORDER BY r.id DESC", (target, *versions))
         out: dict[str, tuple[list, list]] = {}
-        for task_key, mean, status, vector in rows:
+        for task_key, mean, status, vector, stored in rows:
             if task_key == exclude_task:
                 continue
             X, costs = out.setdefault(task_key, ([], []))
             if len(costs) >= per_task:
                 continue
-            X.append(np.frombuffer(vector, dtype=np.float32))
+            vector = self._upgrade(stored, version, task_key, vector)
+            if vector is None:
+                continue
+            X.append(vector)
             costs.append(mean if status == OK_STATUS and mean is not None else math.inf)
         return {k: (np.stack(X[::-1]), np.array(c[::-1])) for k, (X, c) in out.items()
                 if len({len(x) for x in X}) == 1}
@@ -556,12 +579,42 @@ class Database:
                         version: str) -> dict[str, np.ndarray]:
         """The stored feature vectors of `task_key`'s records on `target` with layout
         `version`, by config key (a resumed run need not lower its measured configs again)."""
+        versions = self._readable_versions(version)
         rows = self._db.conn.execute(
-            f"SELECT r.config_key, f.vector FROM {self._records} r JOIN {self._features} f "
-            "ON f.record_id = r.id "
-            "WHERE r.task_key = ? AND r.target = ? AND f.version = ? AND r.schema_version = ? "
-            "ORDER BY r.id", (task_key, target, version, SCHEMA_VERSION))
-        return {key: np.frombuffer(vector, dtype=np.float32) for key, vector in rows}
+            f"SELECT r.config_key, f.vector, f.version FROM {self._records} r "
+            f"JOIN {self._features} f ON f.record_id = r.id WHERE r.task_key = ? AND "
+            f"r.target = ? AND f.version IN ({','.join('?' * len(versions))}) AND "
+            "r.schema_version = ? ORDER BY r.id", (task_key, target, *versions, SCHEMA_VERSION))
+        out = {}
+        for key, vector, stored in rows:
+            vector = self._upgrade(stored, version, task_key, vector)
+            if vector is not None:
+                out[key] = vector
+        return out
+
+    @staticmethod
+    def _readable_versions(version: str) -> tuple[str, ...]:
+        """The stored layouts a read of `version` takes: today's also reads the older layouts
+        features.upgrade_vector carries into it (the rest stay stored, unread)."""
+        return (version, *LEGACY_VERSIONS) if version == FEATURE_VERSION else (version,)
+
+    def _upgrade(self, stored: str, version: str, task_key: str,
+                 vector: bytes | np.ndarray) -> np.ndarray | None:
+        """A stored vector of layout `stored` as one of `version` (None: it cannot be)."""
+        if not isinstance(vector, np.ndarray):
+            vector = np.frombuffer(vector, dtype=np.float32)
+        if stored == version:
+            return vector
+        return upgrade_vector(stored, vector, self._task_dtypes(task_key))
+
+    def _task_dtypes(self, task_key: str) -> tuple[str, ...]:
+        """The dtypes of a task's tensors from its `shapes` (() when unknown)."""
+        row = self._db.conn.execute(f"SELECT shapes FROM {self._tasks} WHERE workload_key = ?",
+                                    (task_key,)).fetchone()
+        try:
+            return tuple(str(entry[2]) for entry in json.loads(row[0]))
+        except (TypeError, ValueError, IndexError, KeyError):
+            return ()
 
     # ------------------------------------------------------------------ exchange
 

@@ -3,6 +3,10 @@
 The same loop IR that codegen compiles is summarised here: the loop nest around the busiest
 store (extents and kinds, innermost first), vectorisation, parallelism and unrolling, the
 arithmetic it performs, the bytes each loop level touches (reuse) and the access strides.
+Integer dot products (te.expr's DOT4_INTRINSICS, the int8 kernels' vpdpbusd / vpmaddwd lanes)
+get their own block: how many, the multiply-adds they do, the register tile they accumulate
+in and the operand words that tile loads, so an int8 kernel is not read as float math.
+(8-bit accesses need no feature of their own: the byte figures count each access's itemsize.)
 
 The tuner extracts a vector for every candidate its search scores (tens per measured trial),
 so the extraction walks the IR once: each stored value is scanned a single time for both its
@@ -94,6 +98,9 @@ def _eval(e: E.Expr, env: dict) -> float | None:
 _OP_NAMES = ("float_add", "float_mul", "float_fma", "float_div", "float_math", "float_cmp",
              "int_arith", "int_divmod", "select", "cast", "load")
 _OP_INDEX = {name: i for i, name in enumerate(_OP_NAMES)}
+# multiply-adds per int32 lane of each integer dot product (4 bytes or 2 int16 per word)
+_DOT_MACS = {name: 2 if name.startswith("dot2") else 4 for name in E.DOT4_INTRINSICS}
+_REGISTER_KINDS = (ForKind.UNROLLED, ForKind.VECTORIZED)
 _LEAVES = (E.IntImm, E.FloatImm, E.Var)    # no children, no operation counted
 _AB = ("a", "b")
 
@@ -118,7 +125,7 @@ def _op_name(e: E.Expr) -> str | None:
     if isinstance(e, E.CmpOp):
         return "float_cmp" if dt.is_float(e.a.dtype) else "int_arith"
     if t is E.Call:
-        return "float_math"
+        return None if e.name in _DOT_MACS else "float_math"
     if t is E.Select:
         return "select"
     if t is E.Cast:
@@ -137,14 +144,16 @@ def _child_names(node_cls) -> tuple[str, ...]:
     return names + (("value",) if node_cls.__name__ == "Cast" else ())
 
 
-def _scan(value: E.Expr) -> tuple[list[int], list[BufferLoad]]:
-    """Operation counts and loads of one stored value, each distinct sub-expression once.
+def _scan(value: E.Expr) -> tuple[list[int], list[BufferLoad], tuple[int, int]]:
+    """Operation counts, loads and (integer dot products, their multiply-adds) of one stored
+    value, each distinct sub-expression once.
 
     Pre-order, iterative, like te.visit.walk, but in one pass for both questions and without
     hashing leaves (a leaf is neither an operation nor a load, so its repeats do not matter).
     """
     counts = [0] * len(_OP_NAMES)
     loads: list[BufferLoad] = []
+    dots = macs = 0
     seen: set = set()
     stack = [value]
     while stack:
@@ -163,8 +172,11 @@ def _scan(value: E.Expr) -> tuple[list[int], list[BufferLoad]]:
             continue
         if t is BufferLoad:
             loads.append(node)
+        elif t is E.Call and node.name in _DOT_MACS:
+            dots += 1
+            macs += _DOT_MACS[node.name]
         stack.extend(reversed(_children(node, names)))
-    return counts, loads
+    return counts, loads, (dots, macs)
 
 
 def _children(node: E.Expr, names: tuple[str, ...]) -> list[E.Expr]:
@@ -204,6 +216,7 @@ class _Collector:
         self.n_loops = 0
         self.local_bytes = 0
         self.global_scratch_bytes = 0
+        self.dot = _DotFigures()
         self._vars: dict[E.Expr, frozenset] = {}
 
     def visit(self, node: Stmt) -> None:
@@ -248,11 +261,15 @@ class _Collector:
     def _visit_store(self, node: Store) -> None:
         self.n_stores += 1
         loops = tuple(self.loops)
-        counts, loads = _scan(node.value)
+        counts, loads, (dots, macs) = _scan(node.value)
+        first = len(self.accesses)
         self._add_access(loops, node.buffer, node.index, True)
         for load in loads:
             self._add_access(loops, load.buffer, load.index, False)
         self._count(counts)
+        if dots:
+            trips = float(math.prod(loop.extent for loop in loops))
+            self.dot.add(self.accesses[first:], dots, macs, trips)
 
     def _add_access(self, loops, buffer, index: E.Expr, is_store: bool) -> None:
         used = self._vars.get(index)
@@ -269,6 +286,47 @@ class _Collector:
         for slot, count in enumerate(counts):
             if count:
                 self.ops[slot] += count * trips
+
+
+class _DotFigures:
+    """The integer dot products: totals over the function, and the register tile of the
+    busiest dot store (its innermost run of unrolled and vectorized loops, the straight-line
+    code whose accumulators live in vector registers)."""
+
+    def __init__(self):
+        self.dots = 0.0              # int32 dot lanes, times their trips
+        self.macs = 0.0              # their multiply-adds
+        self.busiest = 0.0
+        self.tile = (0.0, 0.0, 0.0, 0.0)  # dots, operand words, accumulator vectors, lanes
+
+    def add(self, accesses: list[_Access], dots: int, macs: int, trips: float) -> None:
+        """A store whose value has `dots` dot products doing `macs` multiply-adds per trip;
+        accesses[0] is the store."""
+        store = accesses[0]
+        self.dots += dots * trips
+        self.macs += macs * trips
+        if macs * trips <= self.busiest:
+            return
+        self.busiest = macs * trips
+        block = 0                   # innermost loops of the register tile
+        while block < len(store.loops) and store.loops[-1 - block].kind in _REGISTER_KINDS:
+            block += 1
+        loops = store.loops[len(store.loops) - block:]
+
+        def footprint(a: _Access) -> float:
+            return float(math.prod(a.used_extents[len(a.loops) - block:]))
+        lanes = math.prod(l.extent for l in loops if l.kind is ForKind.VECTORIZED)
+        # the operands: every load but the accumulator's own (acc = acc + dot(...))
+        words = sum(footprint(a) * a.itemsize / 4.0 for a in accesses[1:]
+                    if a.buffer_name != store.buffer_name)
+        self.tile = (dots * math.prod(l.extent for l in loops), words,
+                     footprint(store) / lanes, float(lanes))
+
+    def features(self, param_bytes: int) -> list[float]:
+        tile_dots, words, accumulators, lanes = self.tile
+        return [_log(self.dots), _log(self.macs), _log(tile_dots), _log(words),
+                tile_dots / words if words else 0.0, accumulators, lanes,
+                math.log2((1.0 + 2.0 * self.macs) / (1.0 + param_bytes)) if self.macs else 0.0]
 
 
 def _stride(access: _Access, var: E.Var) -> float:
@@ -362,10 +420,40 @@ FEATURE_NAMES: tuple[str, ...] = tuple(
     + ["n_contiguous", "n_strided", "n_invariant", "log_footprint", "n_buffers"]
     + ["vector_width", "log_parallel_extent", "log_unrolled_extent", "n_stores", "n_guards",
        "n_loops", "log_local_bytes", "log_scratch_bytes", "log_tile_working_set",
-       "log_total_trips", "log_flops_per_byte"])
+       "log_total_trips", "log_flops_per_byte"]
+    + ["log_int_dots", "log_int_macs", "log_dot_tile_dots", "log_dot_tile_operand_words",
+       "dot_tile_dots_per_operand_word", "dot_tile_accumulator_vectors", "dot_tile_lanes",
+       "log_dot_ops_per_byte"])
 N_FEATURES = len(FEATURE_NAMES)
 # stored with each feature vector in the database: vectors of another layout are not read
-FEATURE_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
+# (but see upgrade_vector). v2 appended the integer dot-product block to v1 and stopped
+# counting dot products as float_math.
+FEATURE_VERSION = "v2-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
+V1_LENGTH = FEATURE_NAMES.index("log_int_dots")
+V1_VERSION = "v1-" + hashlib.sha256(",".join(FEATURE_NAMES[:V1_LENGTH]).encode()).hexdigest()[:12]
+LEGACY_VERSIONS = (V1_VERSION,)
+# tensors of these dtypes hold no packed integer words (the dot products' operands)
+_FLOAT_TASK_DTYPES = frozenset({"float32", "float64", "int64"})
+_FLOAT_MATH = FEATURE_NAMES.index("log_float_math")
+
+
+def upgrade_vector(version: str, vector: np.ndarray,
+                   dtypes: tuple[str, ...] = ()) -> np.ndarray | None:
+    """A stored vector of an older layout in this one, or None when that cannot be exact.
+
+    v2 is v1 followed by the dot-product block, and v1 counted a dot product as float_math.
+    So a v1 vector describes a kernel without dot products, and its v2 vector is the v1 one
+    followed by zeros, when its float_math is 0 or its task's tensors (`dtypes`, () when
+    unknown) are all float32, float64 or int64; otherwise None.
+    """
+    if version == FEATURE_VERSION:
+        return vector
+    if version != V1_VERSION or len(vector) != V1_LENGTH:
+        return None
+    if vector[_FLOAT_MATH] != 0 and not (dtypes and set(dtypes) <= _FLOAT_TASK_DTYPES):
+        return None
+    return np.concatenate([np.asarray(vector, np.float32),
+                           np.zeros(N_FEATURES - V1_LENGTH, np.float32)])
 
 
 def extract_features(func: PrimFunc) -> np.ndarray:
@@ -387,6 +475,7 @@ def extract_features(func: PrimFunc) -> np.ndarray:
                  float(collector.n_guards), float(collector.n_loops),
                  _log(collector.local_bytes), _log(collector.global_scratch_bytes),
                  _log(_tile_working_set(accesses, nest)), _log(total_trips),
-                 math.log2((1.0 + flops) / (1.0 + param_bytes))])
+                 math.log2((1.0 + flops) / (1.0 + param_bytes))]
+              + collector.dot.features(param_bytes))
     assert len(values) == N_FEATURES, "feature layout out of sync with FEATURE_NAMES"
     return np.asarray(values, dtype=np.float32)

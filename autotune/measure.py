@@ -34,6 +34,7 @@ from ..schedule.lower import lower
 from ..te import dtype as dt
 from ..te.errors import InternalError, KilnError, ScheduleError
 from ..te.reference import evaluate
+from ..te.workload import topo_ops
 from .features import extract_features
 from .space import SearchSpace
 from .task import Task
@@ -278,16 +279,42 @@ def _poisoned(tensor) -> np.ndarray:
     return np.full(tensor.shape, 123, dtype=tensor.dtype)
 
 
+# An integer output computed through float math (a requantization: scale, round, saturate)
+# may land one step off at a near-tie, where the kernel fuses a multiply-add that the numpy
+# reference rounds twice (graph/passes/quantized_add.py). At most this share of its points
+# (at least one) may differ, by one; any larger or more frequent difference is a wrong answer.
+# Integer outputs of integer-only DAGs (the dot-product accumulators) must match exactly.
+ROUNDING_TIE_SHARE = 1e-3
+
+
 def _compare(task: Task, arrays, expected, options: MeasureOptions) -> str:
+    through_float = None
     for position, want in zip(task.output_positions, expected):
         got = arrays[position]
-        if not np.allclose(got, want, rtol=options.rtol, atol=options.atol, equal_nan=False):
+        if np.issubdtype(want.dtype, np.floating):
+            if np.allclose(got, want, rtol=options.rtol, atol=options.atol, equal_nan=False):
+                continue
             bad = np.argwhere(~np.isclose(got, want, rtol=options.rtol, atol=options.atol))
-            first = tuple(int(i) for i in bad[0])
-            return (f"output '{task.args[position].name}' differs from the reference at "
-                    f"{len(bad)} of {want.size} points; first at {first}: got {got[first]}, "
-                    f"expected {want[first]}")
+        else:
+            diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+            bad = np.argwhere(diff != 0)
+            if not len(bad):
+                continue
+            if through_float is None:
+                through_float = _has_float_stage(task)
+            if through_float and diff.max() <= 1 \
+                    and len(bad) <= max(1.0, ROUNDING_TIE_SHARE * want.size):
+                continue
+        first = tuple(int(i) for i in bad[0])
+        return (f"output '{task.args[position].name}' differs from the reference at "
+                f"{len(bad)} of {want.size} points; first at {first}: got {got[first]}, "
+                f"expected {want[first]}")
     return ""
+
+
+def _has_float_stage(task: Task) -> bool:
+    """Whether any tensor of the task's DAG is a float one."""
+    return any(dt.is_float(op.dtype) for op in topo_ops(list(task.outputs)))
 
 
 def serve(read_fd: int, write_fd: int) -> None:

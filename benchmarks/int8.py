@@ -3,7 +3,7 @@
     python benchmarks/int8.py [--parts peak,gemm,models] [--models resnet18,mobilenetv2,bert]
                               [--threads 1,2] [--samples 100] [--db PATH] [--repeat 7]
                               [--gemm-weights full,symmetric] [--clock wall|cpu]
-                              [--profile N]
+                              [--profile N] [--vs-default]
 
 - peak: chains of the target's u8 x s8 -> s32 dot instruction with no loads (vpdpbusd with
   AVX512-VNNI; else vpmaddubsw + vpmaddwd, onnxruntime's saturating AVX2 step, and the exact
@@ -487,7 +487,8 @@ def _profile(compiled, model: onnx.ModelProto, feeds: dict, top: int,
 
 
 def bench_models(names: list[str], threads: list[int], db, repeat: int, samples: int,
-                 forms: tuple[str, ...] = ("pairs",), profile: int = 0) -> dict:
+                 forms: tuple[str, ...] = ("pairs",), profile: int = 0,
+                 vs_default: bool = False) -> dict:
     out, rows = {}, []
     for name in names:
         build, mode, quant_format = MODELS[name]
@@ -506,6 +507,9 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
                 with _int8_form(form):
                     variants[form] = compile_model(int8, db=db, threads=max(threads))
             compile_s = time.perf_counter() - start
+            if vs_default:      # the first form with the search space's default schedules
+                with _int8_form(forms[0]):
+                    variants["default"] = compile_model(int8, db=None, threads=max(threads))
             ours_fp32 = compile_model(fp32, db=db, threads=max(threads))
         ours = variants[forms[0]]
         print(f"{name}: int8 compiled in {compile_s:.0f} s ({len(forms)} forms)", flush=True)
@@ -524,6 +528,9 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
             entry[f"{t}t"] = {f"{k}_ms_{which}": round(v[i] * 1e3, 3) for k, v in timed.items()
                               for i, which in ((0, "best"), (1, "median"))}
             entry[f"{t}t"]["compile_s"] = round(compile_s, 1)
+            if vs_default:
+                entry[f"{t}t"]["tuned_over_default_median"] = round(
+                    timed["kiln_int8"][1] / timed["kiln_int8_default"][1], 3)
             best = {k: v[0] * 1e3 for k, v in timed.items()}
             rows.append([name, t, best["kiln_int8"], best["ort_int8"],
                          best["kiln_int8"] / best["ort_int8"], best["kiln_fp32"],
@@ -542,7 +549,8 @@ def bench_models(names: list[str], threads: list[int], db, repeat: int, samples:
           f"kiln int8 = the {forms[0]} form")
     print_table(["model", "threads", "kiln int8", "ort int8", "kiln/ort int8", "kiln fp32",
                  "ort fp32", "kiln int8 median", "ort int8 median"]
-                + [f"kiln int8 {form}" for form in forms[1:]], rows)
+                + [f"kiln int8 {form}" for form in forms[1:]]
+                + (["kiln int8 default schedules"] if vs_default else []), rows)
     print("accuracy on random inputs: max abs error / top-1 agreement")
     keys = ["kiln_vs_spec", "kiln_vs_ort_int8", "ort_int8_vs_spec", "ort_int8_vs_fp32",
             "kiln_vs_fp32"]
@@ -584,6 +592,9 @@ def main() -> None:
                         help="per-kernel profile of each model's Kiln int8 at 1 thread (the "
                         "N slowest kernels, all summed by kind) and onnxruntime's per-node "
                         "times by op type")
+    parser.add_argument("--vs-default", action="store_true",
+                        help="with --db: also time the first form compiled without it (the "
+                        "search space's default schedules), interleaved in the same run")
     parser.add_argument("--db", default=None, help="tuning database (default: none, the "
                         "search space's default schedules)")
     args = parser.parse_args()
@@ -603,7 +614,8 @@ def main() -> None:
                                               forms=forms))
     if "models" in parts:
         figures["models"] = bench_models(args.models.split(","), threads, args.db,
-                                         args.repeat, args.samples, forms, args.profile)
+                                         args.repeat, args.samples, forms, args.profile,
+                                         args.vs_default and args.db is not None)
     emit_json(figures)
 
 

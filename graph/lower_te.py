@@ -421,6 +421,21 @@ def _is_immediate(value: Value, group: FusedGroup, constants: Mapping[str, np.nd
     return all(n.op in _SCALAR_OPERAND_OPS for n in readers)
 
 
+def _split_scalars(group: FusedGroup, constants: Mapping[str, np.ndarray]) -> set[str]:
+    """The 8-bit scalar constants (quantization zero points) the group reads more than once.
+
+    Each read gets its own placeholder: graph CSE shares equal small constants, so whether
+    two zero points are one value depends on the model's quantization parameters, and the
+    DAG (its workload key, so its tuning records) must not."""
+    reads: dict[str, int] = {}
+    for node in group.nodes:
+        for v in node.inputs:
+            if v is not None and v.shape == () and v.dtype in ("uint8", "int8") \
+                    and v.name in constants:
+                reads[v.name] = reads.get(v.name, 0) + 1
+    return {name for name, n in reads.items() if n > 1}
+
+
 def lower_node(node: Node, args: Sequence[Operand]) -> list[Tensor]:
     """The TE tensors computing `node`'s outputs from `args` (tensors, immediates or None)."""
     fn = LOWERINGS.get(node.op)
@@ -448,16 +463,27 @@ def lower_group(group: FusedGroup, constants: Mapping[str, np.ndarray]) -> Group
     scalars are read, to inline them)."""
     env: dict[str, Operand] = {}
     inputs, holders = [], []
+    split = _split_scalars(group, constants)
     for k, v in enumerate(group.inputs):
         if _is_immediate(v, group, constants):
             env[v.name] = float(np.asarray(constants[v.name]))
             continue
+        if v.name in split:
+            continue                     # a placeholder per read, made below
         holder = placeholder(v.shape, v.dtype, _arg_name(v, k))
         env[v.name] = holder
         inputs.append(v)
         holders.append(holder)
     for node in group.nodes:
-        args = [None if v is None else env[v.name] for v in node.inputs]
+        args = []
+        for v in node.inputs:
+            if v is not None and v.name in split:
+                holder = placeholder(v.shape, v.dtype, _arg_name(v, len(holders)))
+                inputs.append(v)
+                holders.append(holder)
+                args.append(holder)
+            else:
+                args.append(None if v is None else env[v.name])
         for v, t in zip(node.outputs, lower_node(node, args)):
             env[v.name] = t
     outs, written = [], [v for v in group.outputs if 0 not in v.shape]

@@ -63,11 +63,17 @@ def _ratio_nodes(q: Node, a: Value, b: Value, params, namer: Namer,
     def value(what: str, dtype: str = "float32") -> Value:
         return Value(namer(f"{hint}/{what}"), shape, dtype)
 
-    def const(x, what: str) -> Value:
-        arr = np.asarray(x)
-        v = Value(namer(f"{hint}/{what}"), (), arr.dtype.name)
+    def const(x, what: str, shape: tuple[int, ...] = ()) -> Value:
+        arr = np.asarray(x).reshape(shape)
+        v = Value(namer(f"{hint}/{what}"), shape, arr.dtype.name)
         constants[v.name] = arr
         return v
+
+    def scale(x, what: str) -> Value:
+        # one-element arrays, not 0-d: a 0-d float constant becomes an immediate in the
+        # kernel's DAG (graph/lower_te.py _is_immediate), and these depend on the model's
+        # scales, so the workload key (and the tuning records) would be this model's alone
+        return const(x, what, (1,))
 
     fa, fb, b_scaled, b_fixed, a_scaled, total = (value(w) for w in (
         "a_float", "b_float", "b_scaled", "b_fixed", "a_scaled", "sum"))
@@ -76,10 +82,10 @@ def _ratio_nodes(q: Node, a: Value, b: Value, params, namer: Namer,
     return [
         Node("cast", (a,), (fa,), to_float, namer(f"{hint}:cast_a")),
         Node("cast", (b,), (fb,), to_float, namer(f"{hint}:cast_b")),
-        Node("mul", (fb, const(rb, "rb")), (b_scaled,), none, namer(f"{hint}:mul_b")),
-        Node("add", (b_scaled, const(fixed, "fixed")), (b_fixed,), none,
+        Node("mul", (fb, scale(rb, "rb")), (b_scaled,), none, namer(f"{hint}:mul_b")),
+        Node("add", (b_scaled, scale(fixed, "fixed")), (b_fixed,), none,
              namer(f"{hint}:add_fixed")),
-        Node("mul", (fa, const(ra, "ra")), (a_scaled,), none, namer(f"{hint}:mul_a")),
+        Node("mul", (fa, scale(ra, "ra")), (a_scaled,), none, namer(f"{hint}:mul_a")),
         Node("add", (a_scaled, b_fixed), (total,), none, namer(f"{hint}:add")),
         Node("quantize_linear", (total, const(np.float32(1.0), "unit"),
                                  const(np.zeros((), q.outputs[0].dtype), "zero")),

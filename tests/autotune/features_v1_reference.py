@@ -1,7 +1,9 @@
 """A frozen copy of the first feature extractor (FEATURE_VERSION v1), kept as the oracle for
-the fast one in kiln.autotune.features: both must give bit-identical vectors, so vectors stored
-by either version mix safely in the database and the transfer prior. Do not optimise this file;
-if the feature definition changes, bump FEATURE_VERSION and drop or replace this copy.
+the fast one in kiln.autotune.features: on kernels without integer dot products the v2 vector
+starts with the v1 one bit for bit (and the rest is zero), so stored v1 vectors of float tasks
+carry over to v2 (features.upgrade_vector) and mix safely in the database and the transfer
+prior. Do not optimise this file; if the feature definition changes, bump FEATURE_VERSION and
+drop or replace this copy.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 
 from kiln.schedule.ir import (Allocate, BufferLoad, For, ForKind, IfThenElse, PrimFunc, Scope,
                               Store)
-from kiln.autotune.features import N_FEATURES
+from kiln.autotune.features import V1_LENGTH as N_FEATURES
 from kiln.schedule.visitor import StmtVisitor
 from kiln.te import dtype as dt
 from kiln.te import expr as E
