@@ -160,6 +160,21 @@ class _Rewriter:
         self.replaced[conv.name] = emitted
         self.epilogue(conv.outputs[0], acc, flat=False)
 
+    def activation_words(self, x: Value, emitted: list[Node]) -> tuple[Value, bool]:
+        """x's channels as NHWC int32 words of 4 bytes (nodes appended to `emitted`), and
+        whether they are flipped: int8 x is read as x + 128, taken off after the GEMM."""
+        flip = x.dtype == "int8"
+        xt = self.to_nhwc(x, emitted)
+        shape = xt.shape[:3] + (x.shape[1] // 4,)
+        if flip:
+            words, node = self.node("pack_int8x4", (xt,), shape, "int32",
+                                    {"axis": 3, "flip": True}, f"{x.name}/words")
+        else:
+            words, node = self.node("bitcast_int8x4", (xt,), shape, "int32", {},
+                                    f"{x.name}/words")
+        emitted.append(node)
+        return words, flip
+
     def grouped_panels(self, conv: Node, lanes: int) -> None:
         """A grouped integer conv on a VNNI target (`lanes` int32 lanes a vector): the NHWC
         words once, [pad ->] one conv_int8x4_panels(groups=...) that reads each panel's
@@ -172,18 +187,10 @@ class _Rewriter:
         f, cg, kh, kw = weight.shape
         groups = int(a["groups"])
         n, _, oh, ow = conv.outputs[0].shape
-        flip = x.dtype == "int8"             # int8 x is read as x + 128, taken off after
         pad_byte = _pad_value(conv, self.graph)
         emitted: list[Node] = []
-        xt = self.to_nhwc(x, emitted)
-        c4 = x.shape[1] // 4
-        if flip:
-            words, node = self.node("pack_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
-                                    {"axis": 3, "flip": True}, f"{x.name}/words")
-        else:
-            words, node = self.node("bitcast_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
-                                    {}, f"{x.name}/words")
-        emitted.append(node)
+        words, flip = self.activation_words(x, emitted)
+        c4 = words.shape[3]
         top, left, bottom, right = a["pads"]
         if any(a["pads"]):
             pad_word = _word((pad_byte + 128) % 256 if flip else pad_byte % 256)
@@ -229,18 +236,10 @@ class _Rewriter:
         groups = int(a["groups"])
         fg, cg4 = f // groups, cg // 4
         n, _, oh, ow = conv.outputs[0].shape
-        flip = x.dtype == "int8"             # int8 x is read as x + 128, taken off after
         pad_byte = _pad_value(conv, self.graph)
         emitted: list[Node] = []
-        xt = self.to_nhwc(x, emitted)
-        c4 = x.shape[1] // 4
-        if flip:
-            words, node = self.node("pack_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
-                                    {"axis": 3, "flip": True}, f"{x.name}/words")
-        else:
-            words, node = self.node("bitcast_int8x4", (xt,), xt.shape[:3] + (c4,), "int32",
-                                    {}, f"{x.name}/words")
-        emitted.append(node)
+        words, flip = self.activation_words(x, emitted)
+        c4 = words.shape[3]
         window = (kh, kw) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"])
         pad_word = _word((pad_byte + 128) % 256 if flip else pad_byte % 256)
         rows = n * oh * ow
@@ -253,9 +252,9 @@ class _Rewriter:
                      "dilations": tuple(a["dilations"]), "pads": tuple(a["pads"]),
                      "pad_word": pad_word, "words": (g * cg4, cg4)}, f"{conv.name}/cols{g}")
             else:           # a slice the GEMM reads in place
-                part, node = self.node("slice", (words,), xt.shape[:3] + (cg4,), "int32",
+                part, node = self.node("slice", (words,), words.shape[:3] + (cg4,), "int32",
                                        {"starts": (0, 0, 0, g * cg4),
-                                        "ends": xt.shape[:3] + ((g + 1) * cg4,),
+                                        "ends": words.shape[:3] + ((g + 1) * cg4,),
                                         "steps": (1, 1, 1, 1)}, f"{conv.name}/group{g}")
             emitted.append(node)
             cols = self.reshape(part, (rows, kh * kw * cg4), emitted)
