@@ -82,6 +82,19 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+def _new_rows(conn: sqlite3.Connection, source: sqlite3.Connection, table: str,
+              columns: list[str], identity: tuple[str, ...]):
+    """SRC's rows of `table` (the given columns, in id order) whose identity columns match no
+    row of DEST's table nor an earlier row yielded (a column SRC lacks counts as NULL)."""
+    known = {tuple(row) for row in conn.execute(
+        f"SELECT {', '.join(identity)} FROM main.{table}")}
+    for row in source.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id"):
+        key = tuple(row[c] if c in columns else None for c in identity)
+        if key not in known:
+            known.add(key)
+            yield row
+
+
 def merge_database(dest: Database, src: str | Path) -> MergeCounts:
     """Copy `src`'s tasks, targets, records (with feature vectors) and confirmations into
     `dest`'s own file, skipping rows `dest` already holds (see the module docstring)."""
@@ -129,16 +142,10 @@ def _copy(source: sqlite3.Connection, src_tables: set[str],
     dest_columns = _columns(conn, "records") - {"id"}
     src_columns = _columns(source, "records")
     columns = sorted(dest_columns & src_columns)
-    known = {tuple(row) for row in conn.execute(
-        f"SELECT {', '.join(_RECORD_IDENTITY)} FROM main.records")}
     has_features = "features" in src_tables
-    records = features = src_records = 0
-    for row in source.execute(f"SELECT id, {', '.join(columns)} FROM records ORDER BY id"):
-        src_records += 1
-        identity = tuple(row[c] if c in src_columns else None for c in _RECORD_IDENTITY)
-        if identity in known:
-            continue
-        known.add(identity)
+    records = features = 0
+    src_records = source.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+    for row in _new_rows(conn, source, "records", ["id"] + columns, _RECORD_IDENTITY):
         cursor = conn.execute(
             f"INSERT INTO main.records ({', '.join(columns)}) "
             f"VALUES ({', '.join('?' for _ in columns)})", [row[c] for c in columns])
@@ -155,14 +162,8 @@ def _copy(source: sqlite3.Connection, src_tables: set[str],
     if "choices" in src_tables:
         choice_columns = sorted((_columns(conn, "choices") - {"id"})
                                 & _columns(source, "choices"))
-        known = {tuple(row) for row in conn.execute(
-            f"SELECT {', '.join(_CHOICE_IDENTITY)} FROM main.choices")}
-        for row in source.execute(f"SELECT {', '.join(choice_columns)} FROM choices ORDER BY id"):
-            src_choices += 1
-            identity = tuple(row[c] if c in choice_columns else None for c in _CHOICE_IDENTITY)
-            if identity in known:
-                continue
-            known.add(identity)
+        src_choices = source.execute("SELECT COUNT(*) FROM choices").fetchone()[0]
+        for row in _new_rows(conn, source, "choices", choice_columns, _CHOICE_IDENTITY):
             conn.execute(f"INSERT INTO main.choices ({', '.join(choice_columns)}) "
                          f"VALUES ({', '.join('?' for _ in choice_columns)})",
                          [row[c] for c in choice_columns])

@@ -26,7 +26,7 @@ from kiln.te.ops.quantized_perm_conv import conv_int8x4_perm
 from kiln.te.tensor import placeholder
 
 from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight
-from .test_int8_pointwise import _pointwise_model
+from .test_int8_pointwise import _pointwise_model, pointwise_feeds
 
 R = np.random.default_rng(59)
 SKIP = ("implicit int8 convs",)
@@ -77,11 +77,7 @@ def test_model_convs_read_padded_words_exactly(xdtype, c, f, h, w, strides, kern
     ops = _ops(implicit)
     assert "conv_int8x4_perm" in ops and "im2col_nhwc_int8x4" not in ops, ops
     assert ("pad" in ops) == any(pads), ops
-    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
-    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
-    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3}
-    if residual:
-        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    feeds = pointwise_feeds(R, c, f, h, w, residual, strides, kernel, pads)
     want = run_reference(plain, feeds)["y"]
     np.testing.assert_array_equal(run_reference(implicit, feeds)["y"], want)
     got = kiln.compile(model, target=AVX2, db=None, jobs=1).run(feeds)[0]

@@ -22,6 +22,18 @@ R = np.random.default_rng(31)
 NCHW = ("pixel-major int8",)
 
 
+def pointwise_feeds(rng, c: int, f: int, h: int, w: int, residual: bool, strides=(1, 1),
+                    kernel=(1, 1), pads=(0, 0, 0, 0)) -> dict:
+    """Inputs for _pointwise_model: x (scaled to span the int8 range) and, with a residual,
+    r of the conv output's shape."""
+    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    feeds = {"x": rng.standard_normal((1, c, h, w)).astype(np.float32) * 3}
+    if residual:
+        feeds["r"] = rng.standard_normal((1, f, oh, ow)).astype(np.float32)
+    return feeds
+
+
 def _pointwise_model(xdtype: str, c: int, f: int, h: int, w: int, residual: bool,
                      strides=(1, 1), kernel=(1, 1), pads=(0, 0, 0, 0), groups: int = 1):
     """x -> Q -> DQ -> Conv 1x1 (per-channel int8 W, int32 bias) -> Relu -> Q [-> DQ ->

@@ -33,7 +33,7 @@ from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels, group_words
 from kiln.te.tensor import placeholder
 
 from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight
-from .test_int8_pointwise import _pointwise_model
+from .test_int8_pointwise import _pointwise_model, pointwise_feeds
 
 R = np.random.default_rng(67)
 VNNI = "llvm -mcpu=znver4"
@@ -92,11 +92,7 @@ def test_model_convs_take_panels_exactly(xdtype, c, f, h, w, strides, kernel, pa
     assert "conv_int8x4_panels" in ops and "im2col_nhwc_int8x4" not in ops, ops
     assert "matmul_int8x4" not in ops, ops
     assert ("pad" in ops) == any(pads), ops
-    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
-    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
-    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3}
-    if residual:
-        feeds["r"] = R.standard_normal((1, f, oh, ow)).astype(np.float32)
+    feeds = pointwise_feeds(R, c, f, h, w, residual, strides, kernel, pads)
     want = run_reference(plain, feeds)["y"]
     np.testing.assert_array_equal(run_reference(panels, feeds)["y"], want)
     if HOST_VNNI:       # compiled for (and run on) a VNNI host
@@ -174,11 +170,7 @@ def test_grouped_convs_take_grouped_panels_exactly(xdtype, c, groups, h, w, kern
     assert not {"im2col_nhwc_int8x4", "matmul_int8x4", "concat"} & set(ops), ops
     conv = next(n for n in panels.nodes if n.op == "conv_int8x4_panels")
     assert conv.attrs["groups"] == groups and conv.inputs[1].shape[2] == block
-    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
-    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
-    feeds = {"x": R.standard_normal((1, c, h, w)).astype(np.float32) * 3}
-    if residual:
-        feeds["r"] = R.standard_normal((1, c, oh, ow)).astype(np.float32)
+    feeds = pointwise_feeds(R, c, c, h, w, residual, strides, kernel, pads)
     want = run_reference(load_onnx(model), feeds)["y"]
     np.testing.assert_array_equal(run_reference(plain, feeds)["y"], want)
     np.testing.assert_array_equal(run_reference(panels, feeds)["y"], want)
