@@ -355,6 +355,20 @@ class Database:
                                         ).fetchone()
         return int(n), float(last or 0.0)
 
+    def choices_fingerprint(self) -> list:
+        """What the confirmations hold, as content (count, newest timestamp, the sum of the
+        timestamps and the candidates' total length), never as a path: the zero-shot
+        model's cache key, so that a model trained on the shipped log serves every user log
+        layered over it that adds no confirmation (autotune/zero_shot.py)."""
+        source = self._choices_source()
+        if source is None:
+            return [0, 0.0, 0.0, 0]
+        n, last, total, size = self._db.conn.execute(
+            f"SELECT COUNT(*), MAX(timestamp), SUM(timestamp), TOTAL(LENGTH(candidates)) "
+            f"FROM {source}").fetchone()
+        return [int(n), round(float(last or 0.0), 6), round(float(total or 0.0), 3),
+                int(size or 0)]
+
     @staticmethod
     def _to_choice(row: dict) -> Choice:
         return Choice(row["task_key"], row["target"], row["threads"], json.loads(row["config"]),

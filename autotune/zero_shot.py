@@ -12,11 +12,14 @@ agreed with a kernel's in-model time on 6 of 21 tasks, the confirmation's on 17
 
 The model is trained once per database contents, vector ISA and feature layout on every
 confirmation of that ISA's targets, and cached as an XGBoost JSON file under KILN_CACHE_DIR
-(default ~/.cache/kiln)/zero_shot, keyed by the confirmations' count and newest timestamp, the
-ISA, the feature version and the training settings. A compile never imports xgboost (its
-import alone takes seconds): it reads the JSON into numpy arrays (`Forest`, a few ms) and
-walks the trees itself. Training (a cache miss) imports xgboost and takes seconds; it happens
-once per database version.
+(default ~/.cache/kiln)/zero_shot, keyed by the confirmations' content (count, timestamps,
+size: never a path), the ISA, the feature version and the training settings. The models of
+the shipped log come with Kiln (tuning_logs/zero_shot/, made by `kiln logs --db
+tuning_logs/kiln.db --train-zero-shot`): a user log layered over it that adds no
+confirmation has the same key, so a first compile trains nothing. A compile never imports
+xgboost (its import alone takes seconds): it reads the JSON into numpy arrays (`Forest`, a
+few ms) and walks the trees itself. Training (a cache miss: a log with confirmations of its
+own) imports xgboost and takes a second or two, once per database version.
 
 Ranking a task (`rank_candidates`): the space's default, the best schedules of the most
 similar tasks in the database (`donors_for`: same tensor count, ranks and dtypes, nearest
@@ -28,8 +31,9 @@ task's schedule if its predicted speedup over the default is at least PICK_MARGI
 the default stays. The compile checks the choice builds and falls back to the default if
 not (graph/compile.py).
 
-Ranking costs ~0.1 s a task (a ResNet-18 compile: 3.3 CPU seconds, session 16), so each pick
-is kept in the persistent cache (`cached_pick`, KILN_CACHE_DIR/zero_shot_picks), keyed by the
+Ranking costs ~13 ms a config (0.1-0.3 s a task), so a compile ranks within a budget
+(`rank_plan`: RANK_BUDGET configs, the tasks with the most FLOPs first; the others keep their
+defaults), and each pick is kept in the persistent cache (`cached_pick`, KILN_CACHE_DIR/zero_shot_picks), keyed by the
 model file (which names the database contents it was trained on), the task, target, thread
 count, donors, candidate settings and Kiln's sources: a warm compile reads the pick and ranks
 nothing."""
@@ -51,6 +55,7 @@ from ..codegen.cache_store import make_key, open_store
 from ..te.errors import KilnError
 from .cost_model import XGBCostModel
 from .database import Database, _vector_isa, config_key
+from .default_db import shipped_db_path
 from .features import FEATURE_VERSION
 from .search import Featurizer
 from .space import SearchSpace, _freeze, _json
@@ -59,8 +64,9 @@ from .task import Task
 log = logging.getLogger(__name__)
 
 ZERO_SHOT_SOURCE = "zero-shot"
-N_NEIGHBORS = 16        # mutations of the default ranked per task
-N_DONORS = 8            # best configs of the most similar tasks with records, ranked per task
+N_NEIGHBORS = 8         # mutations of the default ranked per task
+N_DONORS = 4            # best configs of the most similar tasks with records, ranked per task
+RANK_BUDGET = 64        # configs a compile ranks (~13 ms each): well under a second cold
 PICK_MARGIN = 0.03      # a pick must be predicted 3% faster than the default
 MIN_LABELS = 24         # compared configs other than defaults needed to train a model
 MAX_LOG_SPEEDUP = 1.5   # labels clipped to e^-1.5..e^1.5 (a broken config teaches no more)
@@ -89,6 +95,13 @@ def cache_dir() -> Path:
     return root / "zero_shot"
 
 
+def shipped_dir() -> Path | None:
+    """tuning_logs/zero_shot/ next to the shipped log: the models trained on it (None when
+    this installation ships no log)."""
+    base = shipped_db_path()
+    return base.parent / "zero_shot" if base is not None else None
+
+
 def isa_targets(db: Database, target: str) -> list[str]:
     """Every target in `db` with the vector ISA of `target`."""
     isa = _vector_isa(target)
@@ -99,13 +112,14 @@ def isa_targets(db: Database, target: str) -> list[str]:
 
 def model_key(db: Database, target: str, exclude_tasks=()) -> str | None:
     """The cache key of the model for `target`'s vector ISA over `db`: the confirmations'
-    fingerprint, the ISA, the feature layout, the tasks left out and the training settings
-    (None: `target` has no known vector ISA)."""
+    content fingerprint (equal logs share a model wherever they live), the ISA, the feature
+    layout, the tasks left out and the training settings (None: `target` has no known
+    vector ISA)."""
     isa = _vector_isa(target)
     if isa is None:
         return None
-    text = json.dumps([FEATURE_VERSION, sorted(isa), db.choice_stats(), str(db.path),
-                       str(db.base), sorted(exclude_tasks), TRAIN])
+    text = json.dumps([FEATURE_VERSION, sorted(isa), db.choices_fingerprint(),
+                       sorted(exclude_tasks), TRAIN])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -212,14 +226,20 @@ def train_model(db: Database, target: str, exclude_tasks=(), path: Path | None =
 
 def model_for(db: Database | None, target: str, exclude_tasks=(),
               directory: Path | None = None) -> Path | None:
-    """The cached model file for `target`'s vector ISA over `db`, trained on a cache miss or
-    when the cached file cannot be read (it is then rebuilt); None without feature rows."""
+    """The model file for `target`'s vector ISA over `db`: the one shipped with Kiln when it
+    has this key (see shipped_dir), else the cached one in `directory` (default cache_dir()),
+    trained on a cache miss or when the cached file cannot be read (it is then rebuilt);
+    None without feature rows."""
     if db is None:
         return None
     key = model_key(db, target, exclude_tasks)
     if key is None:
         return None
-    path = (directory or cache_dir()) / f"model-{key}.json"
+    name = f"model-{key}.json"
+    shipped = shipped_dir() if directory is None else None
+    if shipped is not None and (shipped / name).is_file():
+        return shipped / name
+    path = (directory or cache_dir()) / name
     empty = path.with_suffix(".none")       # this database has too few rows: no model
     if empty.is_file():
         return None
@@ -234,6 +254,27 @@ def model_for(db: Database | None, target: str, exclude_tasks=(),
         empty.parent.mkdir(parents=True, exist_ok=True)
         empty.touch()
     return model
+
+
+def train_shipped(db: Database, folder: Path) -> list[Path]:
+    """Train the model of every vector ISA with enough labels in `db` (the shipped log) into
+    `folder` (tuning_logs/zero_shot/), and remove the models of other keys there: what
+    `kiln logs --train-zero-shot` runs after the shipped log changes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    made, seen = [], set()
+    for target in db.targets():
+        isa = _vector_isa(target)
+        if isa is None or isa in seen:
+            continue
+        seen.add(isa)
+        key = model_key(db, target)
+        path = folder / f"model-{key}.json"
+        if path.is_file() or train_model(db, target, path=path) is not None:
+            made.append(path)
+    for old in folder.glob("model-*.json"):
+        if old not in made:
+            old.unlink()
+    return made
 
 
 _forests: dict[tuple[str, float], Forest] = {}
@@ -322,11 +363,10 @@ def project(space: SearchSpace, config: dict) -> dict | None:
     return out
 
 
-def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | None = None,
-                    donors: tuple[dict, ...] = ()) -> tuple[dict, bool]:
-    """The best-scored legal config of `configs` (default: `candidates(space)`) and of the
-    `donors` projected onto the space, and whether it is not the default (the first
-    candidate; it wins ties)."""
+def pool(space: SearchSpace, donors: tuple[dict, ...] = (), configs: list[dict] | None = None
+         ) -> list[dict]:
+    """The configs a ranking scores: `configs` (default: `candidates(space)`, the default
+    first), then the `donors` projected onto the space, without repeats."""
     configs = list(configs if configs is not None else candidates(space))
     seen = {config_key(c) for c in configs}
     for donor in donors:
@@ -334,6 +374,34 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
         if config is not None and config_key(config) not in seen:
             seen.add(config_key(config))
             configs.append(config)
+    return configs
+
+
+def rank_plan(entries, model_path: str | Path, budget: int | None = None) -> set[str]:
+    """Which tasks a compile ranks, from `entries` ((name, space, donors, flops) of the tasks
+    without records): every task whose pick is cached (free), then the others with the most
+    FLOPs first while their pools fit in `budget` configs (default RANK_BUDGET; None or a
+    negative budget: no limit). Deterministic, so a compile makes the same model every time;
+    a task left out keeps its default."""
+    budget = RANK_BUDGET if budget is None else budget
+    store = open_store("zero_shot_picks", "json")
+    chosen, left = set(), budget
+    for name, space, donors, _ in sorted(entries, key=lambda e: (-e[3], e[0])):
+        if store is not None and store.path(pick_key(space, model_path, donors)).is_file():
+            chosen.add(name)
+            continue
+        size = len(pool(space, donors))
+        if budget < 0 or size <= left:
+            chosen.add(name)
+            left -= size
+    return chosen
+
+
+def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | None = None,
+                    donors: tuple[dict, ...] = ()) -> tuple[dict, bool]:
+    """The best-scored legal config of `pool(space, donors, configs)` and whether it is not
+    the default (the first candidate; it wins ties)."""
+    configs = pool(space, donors, configs)
     featurize = Featurizer(space)
     X, ok = featurize.matrix(configs)
     if not ok.any():
@@ -350,9 +418,15 @@ def rank_candidates(space: SearchSpace, forest: Forest, configs: list[dict] | No
 
 
 def settings() -> list:
-    """The ranking's settings (a compile's model cache key includes them with zero-shot on;
-    benchmarks change N_NEIGHBORS at run time)."""
+    """The ranking's settings, part of each pick's cache key (benchmarks change N_NEIGHBORS
+    at run time)."""
     return [N_NEIGHBORS, N_DONORS, PICK_MARGIN, FEATURE_VERSION, TRAIN]
+
+
+def compile_settings() -> list:
+    """What a zero-shot compile's outcome depends on besides the database: the ranking's
+    settings and its budget (part of the whole-model cache key)."""
+    return settings() + [RANK_BUDGET]
 
 
 def pick_key(space: SearchSpace, model_path: str | Path, donors: tuple[dict, ...] = ()) -> str:

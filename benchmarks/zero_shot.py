@@ -2,6 +2,7 @@
 
     python benchmarks/zero_shot.py [--models default_cnn,mlp,regnetx_like] [--threads 1]
                                    [--repeat 15] [--rounds 3] [--cpu] [--db tuning_logs/kiln.db]
+                                   [--neighbors 8] [--donors 4] [--budget 64]
 
 For each model M (a bundled benchmark model, graph/task_catalog.BENCHMARK_MODELS, or one of
 graph/models_zoo.py): a copy of the database without the records and confirmations of M's
@@ -132,6 +133,10 @@ def main(argv=None) -> int:
     parser.add_argument("--db", default=str(ROOT / "tuning_logs" / "kiln.db"))
     parser.add_argument("--neighbors", type=int, default=Z.N_NEIGHBORS,
                         help="mutations of the default ranked per task")
+    parser.add_argument("--donors", type=int, default=Z.N_DONORS,
+                        help="most similar tasks' best configs ranked per task")
+    parser.add_argument("--budget", type=int, default=Z.RANK_BUDGET,
+                        help="configs a compile ranks, the most FLOPs first (-1: every task)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     parser.add_argument("--rtol", type=float, default=1e-3,
                         help="largest relative error of any output against onnxruntime's")
@@ -140,7 +145,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cpu and args.threads != 1:
         parser.error("--cpu times the calling thread: use it with --threads 1")
-    Z.N_NEIGHBORS = args.neighbors      # (forked workers inherit)
+    Z.N_NEIGHBORS, Z.N_DONORS, Z.RANK_BUDGET = args.neighbors, args.donors, args.budget
+    # (forked workers inherit them)
     clock = time.thread_time if args.cpu else time.perf_counter
     logging.basicConfig(level=logging.WARNING)
     names = [m for m in args.models.split(",") if m]
@@ -160,7 +166,8 @@ def main(argv=None) -> int:
             "zero_shot_compile_s", "default_compile_s"]
     print_table(cols, [[r[c] for c in cols] for r in rows])
     summary = {
-        "threads": args.threads, "neighbors": args.neighbors, "rounds": args.rounds,
+        "threads": args.threads, "neighbors": args.neighbors, "donors": args.donors,
+        "budget": args.budget, "rounds": args.rounds,
         "clock": "thread CPU" if args.cpu else "wall",
         "geomean_default_vs_ort": geomean(r["default_vs_ort"] for r in rows),
         "geomean_zero_shot_vs_ort": geomean(r["zero_shot_vs_ort"] for r in rows),

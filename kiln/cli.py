@@ -337,6 +337,15 @@ def cmd_logs(args) -> int:
         db.close()
         console.print(f"merged {args.merge} into {db.path}: {counts}")
         return 0
+    if args.train_zero_shot:
+        from .autotune.zero_shot import train_shipped
+        made = train_shipped(db, Path(args.train_zero_shot))
+        db.close()
+        for path in made:
+            console.print(f"zero-shot model: {path}")
+        console.print(f"{len(made)} zero-shot model(s) in {args.train_zero_shot} (one per "
+                      "vector ISA with enough confirmations; others there removed)")
+        return 0
     if args.check or args.prune:
         misfits = _misfits(db, args.check, args.target) if args.check else []
         for name, record, reason in misfits:
@@ -476,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--merge", metavar="SRC.db", help="copy SRC.db's tasks, records (with "
                       "features) and confirmations into the log (--db DEST); rows it already "
                       "holds are skipped, so merging twice adds nothing")
+    logs.add_argument("--train-zero-shot", metavar="DIR", help="train the zero-shot model of "
+                      "every vector ISA on the log's confirmations into DIR (the shipped "
+                      "log's go to tuning_logs/zero_shot after it changes)")
     logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
 

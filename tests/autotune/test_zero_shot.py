@@ -335,3 +335,89 @@ def test_models_are_kept_in_the_cache_folder_and_somewhere_real_with_the_cache_o
     assert Z.cache_dir() == tmp_path / "c" / "zero_shot"
     monkeypatch.setenv("KILN_CACHE_DIR", "off")
     assert Z.cache_dir().is_absolute() and "off" not in Z.cache_dir().parts
+
+
+def test_the_key_is_the_logs_content_not_its_path(tmp_path):
+    """A copy of a log (or a user log layered over it that adds no confirmation) keys the
+    same model; a new confirmation keys another."""
+    import shutil
+    target = canonical_target("native")
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:2])
+    key = Z.model_key(db, target)
+    db.close()
+    shutil.copy(tmp_path / "log.db", tmp_path / "copy.db")
+    assert Z.model_key(Database(tmp_path / "copy.db"), target) == key
+    layered = Database(tmp_path / "user.db", base=tmp_path / "log.db")
+    assert Z.model_key(layered, target) == key
+    _commit_confirmation(layered, _other_tasks()[3], [0.8, 0.9])
+    assert Z.model_key(layered, target) != key
+
+
+def test_the_shipped_models_match_the_shipped_log(tmp_path, monkeypatch):
+    """A first zero-shot compile on a fresh machine trains nothing: for every vector ISA of
+    the shipped log with enough labels, tuning_logs/zero_shot/ holds the model of its
+    current key. Fails when kiln.db changed without `kiln logs --db tuning_logs/kiln.db
+    --train-zero-shot tuning_logs/zero_shot`."""
+    from kiln.autotune.database import _vector_isa
+    from kiln.autotune.default_db import shipped_db_path
+    shipped = shipped_db_path()
+    assert shipped is not None
+    db = Database(tmp_path / "user.db", base=shipped)     # a new user's log over it
+    monkeypatch.setattr(Z, "train_model", lambda *a, **k: pytest.fail(
+        "the shipped log's zero-shot model is missing or stale: run `kiln logs --db "
+        "tuning_logs/kiln.db --train-zero-shot tuning_logs/zero_shot`"))
+    isas = {}
+    for target in db.targets():
+        if _vector_isa(target) is not None:
+            isas.setdefault(_vector_isa(target), target)
+    assert isas
+    for target in isas.values():
+        if Z.training_rows(db, target) is None:
+            continue
+        path = Z.model_for(db, target, directory=None)
+        assert path is not None and path.parent == Z.shipped_dir(), target
+        Z.Forest(path)
+    names = {p.name for p in Z.shipped_dir().glob("model-*.json")}
+    assert names == {f"model-{Z.model_key(db, t)}.json" for t in isas.values()
+                     if Z.training_rows(db, t) is not None}
+
+
+def test_the_ranking_budget_takes_the_heaviest_tasks_first(tmp_path, monkeypatch):
+    """rank_plan: the most FLOPs first while the pools fit the budget; a cached pick is
+    free; a negative budget ranks everything; the same answer every time."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    target = canonical_target("native")
+    db = _synthetic_db(tmp_path / "log.db", _other_tasks()[:3])
+    path = Z.model_for(db, target, directory=tmp_path / "models")
+    tasks = [Task.from_op("dense", shape, target=target)
+             for shape in ((5, 31, 17), (64, 64, 64), (1, 7, 13), (16, 64, 40))]
+    entries = [(t.name + str(i), SearchSpace(t, threads=1), (), t.flops)
+               for i, t in enumerate(tasks)]
+    sizes = {name: len(Z.pool(space)) for name, space, _, _ in entries}
+    heaviest = sorted(entries, key=lambda e: -e[3])
+    budget = sizes[heaviest[0][0]] + sizes[heaviest[1][0]]
+    plan = Z.rank_plan(entries, path, budget)
+    assert plan == {heaviest[0][0], heaviest[1][0]}
+    assert Z.rank_plan(list(reversed(entries)), path, budget) == plan
+    assert Z.rank_plan(entries, path, 0) == set()
+    assert Z.rank_plan(entries, path, -1) == {e[0] for e in entries}
+    # a task ranked before (its pick cached) costs nothing
+    light = heaviest[-1]
+    Z.cached_pick(light[1], path)
+    assert Z.rank_plan(entries, path, budget) == plan | {light[0]}
+    assert Z.rank_plan(entries, path, 0) == {light[0]}
+
+
+def test_a_zero_shot_compile_ranks_within_its_budget(tmp_path, monkeypatch):
+    """With a budget of no configs, a zero-shot compile ranks nothing: every task keeps its
+    default, and the result still matches."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(Z, "RANK_BUDGET", 0)
+    proto = models.mlp(batch=3, sizes=(37, 24, 13))
+    own = {mt.task.workload_key for mt in model_tasks(proto)}
+    db = _synthetic_db(tmp_path / "log.db", [t for t in _other_tasks()
+                                             if t.workload_key not in own])
+    ranked = []
+    monkeypatch.setattr(Z, "rank_candidates", lambda *a, **k: ranked.append(1))
+    compiled = kiln.compile(proto, db=db, threads=1, jobs=1, zero_shot=True)
+    assert {s.source for s in compiled.plan.steps} == {"default"} and not ranked
