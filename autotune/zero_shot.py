@@ -377,23 +377,24 @@ def pool(space: SearchSpace, donors: tuple[dict, ...] = (), configs: list[dict] 
     return configs
 
 
-def rank_plan(entries, model_path: str | Path, budget: int | None = None) -> set[str]:
-    """Which tasks a compile ranks, from `entries` ((name, space, donors, flops) of the tasks
-    without records): every task whose pick is cached (free), then the others with the most
-    FLOPs first while their pools fit in `budget` configs (default RANK_BUDGET; None or a
-    negative budget: no limit). Deterministic, so a compile makes the same model every time;
-    a task left out keeps its default."""
+def rank_plan(tasks, model_path: str | Path, table: list, threads: int,
+              budget: int | None = None) -> dict[str, tuple[dict, ...]]:
+    """Which tasks a compile ranks, and their donors, from `tasks` ((name, Task, flops) of
+    the tasks without records) and the donor table: every task whose pick is cached (free),
+    then the others with the most FLOPs first while their pools fit in `budget` configs
+    (default RANK_BUDGET; a negative budget: no limit). Deterministic, so a compile makes
+    the same model every time; a task left out keeps its default."""
     budget = RANK_BUDGET if budget is None else budget
     store = open_store("zero_shot_picks", "json")
-    chosen, left = set(), budget
-    for name, space, donors, _ in sorted(entries, key=lambda e: (-e[3], e[0])):
+    chosen, left = {}, budget
+    for name, task, _ in sorted(tasks, key=lambda e: (-e[2], e[0])):
+        donors = donors_for(task, table)
+        space = SearchSpace(task, threads)
         if store is not None and store.path(pick_key(space, model_path, donors)).is_file():
-            chosen.add(name)
-            continue
-        size = len(pool(space, donors))
-        if budget < 0 or size <= left:
-            chosen.add(name)
-            left -= size
+            chosen[name] = donors
+        elif budget < 0 or (left > 0 and len(pool(space, donors)) <= left):
+            chosen[name] = donors
+            left -= len(pool(space, donors)) if budget >= 0 else 0
     return chosen
 
 

@@ -21,7 +21,6 @@ from ..autotune.tuner import Progress
 from ..autotune.zero_shot import ZERO_SHOT_SOURCE
 from ..autotune.zero_shot import compile_settings as zero_shot_settings
 from ..autotune.zero_shot import donor_table as zero_shot_donor_table
-from ..autotune.zero_shot import donors_for as zero_shot_donors
 from ..autotune.zero_shot import model_for as zero_shot_model
 from ..autotune.zero_shot import rank_plan as zero_shot_plan
 from ..codegen.runtime_config import num_threads_from_env
@@ -119,14 +118,14 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
         model = zero_shot_model(db, target)
         if model is not None:
             table = zero_shot_donor_table(db, target, threads)
-            entries = [(mt.name, SearchSpace(mt.task, threads), zero_shot_donors(mt.task, table),
-                        mt.task.flops * mt.weight) for mt in tasks if mt.name in unmeasured]
-            ranked = zero_shot_plan(entries, model)
+            ranked = zero_shot_plan([(mt.name, mt.task, mt.task.flops * mt.weight)
+                                     for mt in tasks if mt.name in unmeasured],
+                                    model, table, threads)
             selections.update({name: dataclasses.replace(selections[name], zero_shot=str(model),
                                                          donors=donors)
-                               for name, _, donors, _ in entries if name in ranked})
+                               for name, donors in ranked.items()})
             log.info("zero-shot: ranking %d of the %d tasks without records (the most FLOPs "
-                     "first, within the budget)", len(ranked), len(entries))
+                     "first, within the budget)", len(ranked), len(unmeasured))
         log.info("zero-shot model %s ready in %.3f s", model, time.perf_counter() - start)
     if jobs > 1 and len(tasks) > 1 and parallel_build.can_fork_workers():
         kernels, sources, stats = parallel_build.build_in_workers(

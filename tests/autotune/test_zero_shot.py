@@ -391,21 +391,24 @@ def test_the_ranking_budget_takes_the_heaviest_tasks_first(tmp_path, monkeypatch
     path = Z.model_for(db, target, directory=tmp_path / "models")
     tasks = [Task.from_op("dense", shape, target=target)
              for shape in ((5, 31, 17), (64, 64, 64), (1, 7, 13), (16, 64, 40))]
-    entries = [(t.name + str(i), SearchSpace(t, threads=1), (), t.flops)
-               for i, t in enumerate(tasks)]
-    sizes = {name: len(Z.pool(space)) for name, space, _, _ in entries}
-    heaviest = sorted(entries, key=lambda e: -e[3])
+    entries = [(t.name + str(i), t, t.flops) for i, t in enumerate(tasks)]
+    sizes = {name: len(Z.pool(SearchSpace(t, threads=1))) for name, t, _ in entries}
+    heaviest = sorted(entries, key=lambda e: -e[2])
     budget = sizes[heaviest[0][0]] + sizes[heaviest[1][0]]
-    plan = Z.rank_plan(entries, path, budget)
-    assert plan == {heaviest[0][0], heaviest[1][0]}
-    assert Z.rank_plan(list(reversed(entries)), path, budget) == plan
-    assert Z.rank_plan(entries, path, 0) == set()
-    assert Z.rank_plan(entries, path, -1) == {e[0] for e in entries}
+
+    def plan(entries, budget):
+        return set(Z.rank_plan(entries, path, [], 1, budget))
+    assert plan(entries, budget) == {heaviest[0][0], heaviest[1][0]}
+    assert plan(list(reversed(entries)), budget) == plan(entries, budget)
+    for b in range(0, sum(sizes.values()) + 1, 3):        # never over the budget
+        assert sum(sizes[name] for name in plan(entries, b)) <= b
+    assert plan(entries, 0) == set()
+    assert plan(entries, -1) == {e[0] for e in entries}
     # a task ranked before (its pick cached) costs nothing
     light = heaviest[-1]
-    Z.cached_pick(light[1], path)
-    assert Z.rank_plan(entries, path, budget) == plan | {light[0]}
-    assert Z.rank_plan(entries, path, 0) == {light[0]}
+    Z.cached_pick(SearchSpace(light[1], threads=1), path)
+    assert plan(entries, budget) == {heaviest[0][0], heaviest[1][0], light[0]}
+    assert plan(entries, 0) == {light[0]}
 
 
 def test_a_zero_shot_compile_ranks_within_its_budget(tmp_path, monkeypatch):
