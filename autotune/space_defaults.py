@@ -695,7 +695,9 @@ def _blocks_rows_tile(blocks: int, rows: int, budget: int) -> tuple[int, int]:
 
 def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, int]:
     """`_blocks_rows_tile` for a 32-register file (AVX-512): among the divisor tiles
-    within `budget` with at least half of it in accumulators (or the most there are), the
+    within `budget` (and, where none reaches half of it, tiles of at least MIN_TAILED_ROWS
+    rows followed by a tail) with at least half of it in accumulators (or the most there
+    are), the
     fewest loads per multiply-add ((blocks + rows) / (blocks x rows)), then the most
     accumulators. Ranking by accumulators first, 24 registers took 16 blocks x 1 pixel
     wherever the pixel rows are prime or 7-ish (7 x 7 outputs, Winograd's 49 tiles): 17
@@ -704,9 +706,16 @@ def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, in
     pixels (benchmarks/RESULTS.md, session 15). At most WIDE_MAX_BLOCKS blocks: with few
     pixels (RegNet-X-1.6GF's 912 channels at 3 x 3, 57 blocks) 8 or 16 blocks x 1 pixel
     ran 2.3x slower than 3 x 3."""
-    tiles = [(c, r) for c in range(1, min(blocks, budget, WIDE_MAX_BLOCKS) + 1)
-             if blocks % c == 0
+    widths = [c for c in range(1, min(blocks, budget, WIDE_MAX_BLOCKS) + 1) if blocks % c == 0]
+    tiles = [(c, r) for c in widths
              for r in range(1, min(rows, budget // c) + 1) if rows % r == 0]
+    if max(c * r for c, r in tiles) < budget // 2:
+        # rows with few divisors (31, 62): rows beyond a divisor, the rest one tail tile
+        # (split off unguarded, codegen/tails.py), not 4 blocks x 1 pixel. SqueezeNet-1.1's
+        # 3x3 16->64 convs at 31 x 31: 4 x 1 pixel 0.32 ms, 4 x 6 (5 x 6 + 1) 0.167 ms, any
+        # tile of 12-24 accumulators 0.16-0.17 (onnxruntime 0.155), 1 thread
+        tiles += [(c, r) for c in widths
+                  for r in range(MIN_TAILED_ROWS, min(rows, budget // c) + 1) if rows % r]
     enough = min(budget // 2, max(c * r for c, r in tiles))
     return min((t for t in tiles if t[0] * t[1] >= enough),
                key=lambda t: ((t[0] + t[1]) / (t[0] * t[1]), -t[0] * t[1], t[0]))

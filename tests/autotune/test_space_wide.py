@@ -47,11 +47,18 @@ def _check_conv(task, space, config, stride, pad, seed=3):
     (128, 1, (4, 1)),     # one pixel: at most WIDE_MAX_BLOCKS blocks
     (3, 1, (3, 1)),
     (1, 1, (1, 1)),
+    (4, 31, (4, 6)),      # prime rows, divisors reach 4 accumulators: 5 x 6 rows + 1 tail
+    (4, 62, (4, 6)),      # 62 = 2 x 31
+    (1, 29, (1, 24)),     # one block of prime rows: was 1 x 1
+    (8, 17, (1, 17)),     # a prime that fills half the budget stays whole
 ])
 def test_wide_blocks_rows_tile_ranks_by_loads(blocks, rows, want):
     c, r = _blocks_rows_tile_wide(blocks, rows, 24)
     assert (c, r) == want
-    assert blocks % c == 0 and rows % r == 0 and c * r <= 24 and c <= WIDE_MAX_BLOCKS
+    assert blocks % c == 0 and c * r <= 24 and c <= WIDE_MAX_BLOCKS
+    if rows % r:            # a tail only where no divisor tile reaches half the budget
+        assert max(cc * rr for cc in range(1, WIDE_MAX_BLOCKS + 1) if blocks % cc == 0
+                   for rr in range(1, rows + 1) if rows % rr == 0 and cc * rr <= 24) < 12
 
 
 @pytest.mark.parametrize("c,h,w,k,r,stride,pad", [
@@ -59,6 +66,9 @@ def test_wide_blocks_rows_tile_ranks_by_loads(blocks, rows, want):
     (48, 5, 5, 48, 1, 1, 0),     # 3 blocks, prime 5-pixel rows
     (16, 13, 13, 64, 3, 2, 1),   # a 3x3/2 conv to 7 x 7, odd input
     (16, 1, 1, 32, 1, 1, 0),     # one pixel
+    (16, 31, 31, 64, 3, 1, 1),   # SqueezeNet-1.1's expand at 31 x 31: 4 blocks x 6 rows + tail
+    (32, 29, 29, 32, 3, 1, 1),   # two output blocks, prime rows: 2 x 12 rows + a 5-row tail
+    (16, 61, 61, 32, 3, 2, 0),   # stride 2 to 30 x 30
 ])
 def test_wide_one_vector_blocks_pick_the_wide_rule_and_compute_the_conv(c, h, w, k, r, stride,
                                                                         pad):
