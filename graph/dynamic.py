@@ -27,6 +27,7 @@ from .frontend import (InputValueNeeded, _onnx_dtype, _read_model, check_support
 from .ir import Graph
 from .lowbit import ONNX_FORMATS
 from . import onnx_ops_sequence as _seq
+from .staged import StagedModel, has_data_dependent_ops
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,11 @@ def compile_specialized(model, target: str = "native", db=None,
                         else str(model))
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
     _check_constant_names(proto, constants)
+    if has_data_dependent_ops(proto):   # NonZero/Unique/NMS: compiled around them
+        def stage(part, shapes, consts):
+            return compile_specialized(part, input_shapes=shapes, constants=consts,
+                                       **options)
+        return StagedModel(proto, stage, options, input_shapes, constants)
     shapes = dict(input_shapes or {})
     for name, arr in constants.items():      # a pinned value pins its input's shape
         shapes.setdefault(name, arr.shape)
