@@ -293,7 +293,7 @@ class StagedModel:
                             types=_elem_types(self._proto))
         for o in model.graph.output:     # keep the model's declared output types
             decl = next((d for d in g.output if d.name == o.name), None)
-            if decl is not None:
+            if decl is not None and decl.type.tensor_type.HasField("shape"):
                 o.CopyFrom(decl)
         constants = {k: v for k, v in self._constants.items() if k in names}
         with warnings.catch_warnings():
