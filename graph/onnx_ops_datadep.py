@@ -14,10 +14,22 @@ DOMAIN = "kiln.datadep"
 OP_TYPES = ("NonZero", "Unique", "NonMaxSuppression")
 
 
+def _numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _empty_result(ctx, arrays) -> tuple:
+    """An empty input's outputs (they depend on its shape only) and a count of 0."""
+    return tuple(ctx.const(a, name=name) for a, name in zip(
+        arrays + [np.zeros((1,), np.int64)], ctx.output_names))
+
+
 @converter(f"{DOMAIN}.NonZero")
 def _nonzero(ctx, x):
     if not x.shape:
         raise _unsupported(ctx, "NonZero of a rank-0 tensor")
+    if _numel(x.shape) == 0:
+        return _empty_result(ctx, [np.zeros((len(x.shape), 0), np.int64)])
     return ctx.emit("nonzero_padded", [x], n_out=2, final=True)
 
 
@@ -28,6 +40,12 @@ def _unique(ctx, x, axis=None, sorted=1):  # noqa: A002 (ONNX's name)
         x = ctx.emit("reshape", [x], {"shape": (1,)})
     if x.dtype == "bool":
         raise _unsupported(ctx, "Unique of a bool tensor")
+    n = _numel(x.shape) if a is None else x.shape[a]
+    if n == 0:
+        y = np.zeros((0,) if a is None else x.shape, np.dtype(x.dtype))
+        return _empty_result(ctx, [y] + [np.zeros((0,), np.int64)] * 3)
+    if _numel(x.shape) == 0:
+        raise _unsupported(ctx, "Unique along an axis of empty slices")
     return ctx.emit("unique_padded", [x], {"axis": a, "sorted": int(bool(sorted))}, n_out=5,
                     final=True)
 
@@ -58,6 +76,8 @@ def _nms(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None
     inputs = [boxes, scores, iou_threshold]
     if score_threshold is not None:
         inputs.append(score_threshold)
+    if _numel(scores.shape) == 0:
+        return _empty_result(ctx, [np.zeros((1, 3), np.int64)])
     attrs = {"max_per_class": max(limit, 0), "center_point_box": int(center_point_box),
              "has_score_threshold": int(score_threshold is not None)}
     return ctx.emit("nms_padded", inputs, attrs, n_out=2, final=True)

@@ -199,7 +199,8 @@ def non_max_suppression(boxes: Tensor, scores: Tensor, max_per_class: int, iou_t
     Greedy selection in k rounds: a box's priority rank (higher score first, the lower index
     first among equal scores) is one reduction; round t picks the alive box of least rank,
     alive meaning above the score threshold, ranked after the previous pick and suppressed by
-    none of the earlier picks. One reduction stage per round, so k bounds the stage count."""
+    none of the earlier picks (a mask carried from round to round). Two stages per round, so
+    k bounds the stage count."""
     check_tensor("non_max_suppression", boxes)
     check_tensor("non_max_suppression", scores)
     if boxes.ndim != 3 or boxes.shape[2] != 4:
@@ -226,27 +227,35 @@ def non_max_suppression(boxes: Tensor, scores: Tensor, max_per_class: int, iou_t
     box_of = compute((nb, nc, n), lambda b, c, p: T.min(_i64(q), axis=q,
                                                          where=rank(b, c, q).eq(_i64(p))),
                      name=f"{name}_order", tag=REDUCTION)
-    def round_stage(t: int, prev: list[Tensor]) -> Tensor:
+    def pick_stage(t: int, alive) -> Tensor:
         a = reduce_axis(n, f"a{t}")
-
-        def alive(b, c, i):
-            cond = valid(b, c, i)
-            if prev:
-                cond = cond & (prev[-1](b, c) < rank(b, c, i))
-            for p in prev:
-                kept = E.cast(box_of(b, c, E.cast(E.minimum(p(b, c), n - 1), "int32")), "int32")
-                cond = cond & ~_suppresses(lambda j: boxes(b, i, j), lambda j: boxes(b, kept, j),
-                                           center_point_box, iou_threshold)
-            return cond
-
         return compute((nb, nc), lambda b, c: T.min(rank(b, c, a), axis=a,
                                                     where=alive(b, c, a)),
                        name=f"{name}_pick{t}", tag=REDUCTION)
 
+    def alive_stage(t: int, alive, pick: Tensor) -> Tensor:
+        """Alive after round t: alive before it, ranked after its pick, not suppressed by
+        it. A stage of its own (a reduction over one point, so it is never inlined): each
+        round reads one mask, and the expressions stay the same size whatever k is."""
+        z = reduce_axis(1, f"z{t}")
+
+        def body(b, c, i):
+            kept = E.cast(box_of(b, c, E.cast(E.minimum(pick(b, c), n - 1), "int32")), "int32")
+            cond = alive(b, c, i) & (pick(b, c) < rank(b, c, i)) & ~_suppresses(
+                lambda j: boxes(b, i, j), lambda j: boxes(b, kept, j), center_point_box,
+                iou_threshold)
+            return T.max(E.select(cond, E.const(1, "int32"), E.const(0, "int32")), axis=z)
+
+        mask = compute((nb, nc, n), body, name=f"{name}_alive{t + 1}", tag=REDUCTION)
+        return lambda b, c, i: mask(b, c, i).eq(1)
+
     # the rank picked in each round; int64's largest when nothing was left
     picks: list[Tensor] = []
+    alive = valid
     for t in range(k):
-        picks.append(round_stage(t, list(picks)))
+        picks.append(pick_stage(t, alive))
+        if t + 1 < k:
+            alive = alive_stage(t, alive, picks[-1])
 
     def taken(b, c):   # how many rounds picked a box
         out = E.const(0, _I64)

@@ -270,3 +270,24 @@ def test_nested_data_dependent_op_is_refused_by_name():
                {"c": np.array(True), "x": np.ones((2,), np.float32)}, ["out"])
     with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="NonZero"):
         kiln.compile(m, db=None, jobs=1)
+
+
+def test_chained_stages_constants_and_late_graph_inputs():
+    """NonZero -> Reshape by a Constant node (copied into the suffix) -> + a graph input read
+    only after the cut -> Unique (the suffix is staged again) -> Neg."""
+    nodes = [helper.make_node("Constant", [], ["shp"],
+                              value=numpy_helper.from_array(np.array([-1], np.int64))),
+             helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Reshape", ["nz", "shp"], ["flat"]),
+             helper.make_node("Cast", ["flat"], ["flatf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["flatf", "y"], ["s"]),
+             helper.make_node("Unique", ["s"], ["u", "ui", "uv", "uc"]),
+             helper.make_node("Neg", ["u"], ["out"])]
+    m = _model(nodes, {"x": np.zeros((3, 4), np.float32), "y": np.zeros((1,), np.float32)},
+               ["out", "uc"])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for trial in range(3):
+        x = (np.random.default_rng(trial).uniform(0, 1, (3, 4)) > 0.5).astype(np.float32)
+        if trial == 2:
+            x[:] = 0     # count 0 at the first cut, so empty inputs to the second
+        _check_against_reference(m, compiled, {"x": x, "y": np.array([trial], np.float32)})
