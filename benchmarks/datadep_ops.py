@@ -20,7 +20,7 @@ def ort_time(m, feeds, reps):
 rng = np.random.default_rng(0)
 rows, out = [], {}
 cases = []
-for n, k in ((200, 10), (1000, 20)):
+for n, k in ((200, 10), (1000, 20), (1000, 100)):
     xy = rng.uniform(0, 1, (1, n, 2)).astype(np.float32)
     boxes = np.concatenate([xy, xy + rng.uniform(0.02, 0.2, (1, n, 2)).astype(np.float32)], 2)
     feeds = {"boxes": boxes, "scores": rng.uniform(0, 1, (1, 1, n)).astype(np.float32)}

@@ -8,6 +8,8 @@ the number of elements that come before it, so the stages schedule and fuse like
 """
 from __future__ import annotations
 
+import math
+
 from .. import expr as E
 from .. import tensor as T
 from ..errors import TEError
@@ -44,27 +46,52 @@ def _numel(shape) -> int:
 
 def nonzero(x: Tensor, name: str | None = None) -> tuple[Tensor, Tensor]:
     """ONNX NonZero: int64[rank, numel] whose first `count` columns are the coordinates of
-    x's non-zero elements in row-major order (NaN counts as non-zero), and count int64[1]."""
+    x's non-zero elements in row-major order (NaN counts as non-zero), and count int64[1].
+
+    Positions in two levels, blocks of about sqrt(numel) elements: each block's count, where
+    each block starts (the counts before it) and each element's position inside its block;
+    output column k then finds its block, and the element inside it. O(numel^1.5) work."""
     check_tensor("nonzero", x)
     if x.ndim == 0:
         raise TEError("nonzero(): a rank-0 input has no coordinates to list")
     name = name or "nonzero"
     n = _numel(x.shape)
-    zero = E.const(0, x.dtype)
-    flag = compute((n,), lambda i: E.select(x(*_unravel(i, x.shape)).ne(zero), _one(),
-                                            E.const(0, _I64)),
-                   name=f"{name}_flag", tag=INJECTIVE)
-    r = reduce_axis(n, "r")
-    # position of element i among the non-zeros: how many non-zeros come before it
-    pos = compute((n,), lambda i: T.sum(flag(r), axis=r, where=r < i), name=f"{name}_pos",
-                  tag=REDUCTION)
-    c = reduce_axis(n, "c")
-    count = compute((1,), lambda _: T.sum(flag(c), axis=c), name=f"{name}_count",
+    size = max(1, math.isqrt(n - 1) + 1)     # block size: ceil(sqrt(n))
+    blocks = -(-n // size)
+    zero, i64_0 = E.const(0, x.dtype), E.const(0, _I64)
+
+    def flag(i):      # 1 for a non-zero element at flat position i (i < n), else 0
+        at = E.minimum(i, n - 1)
+        return E.select((i < n) & x(*_unravel(at, x.shape)).ne(zero), _one(), i64_0)
+
+    r = reduce_axis(size, "r")
+    block_count = compute((blocks,), lambda b: T.sum(flag(b * size + r), axis=r),
+                          name=f"{name}_block_count", tag=REDUCTION)
+    p = reduce_axis(blocks, "p")
+    block_start = compute((blocks,), lambda b: T.sum(block_count(p), axis=p, where=p < b),
+                          name=f"{name}_block_start", tag=REDUCTION)
+    w = reduce_axis(size, "w")
+    within = compute((n,), lambda i: T.sum(flag(E.floordiv(i, size) * size + w), axis=w,
+                                            where=w < E.floormod(i, size)),
+                     name=f"{name}_within", tag=REDUCTION)
+    c = reduce_axis(blocks, "c")
+    count = compute((1,), lambda _: T.sum(block_count(c), axis=c), name=f"{name}_count",
                     tag=REDUCTION)
-    q = reduce_axis(n, "q")
-    src = compute((n,), lambda k: T.min(_i64(q), axis=q, where=flag(q).eq(_one())
-                                        & pos(q).eq(_i64(k))),
-                  name=f"{name}_src", tag=REDUCTION)
+    o = reduce_axis(blocks, "o")
+    # the block holding output column k: the last non-empty one starting at or before k
+    owner = compute((n,), lambda k: T.max(o, axis=o, where=(block_start(o) <= _i64(k))
+                                          & (i64_0 < block_count(o))),
+                    name=f"{name}_owner", tag=REDUCTION)
+    q = reduce_axis(size, "q")
+
+    def source(k):
+        b = E.maximum(E.minimum(owner(k), blocks - 1), 0)
+        i = b * size + q
+        at = E.minimum(i, n - 1)
+        return T.min(_i64(i), axis=q, where=flag(i).eq(_one())
+                     & within(at).eq(_i64(k) - block_start(b)))
+
+    src = compute((n,), source, name=f"{name}_src", tag=REDUCTION)
 
     def coord(d, k):
         s = src(k)
@@ -72,7 +99,7 @@ def nonzero(x: Tensor, name: str | None = None) -> tuple[Tensor, Tensor]:
         out = _i64(digits[-1])
         for j in range(x.ndim - 2, -1, -1):
             out = E.select(d.eq(j), _i64(digits[j]), out)
-        return E.select(s < n, out, E.const(0, _I64))
+        return E.select((s < n) & (_i64(k) < count(0)), out, i64_0)
 
     coords = compute((x.ndim, n), coord, name=name, tag=INJECTIVE)
     return coords, count

@@ -65,6 +65,8 @@ def _nonzero(shape, dtype):
     np.array([7], np.int32), np.array([0], np.int32),  # size 1
     np.array([[[True, False]], [[False, True]]]),
     np.array([np.nan, 0.0, -0.0, 1e-30], np.float32),  # NaN is non-zero, -0.0 is zero
+    (np.random.default_rng(1).uniform(0, 1, 37) > 0.6).astype(np.float32),   # prime: a
+    np.ones((6, 7), np.int64),                                               # partial block
 ])
 def test_nonzero_cases(x):
     m, c = _nonzero(x.shape, x.dtype)
