@@ -1,51 +1,87 @@
-"""NonZero, Unique and NonMaxSuppression (graph/staged.py): Kiln-compiled staged models against
-onnxruntime at 1 thread, interleaved rounds, medians; outputs must be equal. Prints a table
-and, last, one JSON object.
+"""NonZero, Unique and NonMaxSuppression (graph/staged.py): Kiln-compiled staged models
+against onnxruntime (1 intra-op thread), interleaved rounds, medians; outputs must be equal.
+Also the compile time of each (no tuning database). Prints a table and, last, one JSON object.
 
-    KILN_NUM_THREADS=1 python benchmarks/datadep_ops.py
+    KILN_NUM_THREADS=1 python benchmarks/datadep_ops.py [--clock cpu]
 """
-import time, json, numpy as np, onnxruntime as ort, kiln
-from onnx import helper, TensorProto, numpy_helper
-def mk(nodes, ins, outs, inits):
-    g = helper.make_graph(nodes, "b", ins, [helper.make_empty_tensor_value_info(o) for o in outs],
-                          initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-def ort_time(m, feeds, reps):
-    o = ort.SessionOptions(); o.intra_op_num_threads = 1
-    s = ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter(); r = s.run(None, feeds); ts.append(time.perf_counter() - t)
-    return float(np.median(ts)), r
-rng = np.random.default_rng(0)
-rows, out = [], {}
-cases = []
-for n, k in ((200, 10), (1000, 20), (1000, 100)):
-    xy = rng.uniform(0, 1, (1, n, 2)).astype(np.float32)
-    boxes = np.concatenate([xy, xy + rng.uniform(0.02, 0.2, (1, n, 2)).astype(np.float32)], 2)
-    feeds = {"boxes": boxes, "scores": rng.uniform(0, 1, (1, 1, n)).astype(np.float32)}
-    m = mk([helper.make_node("NonMaxSuppression", ["boxes", "scores", "lim", "iou", "thr"], ["sel"])],
-           [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, n, 4]),
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, n])], ["sel"],
-           {"lim": np.array([k], np.int64), "iou": np.array([0.5], np.float32), "thr": np.array([0.1], np.float32)})
-    cases.append((f"NMS {n} boxes, keep {k}", m, feeds))
-x = (rng.uniform(0, 1, (64, 64)) > 0.9).astype(np.float32)
-cases.append(("NonZero 64x64 (10% set)", mk([helper.make_node("NonZero", ["x"], ["y"])],
-              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])], ["y"], {}), {"x": x}))
-u = rng.integers(0, 50, (1024,)).astype(np.float32)
-cases.append(("Unique 1024 (50 values)", mk([helper.make_node("Unique", ["x"], ["y", "i", "v", "c"])],
-              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024])], ["y", "i", "v", "c"], {}), {"x": u}))
-for name, m, feeds in cases:
-    t = time.perf_counter(); c = kiln.compile(m, db=None, jobs=1); got = c.run(feeds); comp = time.perf_counter() - t
-    ko, oo = [], []
-    for _ in range(5):   # interleaved rounds
-        ko.append(c.benchmark(feeds, repeat=5)); oo.append(ort_time(m, feeds, 5)[0])
-    want = ort_time(m, feeds, 1)[1]
-    ok = all(np.array_equal(a, b) for a, b in zip(got, want))
-    k_ms, o_ms = 1e3 * float(np.median(ko)), 1e3 * float(np.median(oo))
-    rows.append((name, comp, k_ms, o_ms, o_ms / k_ms, ok))
-    out[name] = {"compile_s": round(comp, 2), "kiln_ms": round(k_ms, 4), "ort_ms": round(o_ms, 4), "ort_over_kiln": round(o_ms / k_ms, 3), "equal": ok}
-print(f"{'case':28} {'compile s':>9} {'kiln ms':>9} {'ort ms':>9} {'ort/kiln':>8} equal")
-for r in rows:
-    print(f"{r[0]:28} {r[1]:9.2f} {r[2]:9.3f} {r[3]:9.3f} {r[4]:8.2f} {r[5]}")
-print(json.dumps(out))
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kiln  # noqa: E402
+from common import emit_json, interleaved_medians, print_table  # noqa: E402
+
+F32 = TensorProto.FLOAT
+
+
+def _model(node, inputs, outputs, inits=None):
+    graph = helper.make_graph(
+        [node], "datadep", [helper.make_tensor_value_info(n, F32, s) for n, s in inputs],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def cases(rng):
+    for n, k in ((200, 10), (1000, 20), (1000, 100)):
+        xy = rng.uniform(0, 1, (1, n, 2)).astype(np.float32)
+        boxes = np.concatenate([xy, xy + rng.uniform(0.02, 0.2, (1, n, 2))], 2)
+        feeds = {"boxes": boxes.astype(np.float32),
+                 "scores": rng.uniform(0, 1, (1, 1, n)).astype(np.float32)}
+        node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou", "thr"],
+                                ["sel"])
+        inits = {"k": np.array([k], np.int64), "iou": np.array([0.5], np.float32),
+                 "thr": np.array([0.1], np.float32)}
+        yield (f"NMS {n} boxes, keep <= {k}", _model(node, [("boxes", [1, n, 4]),
+                                                          ("scores", [1, 1, n])],
+                                                     ["sel"], inits), feeds)
+    x = (rng.uniform(0, 1, (64, 64)) > 0.9).astype(np.float32)
+    yield ("NonZero 64x64 (10% set)",
+           _model(helper.make_node("NonZero", ["x"], ["y"]), [("x", [64, 64])], ["y"]),
+           {"x": x})
+    u = rng.integers(0, 50, (1024,)).astype(np.float32)
+    yield ("Unique 1024 (50 values)",
+           _model(helper.make_node("Unique", ["x"], ["y", "i", "v", "c"]), [("x", [1024])],
+                  ["y", "i", "v", "c"]), {"x": u})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    args = parser.parse_args()
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    rows, figures = [], {}
+    for name, model, feeds in cases(np.random.default_rng(0)):
+        start = time.perf_counter()
+        compiled = kiln.compile(model, db=None, jobs=1)
+        got = compiled.run(feeds)   # compiles the stages (the prefix here)
+        compile_s = time.perf_counter() - start
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        want = sess.run(None, feeds)
+        equal = all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
+        k_s, o_s, _ = interleaved_medians(lambda: compiled.run(feeds),
+                                          lambda: sess.run(None, feeds), clock=clock)
+        rows.append([name, round(compile_s, 2), k_s * 1e3, o_s * 1e3, o_s / k_s,
+                     got[0].shape[-1] if name.startswith("NonZero") else got[0].shape[0],
+                     equal])
+        figures[name] = {"compile_s": round(compile_s, 2), "kiln_ms": round(k_s * 1e3, 4),
+                         "ort_ms": round(o_s * 1e3, 4), "ort_over_kiln": round(o_s / k_s, 4),
+                         "equal": equal}
+    print_table(["case", "compile s", "Kiln ms", "ort ms", "ort/Kiln", "count", "equal"], rows)
+    emit_json({"clock": args.clock, "cases": figures})
+
+
+if __name__ == "__main__":
+    main()

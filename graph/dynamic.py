@@ -132,9 +132,11 @@ def compile_specialized(model, target: str = "native", db=None,
                         jobs: int | None = None, layout: str = "nchwc",
                         threads: int | None = None, winograd: bool = True,
                         constants: Mapping[str, np.ndarray] | None = None,
-                        zero_shot: bool = False) -> "CompiledModel | DynamicModel":
+                        zero_shot: bool = False) -> "CompiledModel | DynamicModel | StagedModel":
     """A CompiledModel if the model's shapes are all known ahead of time, else a
-    DynamicModel that compiles a specialisation per input shape at run time (module doc)."""
+    DynamicModel that compiles a specialisation per input shape at run time (module doc); a
+    StagedModel (graph/staged.py) if the main graph has an op whose output size depends on
+    the data."""
     options = dict(target=target, db=_open_db(db), jobs=jobs, layout=layout, threads=threads,
                    winograd=winograd, zero_shot=zero_shot)
     if isinstance(model, Graph):

@@ -293,3 +293,15 @@ def test_chained_stages_constants_and_late_graph_inputs():
         if trial == 2:
             x[:] = 0     # count 0 at the first cut, so empty inputs to the second
         _check_against_reference(m, compiled, {"x": x, "y": np.array([trial], np.float32)})
+
+
+def test_staged_model_errors_name_the_problem():
+    m, c = _nonzero((3, 5), np.float32)
+    with pytest.raises(kiln.te.errors.KilnError, match="NonZero.*export"):
+        c.export("/nonexistent/x.so")
+    with pytest.raises(kiln.te.errors.KernelArgumentError, match="no input named 'y'"):
+        c.run({"y": np.zeros((3, 5), np.float32)})
+    with pytest.raises(kiln.te.errors.KernelArgumentError, match="input 'x'"):
+        c.run({"x": np.zeros((3, 4), np.float32)})     # the prefix checks the shape
+    assert "NonZero" in c.summary() and c.benchmark({"x": np.ones((3, 5), np.float32)},
+                                                    repeat=2) > 0
