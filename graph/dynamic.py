@@ -27,6 +27,7 @@ from .frontend import (InputValueNeeded, _onnx_dtype, _read_model, check_support
 from .ir import Graph
 from .lowbit import ONNX_FORMATS
 from . import onnx_ops_sequence as _seq
+from .staged import StagedModel, has_data_dependent_ops
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,11 @@ def compile_specialized(model, target: str = "native", db=None,
                         jobs: int | None = None, layout: str = "nchwc",
                         threads: int | None = None, winograd: bool = True,
                         constants: Mapping[str, np.ndarray] | None = None,
-                        zero_shot: bool = False) -> "CompiledModel | DynamicModel":
+                        zero_shot: bool = False) -> "CompiledModel | DynamicModel | StagedModel":
     """A CompiledModel if the model's shapes are all known ahead of time, else a
-    DynamicModel that compiles a specialisation per input shape at run time (module doc)."""
+    DynamicModel that compiles a specialisation per input shape at run time (module doc); a
+    StagedModel (graph/staged.py) if the main graph has an op whose output size depends on
+    the data."""
     options = dict(target=target, db=_open_db(db), jobs=jobs, layout=layout, threads=threads,
                    winograd=winograd, zero_shot=zero_shot)
     if isinstance(model, Graph):
@@ -142,6 +145,11 @@ def compile_specialized(model, target: str = "native", db=None,
                         else str(model))
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
     _check_constant_names(proto, constants)
+    if has_data_dependent_ops(proto):   # NonZero/Unique/NMS: compiled around them
+        def stage(part, shapes, consts):
+            return compile_specialized(part, input_shapes=shapes, constants=consts,
+                                       **options)
+        return StagedModel(proto, stage, options, input_shapes, constants)
     shapes = dict(input_shapes or {})
     for name, arr in constants.items():      # a pinned value pins its input's shape
         shapes.setdefault(name, arr.shape)

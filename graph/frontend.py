@@ -76,9 +76,13 @@ def check_supported(model: onnx.ModelProto, opset: int) -> None:
         word = "node" if len(names) == 1 else "nodes"
         parts.append(f"{op} ({word} " + ", ".join(f"'{n}'" for n in names) + ")")
     n = len(missing)
+    staged = sorted(set(missing) & {"NonZero", "Unique", "NonMaxSuppression"})
+    hint = (f" {', '.join(staged)}: kiln.compile runs these in stages (a StagedModel) when "
+            "they are in the main graph, not in a single static graph nor inside If/Loop/Scan "
+            "bodies.") if staged else ""
     raise UnsupportedOperatorError(
         f"this model uses {n} operator type{'s' if n > 1 else ''} Kiln does not support "
-        f"(opset {opset}): " + ", ".join(parts) + ".")
+        f"(opset {opset}): " + ", ".join(parts) + "." + hint)
 
 
 def _resolve_inputs(model, given: Mapping[str, Sequence[int]],

@@ -12,6 +12,7 @@ from .autotune.database import Database
 from .autotune.default_db import open_database
 from .graph.compile import tune_model
 from .graph.dynamic import DynamicModel, compile_specialized
+from .graph.staged import StagedModel
 from .graph.executor import CompiledModel, load_compiled
 from .te.errors import KilnError
 
@@ -19,7 +20,7 @@ from .te.errors import KilnError
 def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
             threads: int | None = None, winograd: bool = True,
-            constants=None, zero_shot: bool = False) -> CompiledModel | DynamicModel:
+            constants=None, zero_shot: bool = False) -> CompiledModel | DynamicModel | StagedModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
     running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
     default schedules. `db`: "default" (the user's tuning log layered over the records
@@ -38,7 +39,8 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     starts, ...). When every shape is known, the result is a CompiledModel. Otherwise it is a
     DynamicModel (graph/dynamic.py): each run at a new input shape, or a new value of a
     shape-deciding input, compiles a specialisation (same database and options) that later
-    runs reuse."""
+    runs reuse. A model with NonZero, Unique or NonMaxSuppression (output sizes that depend
+    on the data) is a StagedModel (graph/staged.py): compiled in stages around those ops."""
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
                                constants=constants, zero_shot=zero_shot)
@@ -84,4 +86,5 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
                     f"got {type(model_or_task).__name__}")
 
 
-__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "DynamicModel", "TuneResult"]
+__all__ = ["compile", "tune", "load_compiled", "CompiledModel", "DynamicModel", "StagedModel",
+           "TuneResult"]
