@@ -128,6 +128,19 @@ def _check_step(model: str, step: Step, kernel: Kernel, args: tuple[np.ndarray, 
                             "also as an input; this is a bug in Kiln")
 
 
+def median_run_seconds(run, repeat: int = 20, number: int = 1) -> float:
+    """Median seconds of one call of `run` over `repeat` timings of `number` calls each,
+    after one warm-up call."""
+    run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            run()
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times)
+
+
 class CompiledModel:
     """A model compiled to Kiln kernels. Not thread-safe: one run at a time (the arena and
     the input buffers are shared between calls)."""
@@ -290,14 +303,7 @@ class CompiledModel:
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
         """Median seconds of one `run` (over `repeat` timings of `number` runs each)."""
         inputs = self._example_inputs() if inputs is None else inputs
-        self.run(inputs)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                self.run(inputs)
-            times.append((time.perf_counter() - start) / number)
-        return statistics.median(times)
+        return median_run_seconds(lambda: self.run(inputs), repeat, number)
 
     def profile(self, inputs=None, repeat: int = 10) -> list[dict]:
         """Median time of every kernel call: [{name, kernel, ms, share}] in execution order,

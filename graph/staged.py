@@ -22,6 +22,7 @@ import onnx
 from onnx import helper
 
 from ..te.errors import KernelArgumentError, KilnError
+from .executor import median_run_seconds
 from .onnx_ops_control import subgraphs
 from .onnx_ops_datadep import DOMAIN, OP_TYPES
 
@@ -311,17 +312,9 @@ class StagedModel:
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
         """Median seconds of one `run` on `inputs` (required)."""
-        import time
         if inputs is None:
             raise self._needs_one("benchmark() without inputs=")
-        self.run(inputs)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                self.run(inputs)
-            times.append((time.perf_counter() - start) / number)
-        return float(np.median(times))
+        return median_run_seconds(lambda: self.run(inputs), repeat, number)
 
     def set_num_threads(self, n: int) -> None:
         for part in (self._prefix, self._suffix):
