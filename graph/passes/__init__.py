@@ -21,6 +21,7 @@ from .int8_vnni_conv import to_vnni_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
+from .int8_concat import requantized_concats
 from .int8_tables import to_lookup_tables
 from .int8_panels import panel_int8_weights, view_int8_rows
 from .int8_perm import to_saturation_safe_pairs
@@ -46,6 +47,7 @@ TARGET_PASSES = frozenset({"pixel-major int8", "saturation-safe int8 pairs",
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
+    ("requantized int8 concats", requantized_concats),   # inputs to the output's scale
     ("int8 tables", to_lookup_tables),   # DQ -> SiLU/sigmoid/... -> Q as 256-entry lookups
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),

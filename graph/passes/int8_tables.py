@@ -131,7 +131,7 @@ class _Chains:
                     break
             else:
                 return None
-        if len(leaves) != 1 or not any(n.op in _FLOAT_OPS for n in members.values()):
+        if len(leaves) != 1:
             return None
         for node in members.values():
             out = node.outputs[0].name
