@@ -30,6 +30,7 @@ from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
 from .quantized_add import onnxruntime_rounded_adds
+from .quantized_mul import onnxruntime_rounded_muls
 from .sink_layout import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
@@ -49,6 +50,7 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
     ("requantized int8 concats", requantized_concats),   # inputs to the output's scale
     ("int8 tables", to_lookup_tables),   # DQ -> SiLU/sigmoid/... -> Q as 256-entry lookups
+    ("quantized muls as onnxruntime rounds them", onnxruntime_rounded_muls),
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),
     ("fold batch norm", fold_batch_norm),
