@@ -21,8 +21,10 @@ off). onnxruntime's own QLinearSigmoid is a table too, from MLAS's float32 logis
 can differ where x / scale lands within an ulp of a rounding tie (tests compare both with
 the exact value).
 
-Only chains whose constants are scalars (per-tensor parameters) and whose every value has
-x's shape are taken; anything else keeps the float path.
+A bare DQ -> Q between two parameter sets is a chain too (a requantization: the inputs of a
+concat of differently quantized tensors, graph/passes/int8_concat.py). Only chains whose
+constants are scalars (per-tensor parameters) and whose every value has x's shape are taken;
+anything else keeps the float path.
 """
 from __future__ import annotations
 

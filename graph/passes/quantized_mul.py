@@ -49,10 +49,11 @@ def _nodes(q: Node, dqs, params, namer: Namer, constants: dict) -> list[Node]:
     mult = f32(f32(f32(sa) * f32(sb)) / f32(sc))
     hint = q.name
 
-    def const(x, what: str, dtype=None) -> Value:
-        # one-element arrays, not 0-d: a 0-d float constant would become an immediate in
-        # the kernel (graph/passes/quantized_add.py says why that is avoided)
-        arr = np.asarray(x, dtype=dtype).reshape((1,) if dtype == "float32" else ())
+    def const(x, what: str, dtype, shape=(1,)) -> Value:
+        # operands: one-element arrays, not 0-d: a 0-d float constant would become an
+        # immediate in the kernel (graph/passes/quantized_add.py says why that is avoided);
+        # the quantize's unit scale and zero point 0-d, per-tensor for the layout passes
+        arr = np.asarray(x, dtype=dtype).reshape(shape)
         v = Value(namer(f"{hint}/{what}"), arr.shape, arr.dtype.name)
         constants[v.name] = arr
         return v
@@ -78,8 +79,8 @@ def _nodes(q: Node, dqs, params, namer: Namer, constants: dict) -> list[Node]:
                  namer(f"{hint}:scale")),
             Node("add", (scaled, const(zc, "zero_point", "float32")), (shifted,), none,
                  namer(f"{hint}:shift")),
-            Node("quantize_linear", (shifted, const(1.0, "unit", "float32"),
-                                     const(0, "zero", q.outputs[0].dtype)),
+            Node("quantize_linear", (shifted, const(1.0, "unit", "float32", ()),
+                                     const(0, "zero", q.outputs[0].dtype, ())),
                  q.outputs, q.attrs, q.name)]
     return out
 
