@@ -106,7 +106,7 @@ def _absorb_producers(part: _Partition, gid: int, name: str, allowed, shape) -> 
             node = part.nodes[producer]
             if (_can_join(node, allowed, shape) and node.outputs[0].name not in part.outputs
                     and all(part.group_of.get(c) == gid for c in part.succ[producer])
-                    and not _pending_epilogue(part, node)):
+                    and not (OpClass.INJECTIVE in allowed and _pending_epilogue(part, node))):
                 part.add(gid, producer)
                 stack.append(producer)
 
@@ -116,7 +116,9 @@ def _pending_epilogue(part: _Partition, node: Node, depth: int = 8) -> bool:
     grouped: its own group will take it (an anchor's group starts later in graph order).
     A concat seeded from one int8 conv's output view would otherwise pull the next conv's
     requantize into the concat and leave that conv writing its int32 accumulator
-    (SqueezeNet's fire modules, graph/passes/int8_concat.py)."""
+    (SqueezeNet's fire modules, graph/passes/int8_concat.py). Asked for injective groups
+    only: an anchor's group taking another anchor's bias add beside its residual add is how
+    the float ResNets were grouped and tuned (the shipped records' keys)."""
     shape = node.outputs[0].shape
     while depth > 0 and op_class(node.op) in _EPILOGUE:
         ins = [part.producer.get(v.name) for v in node.inputs if v is not None]
