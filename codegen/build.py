@@ -96,7 +96,7 @@ def _build_cached(func: PrimFunc, text: str, sym: str, specs, target: Target,
     """build() through the kernel cache: keyed on the module's LLVM IR text (see
     codegen.cache); a miss compiles to an object file and stores it, a hit only loads."""
     start = time.perf_counter()
-    key = cache.kernel_key(text, target)
+    key = cache.kernel_key(text, target, specs)
     obj, optimized = cache.read_object(store, key), None
     if obj is None:
         optimized, code, seconds = compile_object(text, target)

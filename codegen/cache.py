@@ -55,9 +55,13 @@ class CachedObject:
         return zlib.decompress(self.optimized_ir).decode()
 
 
-def kernel_key(llvm_ir: str, target: Target) -> str:
+def kernel_key(llvm_ir: str, target: Target, params=()) -> str:
+    """Keyed on the IR text and the parameters' specs: uint8 and int8 are both i8 in the IR,
+    so two kernels differing only in a parameter's signedness share their text (a byte
+    table lookup from uint8 or int8) and must not share the checked signature."""
+    specs = json.dumps([p.to_json() for p in params], sort_keys=True)
     return make_key("kernel", target=str(target),
-                    ir=hashlib.sha256(llvm_ir.encode()).hexdigest())
+                    ir=hashlib.sha256((llvm_ir + specs).encode()).hexdigest())
 
 
 def kernel_store(environ=None) -> Store | None:

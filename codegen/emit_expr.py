@@ -21,6 +21,7 @@ from . import llvm_types as T
 from .dot4 import (ACCUMULATING_INTRINSICS, MIXED_LANE_INTRINSICS, dot4_strategies,
                    emit_dot4, target_features)
 from .intrinsics import emit_call
+from .lookup import emit_lookup8
 
 _FCMP = {E.LT: "<", E.LE: "<=", E.EQ: "==", E.NE: "!="}
 _LEAVES = (E.IntImm, E.FloatImm, E.Var)
@@ -562,6 +563,8 @@ class ExprEmitter:
         return bld.zext(v, dst_ty) if dt.is_unsigned(src) else bld.sext(v, dst_ty)
 
     def _emit_Call(self, e: E.Call):
+        if e.name == "lookup8":       # its 256 immediates become constant vectors, not lanes
+            return emit_lookup8(self, e, self._emit(e.args[0]))
         args = [self._emit(a) for a in e.args]
         if e.name in MIXED_LANE_INTRINSICS:      # its lowering sees which args are invariant
             return emit_call(self, e, args)

@@ -82,7 +82,7 @@ def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
         add_python_entry(module, symbol, params)
         text = str(module)
     store = cache.kernel_store()
-    key = cache.kernel_key(text, tgt) if store is not None else None
+    key = cache.kernel_key(text, tgt, params) if store is not None else None
     hit = cache.read_object(store, key) if store is not None else None
     if hit is not None:
         return ObjectKernel(func, symbol, params, hit.ir_text, hit.object_code,

@@ -319,3 +319,4 @@ from . import quant_ops_nhwc  # noqa: E402,F401 - registers the pixel-major int8
 from . import quant_ops_perm  # noqa: E402,F401 - registers matmul_int8x4_perm
 from . import quant_ops_perm_conv  # noqa: E402,F401 - registers conv_int8x4_perm
 from . import quant_ops_vnni_conv  # noqa: E402,F401 - registers conv_int8x4_panels
+from . import quant_ops_table  # noqa: E402,F401 - registers lookup_table

@@ -82,9 +82,10 @@ def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "nat
             # same DAG with another argument order: a distinct task that needs its own name
             taken = {mt.task.name for mt in by_key.values()}
             name = base = _task_name(group, key[0])
-            while name in taken:
-                name = f"{base}_{len(taken)}"
-                taken.add(name)
+            suffix = len(taken)
+            while name in taken:     # (adding each try to `taken` looped forever)
+                name = f"{base}_{suffix}"
+                suffix += 1
             task = Task(name, dag.outputs, dag.args, target)
             by_key[key] = ModelTask(task, dag, ())
             members[key] = []

@@ -16,6 +16,7 @@ from ..te.reference import (dot2_s16_reference, dot2_s16s8_reference, dot4_u8s8_
 from .ir import Allocate, BufferLoad, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Store
 
 _CALLS = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
+          "lookup8": lambda x, *table: table[int(x) & 255],
           "tanh": math.tanh, "erf": math.erf, "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
           "pow": math.pow, "abs": abs, "floor": math.floor, "ceil": math.ceil, "round": round,
           "sin": math.sin, "cos": math.cos, "log1p": math.log1p, "expm1": math.expm1,

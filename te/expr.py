@@ -236,7 +236,7 @@ INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "a
               "ceil", "round", "sin", "cos", "log1p", "expm1", "tan", "asin", "acos", "atan",
               "sinh", "cosh", "asinh", "acosh", "atanh", "fmod", "dot4_u8s8",
               "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16", "dot2_s16s8",
-              "dot4_u8s8perm") + INT_INTRINSICS
+              "dot4_u8s8perm", "lookup8") + INT_INTRINSICS
 # Integer dot products over int32 words of 4 packed bytes (byte t = bits 8t..8t+7):
 # dot4_u8s8(a, b) = sum_t uint8(a_t) * int8(b_t), exact in int32 (|result| <= 130560).
 # dot4_u8s7 has the same value but promises every b_t lies in [-64, 63], so a lowering may
@@ -550,6 +550,25 @@ def call(name: str, *args) -> Expr:
     elif name not in ("abs",) and not dt.is_float(dtype):
         raise TEError(f"intrinsic {name} needs float arguments, got {dtype}; cast first")
     return Call(dtype, name, tuple(exprs))
+
+
+def lookup8(x, table, dtype: str) -> Expr:
+    """table[byte of x]: an int8/uint8 `x` indexes a 256-entry table of `dtype` (int8/uint8)
+    by its bit pattern (uint8 value; an int8 -1 reads entry 255). A Call named "lookup8"
+    whose first argument is x (its own dtype) and whose other 256 are the entries
+    as immediates: the kernel carries its table (a quantized elementwise chain folded at
+    compile time, graph/passes/int8_tables.py; AVX-512 VBMI looks up 64 bytes in 4
+    instructions, codegen/lookup.py)."""
+    x, dtype = _as_expr(x), dt.canonical(dtype)
+    if x.dtype not in ("int8", "uint8") or dtype not in ("int8", "uint8"):
+        raise TEError(f"lookup8(): index and table must be int8/uint8, got {x.dtype} -> "
+                      f"{dtype}")
+    entries = [int(v) for v in table]
+    lo, hi = dt.min_value(dtype), dt.max_value(dtype)
+    if len(entries) != 256 or not all(lo <= v <= hi for v in entries):
+        raise TEError(f"lookup8(): the table needs 256 {dtype} entries, got {len(entries)}"
+                      + ("" if len(entries) != 256 else " with values out of range"))
+    return Call(dtype, "lookup8", (x,) + tuple(IntImm(dtype, v) for v in entries))
 
 
 def reinterpret(x, dtype) -> Expr:

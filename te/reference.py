@@ -342,7 +342,15 @@ def dot4_u8s8perm_reference(a0, a1, a2, a3, sel, b):
     return (picked * b_bytes).sum(axis=-1, dtype=np.int32)
 
 
+def lookup8_reference(x, *table):
+    """E.lookup8: the entry at x's byte (its uint8 bit pattern)."""
+    entries = np.array([np.asarray(t).item() for t in table], np.asarray(table[0]).dtype)
+    x = np.asarray(x)
+    return entries[x.view(np.uint8) if x.dtype.itemsize == 1 else x.astype(np.uint8)]
+
+
 _INTRINSICS = {
+    "lookup8": lookup8_reference,
     "dot2_s16s8": dot2_s16s8_reference, "dot4_u8s8perm": dot4_u8s8perm_reference,
     "dot4_u8s16": dot4_u8s16_reference, "dot2_s16": dot2_s16_reference,
     "dot4_u8s8": dot4_u8s8_reference, "dot4_u8s7": dot4_u8s8_reference,

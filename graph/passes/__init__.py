@@ -21,6 +21,8 @@ from .int8_vnni_conv import to_vnni_int8_convs
 from .int8_nhwc import to_pixel_major_int8
 from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
 from .int8_pairs import to_int16_pairs
+from .int8_concat import requantized_concats
+from .int8_tables import to_lookup_tables
 from .int8_panels import panel_int8_weights, view_int8_rows
 from .int8_perm import to_saturation_safe_pairs
 from .int8_widen import widen_int8_weights
@@ -28,6 +30,7 @@ from .layout import pack_conv_weights
 from .prepack_weights import prepack_matmul_weights
 from .quantize import fuse_quantized_kernels, pack_integer_kernels
 from .quantized_add import onnxruntime_rounded_adds
+from .quantized_mul import onnxruntime_rounded_muls
 from .sink_layout import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
@@ -45,6 +48,9 @@ TARGET_PASSES = frozenset({"pixel-major int8", "saturation-safe int8 pairs",
 
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("integer kernels", fuse_quantized_kernels),   # QDQ: before folding dequantizes weights
+    ("requantized int8 concats", requantized_concats),   # inputs to the output's scale
+    ("int8 tables", to_lookup_tables),   # DQ -> SiLU/sigmoid/... -> Q as 256-entry lookups
+    ("quantized muls as onnxruntime rounds them", onnxruntime_rounded_muls),
     ("fold constants", fold_constants),
     ("remove identities", remove_identities),
     ("fold batch norm", fold_batch_norm),

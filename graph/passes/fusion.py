@@ -105,9 +105,32 @@ def _absorb_producers(part: _Partition, gid: int, name: str, allowed, shape) -> 
                 continue
             node = part.nodes[producer]
             if (_can_join(node, allowed, shape) and node.outputs[0].name not in part.outputs
-                    and all(part.group_of.get(c) == gid for c in part.succ[producer])):
+                    and all(part.group_of.get(c) == gid for c in part.succ[producer])
+                    and not (OpClass.INJECTIVE in allowed and _pending_epilogue(part, node))):
                 part.add(gid, producer)
                 stack.append(producer)
+
+
+def _pending_epilogue(part: _Partition, node: Node, depth: int = 8) -> bool:
+    """Whether `node` is the elementwise epilogue of an anchor (conv/matmul) not yet
+    grouped: its own group will take it (an anchor's group starts later in graph order).
+    A concat seeded from one int8 conv's output view would otherwise pull the next conv's
+    requantize into the concat and leave that conv writing its int32 accumulator
+    (SqueezeNet's fire modules, graph/passes/int8_concat.py). Asked for injective groups
+    only: an anchor's group taking another anchor's bias add beside its residual add is how
+    the float ResNets were grouped and tuned (the shipped records' keys)."""
+    shape = node.outputs[0].shape
+    while depth > 0 and op_class(node.op) in _EPILOGUE:
+        ins = [part.producer.get(v.name) for v in node.inputs if v is not None]
+        ins = [p for p in ins if p is not None and p not in part.group_of]
+        if not ins:
+            return False
+        up = part.nodes[ins[0]]
+        if op_class(up.op) is OpClass.OUT_ELEMWISE_FUSABLE:
+            return len(up.outputs) == 1 and up.outputs[0].shape == shape \
+                and len(part.succ[up.name]) == 1
+        node, depth = up, depth - 1
+    return False
 
 
 def _grow(part: _Partition, gid: int, seed: Node, allowed, shape) -> list[str]:

@@ -317,7 +317,13 @@ class _Rewriter:
         if shape is None:
             return None
         if all(d == 1 for d in shape):
-            return v
+            if len(v.shape) <= 1:
+                return v
+            # one element of rank > 1 (a 1-channel conv's [1, 1, 1] offset) would broadcast
+            # the flat [pixels, F] chain up to its own rank: as [1]
+            if v.name in self.constants:
+                return self.const(self.constants[v.name].reshape(1), f"{v.name}/nhwc")
+            return self.reshape(v, (1,), emitted)
         if shape[0] == 1 and shape[2:] == (1, 1) and shape[1] == full[1]:
             if v.name in self.constants:     # a new constant: views of constants are not
                 return self.const(self.constants[v.name].reshape(full[1]), f"{v.name}/nhwc")

@@ -423,3 +423,12 @@ def im2col_weight_int8x4(words: np.ndarray) -> np.ndarray:
     [F, KH * KW * C4, 1, 1], row (ry * KW + rx) * C4 + c4."""
     f, c4, kh, kw = words.shape
     return np.ascontiguousarray(words.transpose(0, 2, 3, 1).reshape(f, kh * kw * c4, 1, 1))
+
+
+def lookup_table(x: Tensor, table, out_dtype: str, name: str | None = None) -> Tensor:
+    """out[i] = table[byte of x[i]] (E.lookup8: x's uint8 bit pattern indexes 256 entries of
+    out_dtype); x is uint8 or int8. The integer form of a quantized elementwise function."""
+    _check_int_operand("lookup_table", x, "x")
+    _check_qdtype("lookup_table", out_dtype)
+    return compute(x.shape, lambda *i: E.lookup8(x(*i), table, out_dtype),
+                   name=name or "lookup_table", tag=ELEMWISE)

@@ -88,6 +88,23 @@ def reshape(x: Tensor, newshape, name: str | None = None) -> Tensor:
     shape = _infer_shape(x, tuple(int(s) for s in newshape))
     out_strides = _strides(shape)
     in_strides = _strides(x.shape)
+    kept_in = [d for d, e in enumerate(x.shape) if e != 1]
+    kept_out = [d for d, e in enumerate(shape) if e != 1]
+    if x.dtype in ("uint8", "int8") and \
+            [x.shape[d] for d in kept_in] == [shape[d] for d in kept_out]:
+        # only unit dims added or dropped (a [1, H, W, C] activation viewed [1, 1, H, W, C]
+        # for a blocked pool): read each kept dim by its own index; the flat-index form
+        # left floordiv/floormod by the row sizes that a fused, vectorised concat then
+        # evaluated per lane (SqueezeNet's pre-pool concat 0.11 ms, 0.003 ms so). For
+        # 8-bit tensors only: the body is part of the workload key, and float tasks carry
+        # the shipped tuning records (ResNet-18 lost 3 of 26 with it for every dtype); the
+        # shipped database holds no int8 records.
+        where = dict(zip(kept_in, kept_out))
+
+        def direct(*idx):
+            return x(*[idx[where[d]] if d in where else 0 for d in range(len(x.shape))])
+
+        return compute(shape, direct, name=name or "reshape", tag=INJECTIVE)
 
     def body(*idx):
         flat = E.const(0)
