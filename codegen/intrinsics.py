@@ -10,7 +10,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
-from ..te.expr import DOT4_ARITY, DOT4_INTRINSICS
+from ..te.expr import DOT4_ARITY, DOT4_INTRINSICS, FloatImm, IntImm
 from . import llvm_types as T
 from .dot4 import emit_dot4
 
@@ -65,6 +65,8 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
     module = bld.module
     if name in _INTEGER_OPS:
         return _integer_op(bld, name, dtype, args)
+    if name == "pow" and (n := _small_exponent(call.args[1])) is not None:
+        return _integer_power(bld, em.fm, x, n)
     if name == "fmod":  # frem is C's fmod: exact, with the sign of the dividend
         return bld.frem(args[0], args[1])
     if name == "abs" and not dtype.startswith("float"):
@@ -90,6 +92,35 @@ def emit_call(em, call, args: list[ir.Value]) -> ir.Value:
         raise CodegenError(f"intrinsic {name} is not supported for {dtype}")
     scalar_ty = ty.element if isinstance(ty, ir.VectorType) else ty
     return _per_lane(bld, _libm(module, table[name], scalar_ty, len(args)), args)
+
+
+_MAX_UNROLLED_POWER = 4
+
+
+def _small_exponent(expr) -> int | None:
+    """n where `expr` is the constant n in 1.._MAX_UNROLLED_POWER, else None.
+
+    x ** 3 (GELU's tanh form, in every GPT-2 block) called powf once per lane: 5 ns a lane,
+    8x onnxruntime's FastGelu. Products of x are within 2 ulp of powf and vectorize; they
+    agree with it on signs, zeros, infinities and NaN for these positive integer powers."""
+    value = getattr(expr, "value", None)
+    if not isinstance(expr, (FloatImm, IntImm)) or value is None:
+        return None
+    if float(value) != int(value) or not 1 <= int(value) <= _MAX_UNROLLED_POWER:
+        return None
+    return int(value)
+
+
+def _integer_power(bld: ir.IRBuilder, flags, x: ir.Value, n: int) -> ir.Value:
+    """x ** n for 1 <= n <= 4 as products (x*x*x, (x*x)*(x*x))."""
+    if n == 1:
+        return x
+    square = bld.fmul(x, x, flags=flags)
+    if n == 2:
+        return square
+    if n == 3:
+        return bld.fmul(square, x, flags=flags)
+    return bld.fmul(square, square, flags=flags)
 
 
 _INTEGER_OPS = ("bit_and", "bit_or", "bit_xor", "bit_not", "shl", "shr")
