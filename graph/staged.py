@@ -307,6 +307,27 @@ class StagedModel:
             raise KernelArgumentError(f"model '{self.name}': inputs {missing} were not given")
         return feeds
 
+    def _type_prefix_outputs(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Types for the prefix outputs that shape inference could not type with free input
+        dims (a TopK whose k is computed): inferred again with this run's input shapes (their
+        element types and ranks do not change with the shapes)."""
+        untyped = [o for o in self._prefix_proto.graph.output
+                   if not o.type.HasField("tensor_type")]
+        if not untyped:
+            return
+        concrete = onnx.ModelProto()
+        concrete.CopyFrom(self._proto)
+        for inp in concrete.graph.input:
+            if inp.name in feeds and inp.type.HasField("tensor_type"):
+                shape = inp.type.tensor_type.shape
+                shape.Clear()
+                for d in np.shape(feeds[inp.name]):
+                    shape.dim.add().dim_value = int(d)
+        types = _elem_types(concrete)
+        for o in untyped:
+            if o.name in types:
+                o.CopyFrom(_value_info(o.name, types[o.name]))
+
     def run(self, inputs) -> list[np.ndarray]:
         """Run the prefix, trim the data-dependent outputs to their counts, run the suffix;
         fresh arrays in graph-output order."""
@@ -314,6 +335,7 @@ class StagedModel:
         if self._prefix is None and not self._prefix_proto.graph.output:
             self._prefix = _NoPrefix()
         if self._prefix is None:
+            self._type_prefix_outputs(feeds)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*is declared without a type")
                 self._prefix = self._compile_fn(self._prefix_proto, self._input_shapes,

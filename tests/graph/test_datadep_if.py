@@ -138,3 +138,28 @@ def test_data_dependent_op_in_a_loop_body_is_refused_by_name():
         opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="NonZero.*Loop/Scan"):
         kiln.compile(m, db=None, jobs=1)
+
+
+def test_topk_of_min_k_and_count_after_a_threshold_including_empty():
+    """torchvision's per-level candidates: scores over a threshold (NonZero), then TopK with
+    k = min(2, their number), which is 0 when none passes (empty outputs from shapes)."""
+    nodes = [_const("thr", np.float32(0.5)), _const("zero", np.array([0], np.int64)),
+             _const("two", np.array([2], np.int64)),
+             helper.make_node("Greater", ["scores", "thr"], ["over"]),
+             helper.make_node("NonZero", ["over"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "zero"], ["idx"]),
+             helper.make_node("Gather", ["scores", "idx"], ["fs"], axis=0),
+             helper.make_node("Shape", ["fs"], ["n"]),
+             helper.make_node("Min", ["n", "two"], ["k"]),
+             helper.make_node("TopK", ["fs", "k"], ["top", "top_idx"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "scores", TensorProto.FLOAT, [6])], [helper.make_empty_tensor_value_info(o)
+                                             for o in ("top", "top_idx")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for scores in ([0.1, 0.9, 0.7, 0.2, 0.8, 0.0], [0.1, 0.0, 0.2, 0.3, 0.4, 0.1],
+                   [0.1, 0.6, 0.2, 0.3, 0.4, 0.1]):
+        feeds = {"scores": np.array(scores, np.float32)}
+        for g, w in zip(compiled.run(feeds), ort_run(m, feeds)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
