@@ -471,7 +471,8 @@ def _reshape(ctx, x, shape, allowzero=0):
 def _flatten(ctx, x, axis=1):
     axis = _insert_axis(ctx, axis, len(x.shape))
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return _reshape_to(ctx, x, (rows, x.size // rows if rows else 0))
+    # (the column count from the dims, not size // rows: 0 rows still have their columns)
+    return _reshape_to(ctx, x, (rows, int(np.prod(x.shape[axis:], dtype=np.int64))))
 
 
 @converter("Squeeze")

@@ -163,3 +163,27 @@ def test_topk_of_min_k_and_count_after_a_threshold_including_empty():
         for g, w in zip(compiled.run(feeds), ort_run(m, feeds)):
             assert g.shape == w.shape and g.dtype == w.dtype
             np.testing.assert_array_equal(g, w)
+
+
+def test_flatten_of_zero_rows_keeps_its_columns():
+    """Flatten of [0, 2, 2] is [0, 4] (torchvision flattens the boxes of an empty
+    selection; 0 columns made the Split into x1, y1, x2, y2 that follows it invalid)."""
+    nodes = [_const("thr", np.float32(0.5)), _const("zero", np.array([0], np.int64)),
+             helper.make_node("Greater", ["scores", "thr"], ["over"]),
+             helper.make_node("NonZero", ["over"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "zero"], ["idx"]),
+             helper.make_node("Gather", ["boxes", "idx"], ["fb"], axis=0),
+             helper.make_node("Flatten", ["fb"], ["flat"], axis=1),
+             helper.make_node("Shape", ["flat"], ["shape"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [3, 2, 2])],
+        [helper.make_empty_tensor_value_info(o) for o in ("flat", "shape")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    boxes = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    for scores in ([0.0, 0.1, 0.2], [0.9, 0.1, 0.7]):
+        feeds = {"scores": np.array(scores, np.float32), "boxes": boxes}
+        for g, w in zip(compiled.run(feeds), ort_run(m, feeds)):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
