@@ -187,3 +187,27 @@ def test_flatten_of_zero_rows_keeps_its_columns():
         for g, w in zip(compiled.run(feeds), ort_run(m, feeds)):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g, w)
+
+
+def test_concat_of_empty_inputs_adds_their_lengths():
+    """Concat of four [0, 1, 1] along axis 2 is [0, 1, 4] (torchvision stacks x1, y1, x2, y2
+    of an empty selection so)."""
+    nodes = [_const("thr", np.float32(0.5)), _const("zero", np.array([0], np.int64)),
+             _const("ax", np.array([1, 2], np.int64)),
+             helper.make_node("Greater", ["scores", "thr"], ["over"]),
+             helper.make_node("NonZero", ["over"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "zero"], ["idx"]),
+             helper.make_node("Gather", ["scores", "idx"], ["fs"], axis=0),
+             helper.make_node("Unsqueeze", ["fs", "ax"], ["u"]),
+             helper.make_node("Neg", ["u"], ["v"]),
+             helper.make_node("Concat", ["u", "v", "u", "v"], ["cat"], axis=2)]
+    m = helper.make_model(helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3])],
+        [helper.make_empty_tensor_value_info("cat")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    for scores in ([0.0, 0.1, 0.2], [0.9, 0.1, 0.7]):
+        feeds = {"scores": np.array(scores, np.float32)}
+        got, want = compiled.run(feeds)[0], ort_run(m, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
