@@ -220,6 +220,9 @@ class StagedModel:
                   produced_late]
         wanted += sorted(v for v in needed_late if v not in graph_inputs and v not in
                          const_values and v not in wanted)
+        # a gated If's condition is read at run time, a constant one too
+        wanted += [c for c in self._conds if c not in graph_inputs and c not in init
+                   and c not in wanted]
         self._suffix_needs = sorted(needed_late - const_values)
         self._passed = [v for v in wanted if v not in cut_outs]
         prefix_outputs = self._passed + [o for c in self._cuts for o in c.outputs] + \
