@@ -59,12 +59,12 @@ def has_data_dependent_ops(proto: onnx.ModelProto) -> bool:
 
 def _branch_nodes(node: onnx.NodeProto, take_then: bool) -> list[onnx.NodeProto]:
     """The nodes of the If `node`'s chosen branch as main-graph nodes: the branch's own values
-    renamed apart (prefixed by the If's name), its initializers as Constant nodes, and an
+    renamed apart (prefixed by the If's first output), its initializers as Constant nodes, and an
     Identity per If output from the branch's output."""
     attr = "then_branch" if take_then else "else_branch"
     branch = onnx.GraphProto()
     branch.CopyFrom(next(a.g for a in node.attribute if a.name == attr))
-    tag = f"{node.name or 'If'}__{attr}/"
+    tag = f"{node.output[0]}__{attr}/"     # an output name: unique in the graph
     local = {t.name for t in branch.initializer}
     local.update(o for n in branch.node for o in n.output if o)
     _rename(branch, {v: tag + v for v in local})
