@@ -78,8 +78,8 @@ def check_supported(model: onnx.ModelProto, opset: int) -> None:
     n = len(missing)
     staged = sorted(set(missing) & {"NonZero", "Unique", "NonMaxSuppression"})
     hint = (f" {', '.join(staged)}: kiln.compile runs these in stages (a StagedModel) when "
-            "they are in the main graph, not in a single static graph nor inside If/Loop/Scan "
-            "bodies.") if staged else ""
+            "they are in the main graph or in If branches, not in a single static graph nor "
+            "inside Loop/Scan bodies.") if staged else ""
     raise UnsupportedOperatorError(
         f"this model uses {n} operator type{'s' if n > 1 else ''} Kiln does not support "
         f"(opset {opset}): " + ", ".join(parts) + "." + hint)

@@ -471,7 +471,8 @@ def _reshape(ctx, x, shape, allowzero=0):
 def _flatten(ctx, x, axis=1):
     axis = _insert_axis(ctx, axis, len(x.shape))
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return _reshape_to(ctx, x, (rows, x.size // rows if rows else 0))
+    # (the column count from the dims, not size // rows: 0 rows still have their columns)
+    return _reshape_to(ctx, x, (rows, int(np.prod(x.shape[axis:], dtype=np.int64))))
 
 
 @converter("Squeeze")
@@ -513,7 +514,13 @@ def _expand(ctx, x, shape):
 
 @converter("Concat")
 def _concat(ctx, *xs, axis):
-    xs = [x for x in xs if x is not None and x.size > 0] or [xs[0]]
+    given = [x for x in xs if x is not None]
+    a = _axis(ctx, axis, len(given[0].shape))
+    shape = tuple(sum(x.shape[a] for x in given) if d == a else n
+                  for d, n in enumerate(given[0].shape))
+    if 0 in shape:   # empty slices still add their length along the axis
+        return ctx.const(np.zeros(shape, np.dtype(given[0].dtype)), name=ctx.output_names[0])
+    xs = [x for x in given if x.size > 0] or [given[0]]
     axis = _axis(ctx, axis, len(xs[0].shape))
     if len(xs) == 1:
         return ctx.emit("identity", xs, final=True)

@@ -34,6 +34,10 @@ def _topk(ctx, x, k_in=None, axis=-1, k=None, largest=1, sorted=1):  # noqa: A00
     if not 0 <= int(k) <= x.shape[a]:
         raise ModelFormatError(f"node '{ctx.node_name}' (TopK): k={int(k)} is out of range "
                                f"for axis {a} of {list(x.shape)}")
+    if int(k) == 0 or 0 in x.shape:   # empty outputs: known from the shapes alone
+        shape = tuple(int(k) if d == a else n for d, n in enumerate(x.shape))
+        return tuple(ctx.const(arr, name=name) for arr, name in zip(
+            (np.zeros(shape, np.dtype(x.dtype)), np.zeros(shape, np.int64)), ctx.output_names))
     return ctx.emit("topk", [x], {"k": int(k), "axis": a, "largest": int(largest)},
                     n_out=2, final=True)
 

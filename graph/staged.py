@@ -8,7 +8,11 @@ their static upper bound plus an int64[1] count, computed by the same Kiln kerne
 *suffix* is every node downstream of them. A run runs the prefix, trims the padded outputs to
 their counts (a view, no computation) and runs the suffix on them: the suffix is compiled
 like any model whose input shapes vary (graph/dynamic.py), one specialisation per count,
-cached. A data-dependent op inside the suffix splits it again (recursively). The padded
+cached. A data-dependent op inside the suffix splits it again (recursively). An If whose
+branches hold such an op (torchvision's batched_nms sits in `if boxes.numel() == 0`) is a cut
+too: the stage before it computes its condition, and the suffix is specialised per condition
+value with the chosen branch's nodes in place of the If, so the op is in the main graph of the
+suffix and staged there; in Loop/Scan bodies such ops stay unsupported. The padded
 buffers cost memory of the upper bound; the ops' kernels cost O(n^2) in their input size
 (positions are counts of what comes before, te/ops/datadep.py).
 """
@@ -19,11 +23,11 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ..te.errors import KernelArgumentError, KilnError
 from .executor import median_run_seconds
-from .onnx_ops_control import subgraphs
+from .onnx_ops_control import _rename, subgraphs
 from .onnx_ops_datadep import DOMAIN, OP_TYPES
 
 _ONNX = ("", "ai.onnx")
@@ -33,22 +37,59 @@ def is_data_dependent(node: onnx.NodeProto) -> bool:
     return node.domain in _ONNX and node.op_type in OP_TYPES
 
 
+def is_gated_if(node: onnx.NodeProto) -> bool:
+    """An If with a data-dependent op in its branches (at any depth): staged at its
+    condition."""
+    if node.domain not in _ONNX or node.op_type != "If":
+        return False
+    stack = subgraphs(node)
+    while stack:
+        for n in stack.pop().node:
+            if is_data_dependent(n):
+                return True
+            stack.extend(subgraphs(n))
+    return False
+
+
 def has_data_dependent_ops(proto: onnx.ModelProto) -> bool:
-    """Whether the main graph has a data-dependent-size op (those in If/Loop bodies are not
-    staged: they stay unsupported)."""
-    return any(is_data_dependent(n) for n in proto.graph.node)
+    """Whether the main graph has a data-dependent-size op, or an If whose branches hold one
+    (those in Loop/Scan bodies are not staged: they stay unsupported)."""
+    return any(is_data_dependent(n) or is_gated_if(n) for n in proto.graph.node)
+
+
+def _branch_nodes(node: onnx.NodeProto, take_then: bool) -> list[onnx.NodeProto]:
+    """The nodes of the If `node`'s chosen branch as main-graph nodes: the branch's own values
+    renamed apart (prefixed by the If's first output), its initializers as Constant nodes, and an
+    Identity per If output from the branch's output."""
+    attr = "then_branch" if take_then else "else_branch"
+    branch = onnx.GraphProto()
+    branch.CopyFrom(next(a.g for a in node.attribute if a.name == attr))
+    tag = f"{node.output[0]}__{attr}/"     # an output name: unique in the graph
+    local = {t.name for t in branch.initializer}
+    local.update(o for n in branch.node for o in n.output if o)
+    _rename(branch, {v: tag + v for v in local})
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in branch.initializer]
+    nodes += list(branch.node)
+    for out, res in zip(node.output, branch.output):
+        if out:
+            nodes.append(helper.make_node("Identity", [res.name], [out]))
+    return nodes
 
 
 def _reads(node: onnx.NodeProto) -> set[str]:
-    """Every value name `node` reads, its subgraphs' outer reads included."""
-    names = {n for n in node.input if n}
+    """Every value name `node` reads, its subgraphs' outer reads included (not the values
+    its subgraphs define themselves)."""
+    names, local = {n for n in node.input if n}, set()
     stack = subgraphs(node)
     while stack:
         g = stack.pop()
+        local.update(i.name for i in g.input)
+        local.update(t.name for t in g.initializer)
         for n in g.node:
             names.update(i for i in n.input if i)
+            local.update(o for o in n.output if o)
             stack.extend(subgraphs(n))
-    return names
+    return names - (local - {n for n in node.input if n})
 
 
 class _Cut:
@@ -100,6 +141,21 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     return types
 
 
+class _NoPrefix:
+    """The prefix of a model whose first cut is an If on a graph input: nothing to run."""
+    input_names: list[str] = []
+    output_names: list[str] = []
+
+    def run(self, feeds):
+        return []
+
+    def set_num_threads(self, n: int) -> None:
+        pass
+
+    def summary(self) -> str:
+        return "(nothing: the If's condition is a graph input)"
+
+
 class StagedModel:
     """A model split at its data-dependent-size ops (module doc); `run` as CompiledModel's.
     Not thread-safe (one run at a time)."""
@@ -120,13 +176,16 @@ class StagedModel:
         late_values: set[str] = set()
         early, late, self._cuts = [], [], []
         for node in g.node:
-            if _reads(node) & late_values:
+            if _reads(node) & late_values or is_gated_if(node):
                 late.append(node)
                 late_values.update(o for o in node.output if o)
                 continue
             if is_data_dependent(node):
                 late_values.update(o for o in node.output if o)
             early.append(node)
+        # gated Ifs whose condition the prefix (or a graph input) gives: resolved per run
+        self._conds = sorted({n.input[0] for n in late if is_gated_if(n)
+                              and n.input[0] not in late_values})
         produced_late = {o for n in late for o in n.output if o}
         needed_late = set().union(*(_reads(n) for n in late)) - produced_late if late else set()
         # constants (initializers, Constant nodes fed only by constants) are copied into the
@@ -161,6 +220,9 @@ class StagedModel:
                   produced_late]
         wanted += sorted(v for v in needed_late if v not in graph_inputs and v not in
                          const_values and v not in wanted)
+        # a gated If's condition is read at run time, a constant one too
+        wanted += [c for c in self._conds if c not in graph_inputs and c not in init
+                   and c not in wanted]
         self._suffix_needs = sorted(needed_late - const_values)
         self._passed = [v for v in wanted if v not in cut_outs]
         prefix_outputs = self._passed + [o for c in self._cuts for o in c.outputs] + \
@@ -179,7 +241,7 @@ class StagedModel:
         self._late = late
         self._const_nodes = [n for n in const_nodes if set(n.output) & self._reach(late,
                                                                                     const_nodes)]
-        self._suffix = None
+        self._suffixes: dict[tuple[bool, ...], object] = {}
         self._prefix = None
         self._check_supported()
 
@@ -211,9 +273,13 @@ class StagedModel:
         from .frontend import check_supported, model_opset
         probe = onnx.ModelProto()
         probe.CopyFrom(self._proto)
-        for node in probe.graph.node:
-            if is_data_dependent(node):
-                node.domain = DOMAIN
+        graphs = [probe.graph]     # the main graph and, through gated Ifs, their branches
+        while graphs:
+            for node in graphs.pop().node:
+                if is_data_dependent(node):
+                    node.domain = DOMAIN
+                elif is_gated_if(node):
+                    graphs.extend(subgraphs(node))
         check_supported(probe, model_opset(self._proto))
 
     # ------------------------------------------------------------------ running
@@ -244,11 +310,35 @@ class StagedModel:
             raise KernelArgumentError(f"model '{self.name}': inputs {missing} were not given")
         return feeds
 
+    def _type_prefix_outputs(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Types for the prefix outputs that shape inference could not type with free input
+        dims (a TopK whose k is computed): inferred again with this run's input shapes (their
+        element types and ranks do not change with the shapes)."""
+        untyped = [o for o in self._prefix_proto.graph.output
+                   if not o.type.HasField("tensor_type")]
+        if not untyped:
+            return
+        concrete = onnx.ModelProto()
+        concrete.CopyFrom(self._proto)
+        for inp in concrete.graph.input:
+            if inp.name in feeds and inp.type.HasField("tensor_type"):
+                shape = inp.type.tensor_type.shape
+                shape.Clear()
+                for d in np.shape(feeds[inp.name]):
+                    shape.dim.add().dim_value = int(d)
+        types = _elem_types(concrete)
+        for o in untyped:
+            if o.name in types:
+                o.CopyFrom(_value_info(o.name, types[o.name]))
+
     def run(self, inputs) -> list[np.ndarray]:
         """Run the prefix, trim the data-dependent outputs to their counts, run the suffix;
         fresh arrays in graph-output order."""
         feeds = self._feeds(inputs)
+        if self._prefix is None and not self._prefix_proto.graph.output:
+            self._prefix = _NoPrefix()
         if self._prefix is None:
+            self._type_prefix_outputs(feeds)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*is declared without a type")
                 self._prefix = self._compile_fn(self._prefix_proto, self._input_shapes,
@@ -260,22 +350,49 @@ class StagedModel:
             values.update(cut.trim(values, int(values[cut.count].reshape(-1)[0])))
         values.update({n: feeds[n] for n in self._inputs})
         if self._late:
-            if self._suffix is None:
-                self._suffix = self._build_suffix(values)
-            suffix_in = {n: values[n] for n in self._suffix.input_names}
-            values.update(zip(self._suffix.output_names, self._suffix.run(suffix_in)))
+            key = tuple(self._condition(c, values) for c in self._conds)
+            suffix = self._suffixes.get(key)
+            if suffix is None:
+                suffix = self._suffixes[key] = self._build_suffix(values, dict(zip(
+                    self._conds, key)))
+            suffix_in = {n: values[n] for n in suffix.input_names}
+            values.update(zip(suffix.output_names, suffix.run(suffix_in)))
         return [np.array(values[o]) for o in self.output_names]
 
     __call__ = run
 
-    def _build_suffix(self, values: Mapping[str, np.ndarray]):
-        """The suffix model, its inputs typed by the arrays of the first run (dims free)."""
+    def _condition(self, name: str, values: Mapping[str, np.ndarray]) -> bool:
+        if name in values:
+            a = np.asarray(values[name])
+        else:
+            t = next((t for t in self._proto.graph.initializer if t.name == name), None)
+            if t is None:
+                raise KilnError(f"model '{self.name}': the condition '{name}' of an If whose "
+                                "branches hold a data-dependent-size op is not known before "
+                                "the If; Kiln cannot stage it")
+            a = numpy_helper.to_array(t)
+        if a.size != 1:
+            raise KilnError(f"model '{self.name}': the If condition '{name}' has shape "
+                            f"{list(a.shape)}; expected one value")
+        return bool(a.reshape(-1)[0])
+
+    def _build_suffix(self, values: Mapping[str, np.ndarray], conds: Mapping[str, bool]):
+        """The suffix model for the gated Ifs' condition values `conds` (each such If
+        replaced by its chosen branch), its inputs typed by the arrays of this run (dims
+        free)."""
         g = self._proto.graph
-        used = set().union(*(_reads(n) for n in self._late + self._const_nodes))
+        late = []
+        for node in self._late:
+            if is_gated_if(node) and node.input[0] in conds:
+                late += _branch_nodes(node, conds[node.input[0]])
+            else:
+                late.append(node)
+        used = set().union(*(_reads(n) for n in late + self._const_nodes))
         inits = [t for t in g.initializer if t.name in used]
         init_names = {t.name for t in inits}
         produced = {o for n in self._const_nodes for o in n.output}
-        names = [v for v in self._suffix_needs if v not in init_names and v not in produced]
+        names = [v for v in self._suffix_needs if v not in init_names and v not in produced
+                 and v in used]
         inputs = []
         for v in names:
             a = values[v]
@@ -289,8 +406,8 @@ class StagedModel:
                 dims = [f"{v}_d{d}" for d in range(a.ndim)]
             inputs.append(helper.make_tensor_value_info(
                 v, helper.np_dtype_to_tensor_dtype(a.dtype), dims))
-        outs = [o for o in self.output_names if o in {x for n in self._late for x in n.output}]
-        model = self._model(self._const_nodes + self._late, inputs, inits, outs,
+        outs = [o for o in self.output_names if o in {x for n in late for x in n.output}]
+        model = self._model(self._const_nodes + late, inputs, inits, outs,
                             types=_elem_types(self._proto))
         for o in model.graph.output:     # keep the model's declared output types
             decl = next((d for d in g.output if d.name == o.name), None)
@@ -317,19 +434,23 @@ class StagedModel:
         return median_run_seconds(lambda: self.run(inputs), repeat, number)
 
     def set_num_threads(self, n: int) -> None:
-        for part in (self._prefix, self._suffix):
+        for part in [self._prefix, *self._suffixes.values()]:
             if part is not None:
                 part.set_num_threads(n)
 
     def summary(self) -> str:
         parts = [f"staged model '{self.name}': cut at "
-                 + ", ".join(f"{c.op} -> {c.outputs[0]}" for c in self._cuts)]
-        for label, part in (("prefix", self._prefix), ("suffix", self._suffix)):
+                 + ", ".join([f"{c.op} -> {c.outputs[0]}" for c in self._cuts]
+                             + [f"If on {c}" for c in self._conds])]
+        labelled = [("prefix", self._prefix)] + [(f"suffix {k}", p) for k, p in
+                                                 self._suffixes.items()]
+        for label, part in labelled:
             if part is not None:
                 parts.append(f"{label}:")
                 parts += ["  " + line for line in part.summary().splitlines()]
         return "\n".join(parts)
 
     def __repr__(self) -> str:
-        return f"<StagedModel {self.name}: cut at {[c.op for c in self._cuts]}>"
+        return (f"<StagedModel {self.name}: cut at {[c.op for c in self._cuts]}"
+                f"{f' and If on {self._conds}' if self._conds else ''}>")
 

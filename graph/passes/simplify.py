@@ -56,6 +56,8 @@ def cancel_transposes(graph: Graph) -> Graph:
             n.inputs[0] is not None else None
         if inner is None or inner.op != n.op:
             nodes.append(n)
+            for v in n.outputs:     # its inputs may have been renamed above
+                producers[v.name] = n
             continue
         new = _compose(inner, n)
         if new is None and n.outputs[0].name in outputs:

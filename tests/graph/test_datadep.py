@@ -265,13 +265,16 @@ def test_detection_graph_against_onnxruntime():
     assert 0 in counts and len(counts) >= 2
 
 
-def test_nested_data_dependent_op_is_refused_by_name():
+def test_data_dependent_op_in_an_if_on_a_constant_is_staged():
+    """(If branches are staged at their condition: tests/graph/test_datadep_if.py.)"""
     then = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"])], "then", [],
                              [helper.make_empty_tensor_value_info("y")])
-    m = _model([helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=then)],
-               {"c": np.array(True), "x": np.ones((2,), np.float32)}, ["out"])
-    with pytest.raises(kiln.te.errors.UnsupportedOperatorError, match="NonZero"):
-        kiln.compile(m, db=None, jobs=1)
+    m = _model([helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+                    np.array(True))),
+                helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=then)],
+               {"x": np.ones((2,), np.float32)}, ["out"])
+    compiled = kiln.compile(m, db=None, jobs=1)
+    _check_against_reference(m, compiled, {"x": np.array([0, 3], np.float32)})
 
 
 def test_chained_stages_constants_and_late_graph_inputs():

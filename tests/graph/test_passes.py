@@ -113,6 +113,20 @@ def test_cancel_transposes_pair_and_compose():
     assert cancel_transposes(out) is out
 
 
+
+def test_cancel_transposes_after_a_cancelled_pair_reads_the_renamed_input():
+    """t1, t2 cancel (t2 becomes x); t3 then reads x, and t4 composed with t3 must read x,
+    not the removed t2 (a Faster R-CNN RPN reshape chain broke so)."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["t2"], ["t3"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t3"], ["y"], perm=[2, 0, 1])]
+    g = load_onnx(make_model(nodes, {"x": ((2, 3, 4), "float32")}, ["y"]))
+    out = cancel_transposes(g)
+    verify_graph(out)
+    assert [n.op for n in out.nodes] == ["transpose"] and out.nodes[0].inputs[0].name == "x"
+    same_outputs(g, out, {"x": f32(2, 3, 4)})
+
 def _conv_bn_model(bias: bool, relu_between: bool = False):
     ins = ["x", "w", "b"] if bias else ["x", "w"]
     nodes = [helper.make_node("Conv", ins, ["c"], pads=[1, 1, 1, 1])]
