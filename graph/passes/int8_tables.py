@@ -36,7 +36,7 @@ import numpy as np
 from ..ir import Graph, Node, Value
 from ..reference import run_node
 from .dce import eliminate_dead_code
-from .quantize import _Static
+from .quantize import _GraphIndex
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,7 @@ _FLOAT_OPS = frozenset({
 _QDQ = ("quantize_linear", "dequantize_linear")
 
 
-class _Chains:
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.static = _Static(graph)
-        self.producers = graph.producers()
-        self.consumers = graph.consumers()
-        self.outputs = {v.name for v in graph.outputs}
-
+class _Chains(_GraphIndex):
     def _scalar_params(self, node: Node) -> bool:
         for v in node.inputs[1:]:
             arr = None if v is None else self.static(v)

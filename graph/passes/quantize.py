@@ -90,7 +90,10 @@ def _single_reader(graph_consumers, outputs, v: Value) -> Node | None:
     return readers[0] if len(readers) == 1 and v.name not in outputs else None
 
 
-class _Matcher:
+class _GraphIndex:
+    """What a QDQ pattern walk reads about a graph: its constant values (folded on demand),
+    each value's producer and readers, and the graph outputs."""
+
     def __init__(self, graph: Graph):
         self.graph = graph
         self.static = _Static(graph)
@@ -98,6 +101,8 @@ class _Matcher:
         self.consumers = graph.consumers()
         self.outputs = {v.name for v in graph.outputs}
 
+
+class _Matcher(_GraphIndex):
     def _dq(self, v: Value) -> Node | None:
         node = self.producers.get(v.name)
         return node if node is not None and node.op == "dequantize_linear" else None

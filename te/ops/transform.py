@@ -82,15 +82,17 @@ def _pad_list(what: str, pads, x: Tensor) -> tuple[int, ...]:
     return items
 
 
-def reshape(x: Tensor, newshape, name: str | None = None) -> Tensor:
-    """Same elements in row-major order with a new shape; one entry may be -1."""
+def reshape(x: Tensor, newshape, name: str | None = None, direct_units: bool = True) -> Tensor:
+    """Same elements in row-major order with a new shape; one entry may be -1.
+    `direct_units=False` keeps the flat-index form for 8-bit tensors too (an A/B of it:
+    benchmarks/int8_cnn_ab.py)."""
     check_tensor("reshape", x)
     shape = _infer_shape(x, tuple(int(s) for s in newshape))
     out_strides = _strides(shape)
     in_strides = _strides(x.shape)
     kept_in = [d for d, e in enumerate(x.shape) if e != 1]
     kept_out = [d for d, e in enumerate(shape) if e != 1]
-    if x.dtype in ("uint8", "int8") and \
+    if direct_units and x.dtype in ("uint8", "int8") and \
             [x.shape[d] for d in kept_in] == [shape[d] for d in kept_out]:
         # only unit dims added or dropped (a [1, H, W, C] activation viewed [1, 1, H, W, C]
         # for a blocked pool): read each kept dim by its own index; the flat-index form
