@@ -21,7 +21,7 @@ import onnx
 
 from ..te.errors import KernelArgumentError, KilnError, ModelFormatError
 from .compile import _open_db, compile_model
-from .executor import CompiledModel
+from .executor import CompiledModel, given_inputs
 from .frontend import (InputValueNeeded, _onnx_dtype, _read_model, check_supported,
                        model_opset)
 from .ir import Graph
@@ -257,22 +257,7 @@ class DynamicModel:
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         """`inputs` (list in input order, or dict by name) checked against the declared
         shapes, as a dict; inputs given to constants= may be left out."""
-        if isinstance(inputs, Mapping):
-            unknown = sorted(set(inputs) - set(self._names))
-            if unknown:
-                raise KernelArgumentError(
-                    f"model '{self.name}' has no input named {', '.join(map(repr, unknown))}; "
-                    f"its inputs are {', '.join(self._names)}")
-            given = dict(inputs)
-        else:
-            values = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
-            free = [n for n in self._names if n not in self._constants]
-            names = free if len(values) == len(free) else self._names
-            if len(values) != len(names):
-                raise KernelArgumentError(
-                    f"model '{self.name}' takes {len(self._names)} inputs "
-                    f"({', '.join(self._names)}), got {len(values)}")
-            given = dict(zip(names, values))
+        given = given_inputs(self.name, self._names, self._constants, inputs)
         feeds = {}
         for spec in self._specs:
             if spec.name not in given and spec.name not in self._constants:

@@ -128,6 +128,27 @@ def _check_step(model: str, step: Step, kernel: Kernel, args: tuple[np.ndarray, 
                             "also as an input; this is a bug in Kiln")
 
 
+def given_inputs(model: str, names, constants: Mapping, inputs) -> dict:
+    """`inputs` (one array, a list in input order, or a dict by name) as a dict by name: a
+    list may leave out the inputs given to constants=; an unknown name or a wrong count is an
+    error naming the model's inputs."""
+    names = list(names)
+    if isinstance(inputs, Mapping):
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise KernelArgumentError(
+                f"model '{model}' has no input named {', '.join(map(repr, unknown))}; "
+                f"its inputs are {', '.join(names)}")
+        return dict(inputs)
+    values = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+    free = [n for n in names if n not in constants]
+    order = free if len(values) == len(free) else names
+    if len(values) != len(order):
+        raise KernelArgumentError(
+            f"model '{model}' takes {len(names)} inputs ({', '.join(names)}), got {len(values)}")
+    return dict(zip(order, values))
+
+
 def median_run_seconds(run, repeat: int = 20, number: int = 1) -> float:
     """Median seconds of one call of `run` over `repeat` timings of `number` calls each,
     after one warm-up call."""

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..te.errors import KernelArgumentError, KilnError
-from .executor import median_run_seconds
+from .executor import given_inputs, median_run_seconds
 from .onnx_ops_control import _rename, subgraphs
 from .onnx_ops_datadep import DOMAIN, OP_TYPES
 
@@ -288,22 +288,7 @@ class StagedModel:
         return list(self._inputs)
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
-        if isinstance(inputs, Mapping):
-            unknown = sorted(set(inputs) - set(self._inputs))
-            if unknown:
-                raise KernelArgumentError(f"model '{self.name}' has no input named "
-                                          f"{', '.join(map(repr, unknown))}; its inputs are "
-                                          f"{', '.join(self._inputs)}")
-            given = dict(inputs)
-        else:
-            values = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
-            free = [n for n in self._inputs if n not in self._constants]
-            names = free if len(values) == len(free) else self._inputs
-            if len(values) != len(names):
-                raise KernelArgumentError(f"model '{self.name}' takes {len(self._inputs)} "
-                                          f"inputs ({', '.join(self._inputs)}), got "
-                                          f"{len(values)}")
-            given = dict(zip(names, values))
+        given = given_inputs(self.name, self._inputs, self._constants, inputs)
         feeds = {**self._constants, **{k: np.asarray(v) for k, v in given.items()}}
         missing = [n for n in self._inputs if n not in feeds]
         if missing:
