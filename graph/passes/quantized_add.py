@@ -93,36 +93,45 @@ def _ratio_nodes(q: Node, a: Value, b: Value, params, namer: Namer,
     ]
 
 
-def onnxruntime_rounded_adds(graph: Graph) -> Graph:
-    """Rewrite every matched quantized add (module docstring) into onnxruntime's form."""
+def quantized_binaries(graph: Graph, op: str, same_shape: bool = False):
+    """(quantize, op node, its two dequantizes) for every QuantizeLinear to 8 bits whose input
+    is an `op` node read by it alone (not a graph output) over two DequantizeLinears from 8
+    bits (with `same_shape`, of the quantize's shape: no broadcast)."""
     producer = {v.name: n for n in graph.nodes for v in n.outputs}
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None:
-                readers[v.name] = readers.get(v.name, 0) + 1
+    consumers = graph.consumers()
     outputs = {v.name for v in graph.outputs}
-    namer, constants = Namer(graph), dict(graph.constants)
-    swap: dict[str, list[Node]] = {}
     for q in graph.nodes:
         if q.op != "quantize_linear" or q.outputs[0].dtype not in _QTYPES:
             continue
-        add = producer.get(q.inputs[0].name)
-        if add is None or add.op != "add" or readers.get(add.outputs[0].name) != 1 \
-                or add.outputs[0].name in outputs:
+        node = producer.get(q.inputs[0].name)
+        if node is None or node.op != op or len(consumers.get(node.outputs[0].name, ())) != 1 \
+                or node.outputs[0].name in outputs:
             continue
-        dqs = [producer.get(v.name) for v in add.inputs]
+        dqs = [producer.get(v.name) for v in node.inputs]
         if any(d is None or d.op != "dequantize_linear" or d.inputs[0].dtype not in _QTYPES
-               or d.inputs[0].shape != q.outputs[0].shape for d in dqs):
+               or (same_shape and d.inputs[0].shape != q.outputs[0].shape) for d in dqs):
             continue
+        yield q, node, dqs
+
+
+def replace_quantize_nodes(graph: Graph, swap: dict[str, list[Node]], constants: dict) -> Graph:
+    """`graph` with each quantize named in `swap` replaced by its nodes, new `constants`, and
+    what no longer feeds anything removed."""
+    if not swap:
+        return graph
+    nodes = [m for n in graph.nodes for m in swap.get(n.name, [n])]
+    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+
+
+def onnxruntime_rounded_adds(graph: Graph) -> Graph:
+    """Rewrite every matched quantized add (module docstring) into onnxruntime's form."""
+    namer, constants = Namer(graph), dict(graph.constants)
+    swap: dict[str, list[Node]] = {}
+    for q, _, (da, db) in quantized_binaries(graph, "add", same_shape=True):
         zero_point = lambda n: n.inputs[2] if len(n.inputs) > 2 else None  # noqa: E731
-        (da, db) = dqs
         params = [_scalar(graph, v) for v in (da.inputs[1], zero_point(da), db.inputs[1],
                                               zero_point(db), q.inputs[1], zero_point(q))]
         if any(p is None for p in params) or not params[4]:
             continue
         swap[q.name] = _ratio_nodes(q, da.inputs[0], db.inputs[0], params, namer, constants)
-    if not swap:
-        return graph
-    nodes = [m for n in graph.nodes for m in swap.get(n.name, [n])]
-    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+    return replace_quantize_nodes(graph, swap, constants)

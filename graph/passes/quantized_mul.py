@@ -29,11 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import FrozenDict, Graph, Node, Value
-from .dce import eliminate_dead_code
 from .quantize import _Static, _scalar
+from .quantized_add import quantized_binaries, replace_quantize_nodes
 from .rewrite import Namer
-
-_QTYPES = ("uint8", "int8")
 
 
 def _params(static: _Static, dq: Node):
@@ -89,28 +87,12 @@ def onnxruntime_rounded_muls(graph: Graph) -> Graph:
     """Rewrite every matched quantized multiply (module docstring) into onnxruntime's form."""
     if not any(n.op == "mul" for n in graph.nodes):
         return graph
-    producer = {v.name: n for n in graph.nodes for v in n.outputs}
-    consumers = graph.consumers()
-    outputs = {v.name for v in graph.outputs}
     static = _Static(graph)
     namer, constants = Namer(graph), dict(graph.constants)
     swap: dict[str, list[Node]] = {}
-    for q in graph.nodes:
-        if q.op != "quantize_linear" or q.outputs[0].dtype not in _QTYPES:
-            continue
-        mul = producer.get(q.inputs[0].name)
-        if mul is None or mul.op != "mul" or len(consumers.get(mul.outputs[0].name, ())) != 1 \
-                or mul.outputs[0].name in outputs:
-            continue
-        dqs = [producer.get(v.name) for v in mul.inputs]
-        if any(d is None or d.op != "dequantize_linear" or d.inputs[0].dtype not in _QTYPES
-               for d in dqs):
-            continue
+    for q, _, dqs in quantized_binaries(graph, "mul"):
         params = [_params(static, d) for d in dqs] + [_params(static, q)]
         if any(p is None for p in params) or not params[2][0]:
             continue
         swap[q.name] = _nodes(q, dqs, params, namer, constants)
-    if not swap:
-        return graph
-    nodes = [m for n in graph.nodes for m in swap.get(n.name, [n])]
-    return eliminate_dead_code(graph.replace(nodes=tuple(nodes), constants=constants))
+    return replace_quantize_nodes(graph, swap, constants)
