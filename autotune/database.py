@@ -69,6 +69,11 @@ class Record:
     schema_version: int = SCHEMA_VERSION
     timestamp: float = field(default_factory=time.time)
     threads: int | None = None      # threads the kernel ran with when measured; None: unknown
+    # provenance: the measuring worker's name ("local": this machine's own Runner) and its
+    # fingerprint plus the measurement's wall-clock start/end (autotune/cluster/); None in
+    # records from before it was stored
+    worker: str | None = None
+    provenance: dict | None = field(default=None, compare=False)
     # the row's id when read from a log (negative: a record of the read-only base log)
     record_id: int | None = field(default=None, compare=False)
 
@@ -84,7 +89,7 @@ class Record:
                 "costs": list(self.costs), "status": self.status,
                 "error_text": self.error_text, "kiln_version": self.kiln_version,
                 "schema_version": self.schema_version, "timestamp": self.timestamp,
-                "threads": self.threads}
+                "threads": self.threads, "worker": self.worker, "provenance": self.provenance}
 
 
 @dataclass(frozen=True)
@@ -167,10 +172,12 @@ class Database:
                                   "config_key": str, "costs": str, "mean_cost": float,
                                   "status": str, "error_text": str, "kiln_version": str,
                                   "schema_version": int, "timestamp": float,
-                                  "threads": int}, pk="id", if_not_exists=True)
+                                  "threads": int, "worker": str, "provenance": str},
+                                 pk="id", if_not_exists=True)
             db["records"].create_index(["task_key", "target"], if_not_exists=True)
         elif "threads" not in db["records"].columns_dict:
             db["records"].add_column("threads", int)        # a log from before thread counts
+        self._provenance = "worker" in db["records"].columns_dict
         if "features" not in db.table_names():
             db["features"].create({"record_id": int, "version": str, "vector": bytes},
                                   pk="record_id", foreign_keys=[("record_id", "records", "id")],
@@ -221,9 +228,7 @@ class Database:
                                       "reinstall Kiln or pass db=<path> to use one log only")
         # immutable: the shipped file is never written, and its folder may be read-only
         db.execute("ATTACH DATABASE ? AS base", (_sqlite_uri(self.base) + "?mode=ro&immutable=1",))
-        columns = ", ".join(c for c in self._db["records"].columns_dict if c != "id")
-        db.execute(f"CREATE TEMP VIEW all_records AS SELECT id, {columns} FROM main.records "
-                   f"UNION ALL SELECT -id AS id, {columns} FROM base.records")
+        self._create_records_view()
         db.execute("CREATE TEMP VIEW all_features AS SELECT record_id, version, vector FROM "
                    "main.features UNION ALL SELECT -record_id AS record_id, version, vector "
                    "FROM base.features")
@@ -231,6 +236,31 @@ class Database:
                    "SELECT * FROM base.tasks WHERE workload_key NOT IN "
                    "(SELECT workload_key FROM main.tasks)")
         self._records, self._features, self._tasks = "all_records", "all_features", "all_tasks"
+
+    def _create_records_view(self) -> None:
+        """The union of this log's records and the base's; a column the base lacks (it was
+        written before the column existed) reads as NULL there."""
+        db = self._db.conn
+        mine = [c for c in self._db["records"].columns_dict if c != "id"]
+        theirs = {r[1] for r in db.execute("PRAGMA base.table_info(records)")}
+        base_columns = ", ".join(c if c in theirs else f"NULL AS {c}" for c in mine)
+        db.execute("DROP VIEW IF EXISTS temp.all_records")
+        db.execute(f"CREATE TEMP VIEW all_records AS SELECT id, {', '.join(mine)} FROM "
+                   f"main.records UNION ALL SELECT -id AS id, {base_columns} FROM base.records")
+
+    def ensure_provenance(self) -> None:
+        """Add the provenance columns (worker, provenance JSON) to a log that lacks them:
+        a migration that only adds nullable columns, so no record is touched or lost. Made
+        on the first record that carries provenance, not on open (opening a log to read it
+        never writes to it)."""
+        if self._provenance:
+            return
+        self._db["records"].add_column("worker", str)
+        self._db["records"].add_column("provenance", str)
+        self._db.conn.commit()
+        self._provenance = True
+        if self.base is not None:
+            self._create_records_view()
 
     def __repr__(self) -> str:
         over = f" over {self.base}" if self.base is not None else ""
@@ -263,10 +293,14 @@ class Database:
             raise TuningDatabaseError(
                 f"record schema version {record.schema_version} is not one this Kiln reads "
                 f"(1 to {SCHEMA_VERSION}); it comes from a newer Kiln: upgrade, or re-tune")
+        if record.worker is not None or record.provenance is not None:
+            self.ensure_provenance()
         self._commit_target(record.target)
         mean = record.mean_cost
         table = self._db["records"]
-        table.insert({
+        extra = {"worker": record.worker, "provenance": json.dumps(record.provenance)
+                 if record.provenance is not None else None} if self._provenance else {}
+        table.insert({**extra,
             "task_key": record.task_key, "target": record.target,
             "config": json.dumps(record.config, sort_keys=True),
             "config_key": config_key(record.config), "costs": json.dumps(list(record.costs)),
@@ -383,7 +417,8 @@ class Database:
                       status=row["status"], error_text=row["error_text"] or "",
                       kiln_version=row["kiln_version"], schema_version=row["schema_version"],
                       timestamp=row["timestamp"], threads=row.get("threads"),
-                      record_id=row.get("id"))
+                      worker=row.get("worker"), provenance=json.loads(row["provenance"])
+                      if row.get("provenance") else None, record_id=row.get("id"))
 
     def records(self, task_key: str, target: str, threads: int | None = None) -> list[Record]:
         """Every record of `task_key` on exactly `target`, oldest first (all statuses); with
@@ -537,14 +572,24 @@ class Database:
                            f"{choices_source} WHERE task_key = ? AND target = ? "
                            "ORDER BY timestamp, id", [g["task_key"], g["target"]])
                            if choices_source else ())}
+            # provenance: records per measuring worker ("unknown": from before it was stored)
+            workers = {row["w"]: row["n"] for row in self._db.query(
+                f"SELECT COALESCE(worker, 'unknown') AS w, COUNT(*) AS n FROM {self._records} "
+                "WHERE task_key = ? AND target = ? GROUP BY w ORDER BY w",
+                [g["task_key"], g["target"]])} if self._has_worker_column() else \
+                {"unknown": sum(counts.values())}
             best, flops = g["best"], g["flops"] or 0.0
             out.append({"task_key": g["task_key"], "description": g["description"] or "?",
                         "target": g["target"], "threads": threads,
                         "trials": sum(counts.values()), "stale": int(g["stale"] or 0),
                         "by_status": counts, "best_seconds": best, "choices": choices,
                         "best_gflops": flops / best / 1e9 if best and flops else None,
+                        "workers": workers,
                         "last_time": g["last"]})
         return out
+
+    def _has_worker_column(self) -> bool:
+        return self._provenance
 
     # ------------------------------------------------------------------ maintenance
 

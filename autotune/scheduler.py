@@ -82,7 +82,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                callback: Callable[[Progress], None] | None = None,
                share_model: bool = True, transfer: bool = True,
                time_budget: float | None = None,
-               confirm: ConfirmOptions | None = CONFIRM) -> list[TaskReport]:
+               confirm: ConfirmOptions | None = CONFIRM, cluster=None) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total at the
     measurement's thread count (records already there count, so a rerun resumes, as in
     tune_task), or until `time_budget` seconds have passed, whichever comes first (None: no
@@ -91,7 +91,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     `share_model`: one cost model trained on every task's rows (model-guided search only);
     `transfer`: start it from the stored features of earlier tasks on `target`; `confirm`:
     time each task's default and leading records again side by side at the end and store
-    the winner (autotune/confirm.py; None: don't)."""
+    the winner (autotune/confirm.py; None: don't); `cluster`: measure on the `kiln
+    worker`s of a Dask scheduler (autotune/cluster/runner.py) instead of here."""
     if trials is None and time_budget is None:
         raise KilnError("tune_tasks needs a trial budget (trials=) or a time budget "
                         "(time_budget= seconds), or both")
@@ -108,9 +109,16 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
     runner = Runner(options or MeasureOptions())
     tuners = [TaskTuner(task, target, db, search, runner,
                         SearchConfig(batch_size=batch_size, seed=seed), pool=pool,
-                        transfer=transfer)
+                        transfer=transfer, share_features=cluster is None)
               for task, _ in tasks_with_weights]
     weights = [float(w) for _, w in tasks_with_weights]
+    if cluster is not None:
+        from .cluster.runner import tune_on_cluster
+        outcome = tune_on_cluster(tuners, weights, trials, db, cluster, runner.options,
+                                  batch_size, callback, time_budget, confirm)
+        return [TaskReport(t.task.workload_key, t.task.name, w, t.n_records, t.best_seconds,
+                           t.timer.summary(), outcome.choices.get(t.task.workload_key))
+                for t, w in zip(tuners, weights)]
     histories: list[list[float]] = [[t.best_seconds] for t in tuners]
     spent = sum(t.n_records for t in tuners)
     pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
@@ -160,6 +168,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)
     finally:
         runner.close()
+        for t in tuners:
+            t.claims.release_all()
     timing = merge_summaries([t.timer for t in tuners])
     log.info("task scheduler: %d trials, %.1f candidates/min, %.0f%% overhead",
              timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])

@@ -15,13 +15,14 @@ from typing import Callable
 
 from ..codegen.runtime_config import num_threads_from_env
 from ..te.errors import KilnError
+from .claims import Claims
 from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_task
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Choice, Database, Record, config_key
 from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401 - re-exported
                        canonical_target, upgrade_legacy_records)
 from .features import FEATURE_VERSION
-from .measure import MeasureOptions, MeasureStatus, Runner, TaskData
+from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from .search import Featurizer, SearchConfig, make_search
 from .space import SearchSpace
 from .task import Task
@@ -102,6 +103,8 @@ class Progress:
     best_gflops: float
     last_status: str
     elapsed: float
+    best_seconds: float = math.inf      # the task's best latency so far
+    workers: str = ""                   # on a cluster: "busy/matching" workers
 
     @property
     def eta_seconds(self) -> float:
@@ -178,6 +181,11 @@ class TaskTuner:
             past = [r for r in past if r not in misfits]
         self.seen = {config_key(r.config) for r in past}
         self.n_records = len(past)
+        # records up to this id are accounted for; later ones by another run are picked up
+        # by refresh() (ours are listed in _mine)
+        self._last_id = max((r.record_id or 0 for r in past), default=0)
+        self._mine: set[int] = set()
+        self.claims = Claims(db)
         # the best so far is one measured at this count when there is one (as Database.best
         # ranks them): an untagged record may have run at another count
         ok = [r for r in past if r.status == "OK"]
@@ -187,6 +195,7 @@ class TaskTuner:
             self._reuse_stored_features()
             self.search.update([r.config for r in past], [r.mean_cost for r in past])
         self.timer = TrialTimer()
+        self._fingerprint: dict | None = None
 
     def _remote_features(self, configs: list[dict], meanwhile: Callable[[], None]):
         """Featurize `configs` in the measurement worker while `meanwhile` runs here."""
@@ -229,6 +238,72 @@ class TaskTuner:
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
 
+    def refresh(self) -> int:
+        """Take in the records another run on this log added since we last looked: they
+        count toward the budget, are never proposed again and teach the search; returns
+        how many."""
+        new = [r for r in self.db.records(self.task.workload_key, self.target,
+                                          threads=self.threads)
+               if (r.record_id or 0) > self._last_id and r.record_id not in self._mine]
+        fresh = [r for r in new if config_key(r.config) not in self.seen
+                 and self.space.misfit(r.config) is None]
+        self._last_id = max([self._last_id] + [r.record_id for r in new])
+        for r in fresh:
+            self.seen.add(config_key(r.config))
+            if r.status == "OK" and r.mean_cost < self.best_seconds:
+                self.best = r
+        self.n_records += len(fresh)
+        if fresh:
+            self.search.update([r.config for r in fresh], [r.mean_cost for r in fresh])
+        return len(fresh)
+
+    def propose_claimed(self, n: int) -> list[dict]:
+        """Up to `n` new configs, each claimed in the log (autotune/claims.py) so no other
+        run measures it too; a config another run holds is marked seen and replaced."""
+        out: list[dict] = []
+        for _ in range(3):
+            batch = self._propose(n - len(out))
+            if not batch:
+                break
+            keys = [config_key(c) for c in batch]
+            granted = set(self.claims.take(self.task.workload_key, self.target, self.threads,
+                                           keys))
+            self.seen.update(keys)          # ours are in flight, theirs are another run's
+            out += [c for c, k in zip(batch, keys) if k in granted]
+            if len(out) >= n:
+                break
+        return out
+
+    def unclaim(self, config: dict) -> None:
+        """Give back a claimed config that was not measured (it may be proposed again)."""
+        key = config_key(config)
+        self.claims.release(self.task.workload_key, self.target, self.threads, key)
+        self.seen.discard(key)
+
+    def commit_result(self, config: dict, vector, result: MeasureResult, took: float,
+                      worker: str = "local", provenance: dict | None = None) -> Record:
+        """Record one measured candidate at once (and release its claim); updates the
+        best, the seen set and the timer. Returns the record."""
+        self.timer.add_measurement(took, result.phases,
+                                   timed_out=result.status is MeasureStatus.TIMEOUT)
+        if result.status is MeasureStatus.OK:
+            self.slowest_ok = max(self.slowest_ok, took)
+        record = Record(self.task.workload_key, self.target, config, result.costs,
+                        result.status.value, result.error_text, threads=self.threads,
+                        worker=worker, provenance=provenance)
+        with self.timer.part("db_commit"):
+            self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
+            self.claims.release(self.task.workload_key, self.target, self.threads,
+                                config_key(config))
+        self.seen.add(config_key(config))
+        self.n_records += 1
+        if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
+            self.best = record
+        if result.status is not MeasureStatus.OK:
+            log.info("%s: candidate %s: %s", self.task.name, result.status.value,
+                     result.error_text.strip().splitlines()[-1:] or "")
+        return record
+
     def _counters(self) -> dict[str, float]:
         counters = dict(self.search.counters())
         counters["features"] = self.featurize.seconds if self.featurize is not None else 0.0
@@ -260,7 +335,8 @@ class TaskTuner:
         with timer.part("ipc"):         # worker start-up, before the search may use it
             self.runner.start()
         with timer.part("propose"):
-            batch = self._propose(n)
+            self.refresh()
+            batch = self.propose_claimed(n)
             if self.store_features and isinstance(self.featurize, SharedFeaturizer):
                 self.featurize.prefetch(batch)      # random search: nothing cached yet
             features = [self.featurize(c) if self.store_features else None for c in batch]
@@ -273,30 +349,27 @@ class TaskTuner:
                                      timeout=candidate_timeout(self.runner.options.timeout,
                                                                self.slowest_ok))
             took = time.perf_counter() - sent
-            timer.add_measurement(took, result.phases,
-                                  timed_out=result.status is MeasureStatus.TIMEOUT)
-            if result.status is MeasureStatus.OK:
-                self.slowest_ok = max(self.slowest_ok, took)
-            record = Record(self.task.workload_key, self.target, config, result.costs,
-                            result.status.value, result.error_text,
-                            threads=self.runner.threads)
-            with timer.part("db_commit"):
-                self.db.commit_record(record, vector, FEATURE_VERSION)
-            self.seen.add(config_key(config))
-            self.n_records += 1
+            record = self.commit_result(config, vector, result, took, worker="local",
+                                        provenance=self.local_provenance(sent, took))
             costs.append(record.mean_cost)
-            if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
-                self.best = record
-            if result.status is not MeasureStatus.OK:
-                log.info("%s: candidate %s: %s", self.task.name, result.status.value,
-                         result.error_text.strip().splitlines()[-1:] or "")
             if callback is not None and progress_base is not None:
                 done, total, begun = progress_base
                 done += len(costs)
                 callback(Progress(self.task.name, done, total, self.best_gflops,
-                                  result.status.value, time.perf_counter() - begun))
+                                  result.status.value, time.perf_counter() - begun,
+                                  self.best_seconds))
+        for config in batch[len(costs):]:       # a deadline stopped the batch early
+            self.unclaim(config)
         with timer.part("model_update"):
             self.search.update(batch[:len(costs)], costs)
+
+    def local_provenance(self, sent: float, took: float) -> dict:
+        """The provenance of a record measured by this machine's own Runner."""
+        if self._fingerprint is None:
+            from .cluster.fingerprint import Fingerprint
+            self._fingerprint = Fingerprint.local("local", self.threads).to_json()
+        end = time.time() - (time.perf_counter() - sent - took)
+        return {"fingerprint": self._fingerprint, "start": end - took, "end": end}
 
 
 def tune_task(task: Task, target: str, trials: int, db: Database, search: str = "xgb",
@@ -304,7 +377,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
               seed: int = 0, options: MeasureOptions | None = None,
               search_config: SearchConfig | None = None, transfer: bool = True,
               share_features: bool = True, time_budget: float | None = None,
-              confirm: ConfirmOptions | None = CONFIRM) -> TuneResult:
+              confirm: ConfirmOptions | None = CONFIRM, cluster=None) -> TuneResult:
     """Tune `task` until the database holds `trials` records of it on `target` at the
     measurement's thread count (`options.threads`, else KILN_NUM_THREADS, else every core).
 
@@ -316,13 +389,25 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     `confirm`: at the end, time the default and the leading records again side by side and
     store the winner, which compiles then take (autotune/confirm.py; None: don't); a time
     budget keeps a share of itself for that (confirm.confirm_reserve).
+    `cluster`: measure on the `kiln worker`s of a Dask scheduler (its address, a
+    distributed Client or a ClusterOptions; autotune/cluster/runner.py) instead of here.
     """
     if time_budget is not None and not time_budget > 0:
         raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
     search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
     runner = Runner(options or MeasureOptions())
     tuner = TaskTuner(task, target, db, search, runner, search_config, transfer=transfer,
-                      share_features=share_features)
+                      share_features=share_features and cluster is None)
+    if cluster is not None:
+        from .cluster.runner import tune_on_cluster
+        initial = tuner.n_records
+        outcome = tune_on_cluster([tuner], [1.0], trials, db, cluster, runner.options,
+                                  batch_size, callback, time_budget, confirm)
+        return TuneResult(tuner.task.workload_key, tuner.target,
+                          tuner.best.config if tuner.best else None, tuner.best_seconds,
+                          tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
+                          outcome.interrupted, tuner.timer.summary(),
+                          outcome.choices.get(tuner.task.workload_key))
     initial, interrupted, start = tuner.n_records, False, time.perf_counter()
     end = deadline = None if time_budget is None else start + time_budget
     if end is not None and confirm is not None:
@@ -346,6 +431,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
                     tuner.n_records - initial)
     finally:
         runner.close()
+        tuner.claims.release_all()
     timing = tuner.timer.summary()
     log.info("%s: %d trials, %.1f candidates/min, %.0f%% overhead", task.name,
              timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from datetime import datetime
@@ -101,6 +102,40 @@ class _ProgressBar:
                                  name="all from the database")
 
 
+def _progress(total: int | None, seconds: float | None):
+    """The rich bar on a terminal; off one (nohup, CI, a log file) a line at a steady
+    interval (kiln/progress_lines.py)."""
+    if console.is_terminal:
+        return _ProgressBar(total, seconds)
+    from .progress_lines import LineProgress
+    return LineProgress(total, seconds, print_line=lambda text: console.print(
+        text, soft_wrap=True, highlight=False))
+
+
+def _cluster_option(address: str | None) -> dict:
+    """tune(..., cluster=ADDRESS) when --cluster was given (the cluster extra is checked
+    before anything is tuned)."""
+    if address is None:
+        return {}
+    from .autotune.cluster import require_distributed
+    require_distributed()
+    return {"cluster": address}
+
+
+def cmd_worker(args) -> int:
+    from .autotune.cluster import require_distributed
+    from .autotune.cluster.fingerprint import host_name
+    require_distributed()
+    from .autotune.cluster.worker import run_worker
+    threads = args.threads
+    if threads is not None and threads < 1:
+        raise KilnError(f"kiln worker --threads {threads}: give a thread count >= 1")
+    isa = tuple(f for f in args.advertise_isa.split(",") if f) if args.advertise_isa else None
+    run_worker(args.scheduler, args.name or host_name(), threads or os.cpu_count() or 1, isa,
+               host=args.host)
+    return 0
+
+
 # ----------------------------------------------------------------------------- commands
 
 def _default_model():
@@ -131,7 +166,7 @@ def cmd_tune(args) -> int:
         return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
                            leaders=args.leaders, layout=args.layout,
                            winograd=args.winograd, mutations=args.mutations,
-                           model_check=args.model_check)
+                           model_check=args.model_check, cluster=args.cluster)
     model, name = _default_model()
     trials, seconds = args.trials, args.time
     missing, total = _tasks_without_records(model, args.target, db, args.layout, args.winograd)
@@ -152,7 +187,7 @@ def cmd_tune(args) -> int:
     return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
                        seconds, leaders=args.leaders, layout=args.layout,
                        winograd=args.winograd, mutations=args.mutations,
-                       model_check=args.model_check)
+                       model_check=args.model_check, cluster=args.cluster)
 
 
 def _count(n: int, noun: str) -> str:
@@ -179,9 +214,9 @@ def _tune_op(args, db) -> int:
                           + ([f"{_duration(args.time)}"] if args.time is not None else []))
     console.print(f"tuning [bold]{task.description}[/] on {args.target}, {budget} "
                   f"({_db_name(db)})")
-    with _ProgressBar(trials, args.time) as bar:
+    with _progress(trials, args.time) as bar:
         result = tune_task(task, args.target, trials, db, search=args.search, callback=bar,
-                           time_budget=args.time)
+                           time_budget=args.time, **_cluster_option(args.cluster))
     state = "interrupted; " if result.interrupted else ""
     console.print(f"{state}measured {result.measured} new candidates, {result.total_trials} "
                   f"in the database; best {result.best_seconds * 1e3:.3f} ms = "
@@ -191,14 +226,15 @@ def _tune_op(args, db) -> int:
 
 def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
                 seconds: float | None, leaders: int = 3, layout: str = "nchwc",
-                winograd: bool = True, mutations: int = 0, model_check: bool = True) -> int:
+                winograd: bool = True, mutations: int = 0, model_check: bool = True,
+                cluster: str | None = None) -> int:
     from .autotune.confirm import ConfirmOptions
     from .graph.compile import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
                           + ([f"for {_duration(seconds)}"] if seconds is not None else []))
     console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
     start = time.perf_counter()
-    with _ProgressBar(trials, seconds) as bar:
+    with _progress(trials, seconds) as bar:
         if leaders < 0 or mutations < 0:
             raise KilnError(f"--leaders {leaders} --mutations {mutations}: give counts >= 0 "
                             "(both 0: no confirmation)")
@@ -206,7 +242,8 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                    if leaders or mutations else None)
         reports = tune_model(model, target=target, trials=trials, db=db, callback=bar,
                              layout=layout, winograd=winograd, time_budget=seconds,
-                             confirm=confirm, model_check=model_check)
+                             confirm=confirm, model_check=model_check,
+                             **_cluster_option(cluster))
         held = sum(r.trials for r in reports)
         bar.reused(held, trials)
     console.print(f"tuning took {time.perf_counter() - start:.1f} s; the database holds {held} "
@@ -331,6 +368,8 @@ def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
 
 def cmd_logs(args) -> int:
     db = _open_db(args.db)
+    if args.export_file or args.import_file:
+        return _exchange(args, db)
     if args.merge:
         from .autotune.merge import merge_database
         counts = merge_database(db, args.merge)
@@ -393,6 +432,23 @@ def cmd_logs(args) -> int:
     return 0
 
 
+def _exchange(args, db) -> int:
+    """kiln logs --export FILE.jsonl [--model M] / --import FILE.jsonl (autotune/exchange.py)."""
+    from .autotune import exchange
+    if args.export_file:
+        keys = None
+        if args.model:
+            from .graph.compile import model_tasks
+            keys = {mt.task.workload_key for mt in model_tasks(args.model, args.target)}
+        counts = exchange.export_log(db, args.export_file, task_keys=keys)
+        console.print(f"exported {counts} from {_db_name(db)} to {args.export_file}")
+    if args.import_file:
+        counts = exchange.import_log(db, args.import_file)
+        console.print(f"imported {args.import_file} into {db.path}: {counts}")
+    db.close()
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -430,7 +486,26 @@ def build_parser() -> argparse.ArgumentParser:
                            "default inside the compiled model (the check keeps a choice "
                            "only where the model runs faster with it; with --time it "
                            "takes up to 15%% of the budget)")
+    tune.add_argument("--cluster", metavar="ADDRESS",
+                      help="measure on the `kiln worker`s of the Dask scheduler at ADDRESS "
+                           "(tcp://host:8786) whose CPU matches the target; this process "
+                           "stays the only writer of the log (needs the cluster extra)")
     tune.set_defaults(func=cmd_tune)
+
+    work = sub.add_parser("worker", help="measure candidates for `kiln tune --cluster` on this "
+                          "machine: a Dask worker, one measurement at a time")
+    work.add_argument("scheduler", metavar="SCHEDULER_ADDRESS",
+                      help="the Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    work.add_argument("--name", help="the worker's name in records (default: host-pid)")
+    work.add_argument("--threads", type=int, metavar="T", help="threads each measured kernel "
+                      "runs with (default: every core); tuners measuring at another count "
+                      "send it nothing")
+    work.add_argument("--advertise-isa", metavar="F1,F2",
+                      help="advertise this vector ISA (e.g. avx2,fma,avx) instead of the "
+                           "detected one (tests and dry runs: tuners for this CPU then send "
+                           "it nothing)")
+    work.add_argument("--host", help="the address to listen on (default: chosen by Dask)")
+    work.set_defaults(func=cmd_worker)
 
     conf = sub.add_parser("confirm", help="time each task's default, fastest records and "
                           "mutations side by side; keep the winners (and the zero-shot "
@@ -488,6 +563,13 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--train-zero-shot", metavar="DIR", help="train the zero-shot model of "
                       "every vector ISA on the log's confirmations into DIR (the shipped "
                       "log's go to tuning_logs/zero_shot after it changes)")
+    logs.add_argument("--export", dest="export_file", metavar="FILE.jsonl",
+                      help="write the log's tasks, records (with provenance and features) "
+                           "and confirmations as plain JSON lines")
+    logs.add_argument("--model", help="with --export: only the tasks of this ONNX model")
+    logs.add_argument("--import", dest="import_file", metavar="FILE.jsonl",
+                      help="add the records of an exported file to the log (--db); ones "
+                           "it already holds are skipped, so importing twice adds nothing")
     logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
 
