@@ -42,7 +42,7 @@ from .worker import RESOURCE, compare_configs, fingerprint_of, measure_candidate
 
 log = logging.getLogger(__name__)
 
-DEPTH = 2               # candidates in flight per matching worker: one measured, one waiting
+DEPTH = 2               # candidates in flight per matching worker, at least
 POLL = 0.02             # seconds between looks at the stream when nothing is ready
 REFRESH = 2.0           # seconds between looks at the workers and at other runs' records
 
@@ -209,7 +209,7 @@ class _Loop:
         self.threads = tuners[0].threads
         self.target = tuners[0].target
         self.pool = WorkerPool(client, self.target, self.threads)
-        self.stream = as_completed()
+        self.stream = as_completed(loop=client.loop)
         self.inflight: dict[str, _Pending] = {}         # future key -> candidate
         self.futures: dict[str, object] = {}
         self.batches: dict[int, _Batch] = {}
@@ -260,11 +260,18 @@ class _Loop:
         return sum(t.n_records for t in self.tuners)
 
     def fill(self) -> None:
-        """Submit candidates until DEPTH per matching worker are in flight."""
-        capacity = max(1, self.copts.depth * len(self.pool.matching))
+        """Submit candidates while fewer than one per matching worker plus a batch are in
+        flight. A proposal costs the search about the same for 1 config as for 8 (it
+        scores a whole population), so it waits until a batch's worth of room is free,
+        unless a worker would go idle."""
+        workers = len(self.pool.matching)
+        capacity = max(workers * self.copts.depth, workers + self.batch_size)
         while len(self.inflight) < capacity:
             room = self.trials - self.spent() - len(self.inflight)
             if room <= 0:
+                return
+            free = capacity - len(self.inflight)
+            if free < min(self.batch_size, room) and len(self.inflight) >= workers:
                 return
             index = self.pick()
             if index is None:
