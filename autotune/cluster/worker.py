@@ -54,12 +54,25 @@ class KilnPlugin(WorkerPlugin):
         self.advertise_isa = advertise_isa
 
     def setup(self, worker) -> None:
-        self.fingerprint = Fingerprint.local(str(worker.name), self.threads, self.advertise_isa)
-        self.runner = Runner(MeasureOptions(threads=self.threads))
-        self.lock = threading.Lock()        # belt and braces: one measurement at a time
+        # (the state hangs on the worker: in-process workers of a LocalCluster may share
+        # one plugin object)
+        worker.kiln_state = _WorkerState(
+            Fingerprint.local(str(worker.name), self.threads, self.advertise_isa),
+            self.threads)
 
     def teardown(self, worker) -> None:
-        self.runner.close()
+        state = getattr(worker, "kiln_state", None)
+        if state is not None:
+            state.runner.close()
+
+
+class _WorkerState:
+    """One worker's fingerprint and measuring subprocess."""
+
+    def __init__(self, fingerprint: Fingerprint, threads: int):
+        self.fingerprint = fingerprint
+        self.runner = Runner(MeasureOptions(threads=threads))
+        self.lock = threading.Lock()        # belt and braces: one measurement at a time
 
     def _options(self, options: MeasureOptions) -> None:
         """The tuner's measurement settings, at this worker's thread count."""
@@ -91,10 +104,10 @@ class KilnPlugin(WorkerPlugin):
                                        rounds=rounds, rotate_bytes=rotate_bytes)
 
 
-def _plugin() -> KilnPlugin:
+def _plugin() -> "_WorkerState":
     from distributed import get_worker
     worker = get_worker()
-    plugin = worker.plugins.get(PLUGIN)
+    plugin = getattr(worker, "kiln_state", None)
     if plugin is None:
         raise RuntimeError(f"worker {worker.name} is not a `kiln worker` (no Kiln plugin); "
                            "start workers with `kiln worker SCHEDULER_ADDRESS`")
@@ -105,8 +118,8 @@ def _plugin() -> KilnPlugin:
 
 def fingerprint_of(dask_worker=None) -> dict | None:
     """This worker's fingerprint (None: a plain Dask worker, which gets no measurement)."""
-    plugin = dask_worker.plugins.get(PLUGIN) if dask_worker is not None else None
-    return plugin.fingerprint.to_json() if plugin is not None else None
+    state = getattr(dask_worker, "kiln_state", None)
+    return state.fingerprint.to_json() if state is not None else None
 
 
 def measure_candidate(shared: dict, config: dict, target: str, options: MeasureOptions,
@@ -132,7 +145,7 @@ async def _serve(address: str, name: str, plugin: KilnPlugin, host: str | None,
     from distributed import Worker
     async with Worker(address, name=name, nthreads=1, resources={RESOURCE: 1},
                       plugins={plugin}, host=host, dashboard=False) as worker:
-        fingerprint = plugin.fingerprint
+        fingerprint = worker.kiln_state.fingerprint
         print(f"kiln worker {name} at {worker.address}: {fingerprint.cpu} "
               f"({','.join(fingerprint.isa)}), {fingerprint.threads} thread(s), scheduler "
               f"{address}", flush=True)
@@ -141,8 +154,7 @@ async def _serve(address: str, name: str, plugin: KilnPlugin, host: str | None,
         await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
         for pending in (finished, stopped):
             pending.cancel()
-    if hasattr(plugin, "runner"):
-        plugin.runner.close()
+        worker.kiln_state.runner.close()
 
 
 def run_worker(address: str, name: str, threads: int, advertise_isa: tuple[str, ...] | None,

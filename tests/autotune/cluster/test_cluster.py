@@ -1,0 +1,282 @@
+"""Tuning on a Dask cluster with real processes on 127.0.0.1: a `dask scheduler` and `kiln
+worker`s started here, on free ports, and stopped (their process groups killed) after.
+
+One small matmul task, random search, few trials: what is checked is the coordination
+(who measured what, when, how often), not the speed."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from kiln.autotune.cluster.runner import ClusterOptions  # noqa: E402
+from kiln.autotune.cluster.worker import KilnPlugin  # noqa: E402
+from kiln.autotune.confirm import ConfirmOptions  # noqa: E402
+from kiln.autotune.database import Database, config_key  # noqa: E402
+from kiln.autotune.dispatch import select_record  # noqa: E402
+from kiln.autotune.exchange import export_log, import_log  # noqa: E402
+from kiln.autotune.measure import MeasureOptions  # noqa: E402
+from kiln.autotune.scheduler import tune_tasks  # noqa: E402
+from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.task import Task  # noqa: E402
+from kiln.autotune.tuner import canonical_target, tune_task  # noqa: E402
+
+OPTIONS = MeasureOptions(timeout=30.0, repeat=2, min_repeat_seconds=0.0, threads=1)
+TARGET = canonical_target("native")
+
+
+def _start(args, log_path):
+    log = open(log_path, "w")
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(process, sig=signal.SIGTERM):
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dask")
+    info = folder / "scheduler.json"
+    process = _start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                      "127.0.0.1", "--port", "0", "--scheduler-file", str(info),
+                      "--dashboard-address", "127.0.0.1:0"], folder / "scheduler.log")
+    try:
+        for _ in range(300):
+            if info.exists() and info.stat().st_size:
+                break
+            assert process.poll() is None, (folder / "scheduler.log").read_text()
+            time.sleep(0.1)
+        address = json.loads(info.read_text())["address"]
+        assert address.startswith("tcp://127.0.0.1:")
+        yield address, folder
+    finally:
+        _stop(process, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def client(scheduler):
+    with distributed.Client(scheduler[0], timeout=30, set_as_default=False) as c:
+        yield c
+
+
+def start_worker(scheduler, client, name, *extra):
+    address, folder = scheduler
+    process = _start([sys.executable, "-m", "kiln", "worker", address, "--name", name,
+                      "--threads", "1", *extra], folder / f"{name}.log")
+    for _ in range(600):
+        names = {w["name"] for w in client.scheduler_info()["workers"].values()}
+        if name in names:
+            return process
+        assert process.poll() is None, (folder / f"{name}.log").read_text()
+        time.sleep(0.1)
+    raise AssertionError(f"worker {name} did not register")
+
+
+@pytest.fixture(scope="module")
+def workers(scheduler, client):
+    """Two matching workers and one that advertises another vector ISA."""
+    started = []
+    try:
+        for name, extra in (("w1", ()), ("w2", ()), ("odd", ("--advertise-isa", "avx,avx2,fma"))):
+            started.append(start_worker(scheduler, client, name, *extra))
+        yield started
+    finally:
+        for process in started:
+            _stop(process)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_op("matmul", (16, 8, 24))
+
+
+def rows(path):
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT task_key || '/' || config_key, status, worker, provenance, error_text, "
+                            "threads FROM records ORDER BY id").fetchall()
+
+
+def duplicates(records):
+    counts = Counter((key, threads) for key, _, _, _, _, threads in records)
+    return {k: n for k, n in counts.items() if n > 1}
+
+
+@pytest.fixture(scope="module")
+def tuned(scheduler, workers, task, tmp_path_factory):
+    """A 24-trial tune on the two workers, confirmed on the cluster at the end."""
+    path = tmp_path_factory.mktemp("tuned") / "tune.db"
+    db = Database(path)
+    result = tune_task(task, "native", 24, db, search="random", options=OPTIONS,
+                       cluster=scheduler[0], confirm=ConfirmOptions(leaders=2, rounds=3))
+    db.close()
+    return path, result
+
+
+def test_a_tune_uses_both_workers_one_measurement_at_a_time(tuned):
+    path, result = tuned
+    records = rows(path)
+    assert len(records) == 24 and result.measured == 24
+    assert not duplicates(records)
+    by_worker = Counter(worker for _, _, worker, _, _, _ in records)
+    assert set(by_worker) == {"w1", "w2"}, by_worker      # never the mismatching "odd"
+    spans: dict[str, list] = {}
+    for _, _, worker, provenance, _, _ in records:
+        p = json.loads(provenance)
+        assert p["fingerprint"]["name"] == worker and p["fingerprint"]["threads"] == 1
+        spans.setdefault(worker, []).append((p["start"], p["end"]))
+    for worker, times in spans.items():
+        times.sort()
+        for (_, end), (start, _) in zip(times, times[1:]):
+            assert start >= end, f"{worker}: measurements overlap"
+    assert result.choice is not None        # the confirmation ran on a worker
+
+
+def test_logs_json_lists_workers_per_task(tuned):
+    path, _ = tuned
+    out = subprocess.run([sys.executable, "-m", "kiln", "logs", "--db", str(path), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    [row] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sum(row["workers"].values()) == 24 and set(row["workers"]) == {"w1", "w2"}
+
+
+def test_export_import_round_trip_picks_the_same_schedules(tuned, task, tmp_path):
+    path, _ = tuned
+    source = Database(path)
+    exported = tmp_path / "log.jsonl"
+    export_log(source, exported)
+    copy = Database(tmp_path / "copy.db")
+    counts = import_log(copy, exported)
+    assert counts.records == 24 and counts.choices == 1
+    assert import_log(copy, exported).records == 0          # idempotent
+    for db in (source, copy):
+        db._choices_found = None
+    task = task.retargeted(TARGET)
+    picked = [select_record(task, TARGET, db, threads=1) for db in (source, copy)]
+    assert picked[0].record is not None
+    assert config_key(picked[0].record.config) == config_key(picked[1].record.config)
+    assert picked[0].choice is not None and picked[1].choice is not None   # the confirmed one
+    assert picked[0].source(TARGET) == picked[1].source(TARGET)
+    imported = copy.records(task.workload_key, TARGET)
+    assert {r.worker for r in imported} == {"w1", "w2"}                 # provenance kept
+    assert all(r.provenance["fingerprint"]["cpu"] for r in imported)
+
+
+def test_a_crashing_candidate_is_recorded_broken_once(scheduler, workers, task, tmp_path):
+    default = config_key(SearchSpace(task.retargeted(TARGET), 1).default_config())
+    options = ClusterOptions(address=scheduler[0], test_fault=lambda c: "crash"
+                             if config_key(c) == default else None)
+    db = Database(tmp_path / "crash.db")
+    tune_task(task, "native", 6, db, search="random", options=OPTIONS, cluster=options,
+              confirm=None)
+    db.close()
+    records = rows(tmp_path / "crash.db")
+    broken = [r for r in records if r[0].endswith("/" + default)]
+    assert len(records) == 6 and len(broken) == 1
+    assert broken[0][1] == "RUNTIME_ERROR" and "died" in broken[0][4]
+
+
+def test_local_and_cluster_tuners_on_one_log_never_measure_twice(scheduler, workers, task,
+                                                                  tmp_path):
+    path = tmp_path / "shared.db"
+    Database(path).close()
+    errors = []
+
+    def run(**kwargs):
+        db = Database(path)
+        try:
+            tune_task(task, "native", 16, db, search="random", options=OPTIONS,
+                      confirm=None, batch_size=4, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            db.close()
+
+    threads = [threading.Thread(target=run), threading.Thread(
+        target=run, kwargs={"cluster": scheduler[0]})]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    records = rows(path)
+    assert not duplicates(records)
+    # each run's budget counted the other's records: far fewer than 2 x 16
+    assert 16 <= len(records) <= 16 + 2 * 4
+    assert {"local"} < {worker for _, _, worker, _, _, _ in records}
+
+
+def test_a_killed_worker_loses_nothing(scheduler, client, workers, task, tmp_path):
+    victim = start_worker(scheduler, client, "victim")
+    path = tmp_path / "kill.db"
+    killed_at = []
+
+    def kill_when_busy():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                done = [r for r in rows(path) if r[2] == "victim"]
+            except sqlite3.Error:
+                done = []
+            if done:
+                os.killpg(victim.pid, signal.SIGKILL)
+                killed_at.append(time.time())
+                return
+            time.sleep(0.05)
+
+    Database(path).close()
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    db = Database(path)
+    try:
+        tune_task(task, "native", 20, db, search="random", options=OPTIONS,
+                  cluster=scheduler[0], confirm=None)
+    finally:
+        db.close()
+        killer.join()
+        _stop(victim, signal.SIGKILL)
+    assert killed_at, "the victim never measured anything"
+    records = rows(path)
+    assert len(records) == 20 and not duplicates(records)
+    after = [json.loads(p)["start"] for _, _, w, p, _, _ in records if w == "victim"]
+    assert all(start < killed_at[0] for start in after)
+    late = [w for _, _, w, p, _, _ in records if json.loads(p)["end"] > killed_at[0]]
+    assert late and set(late) <= {"w1", "w2"}
+
+
+def test_a_local_cluster_of_eight_one_thread_workers(tmp_path):
+    # in-process workers talk over Dask's inproc transport; only the scheduler's HTTP
+    # server listens, on a free port of 127.0.0.1
+    first, second = Task.from_op("matmul", (8, 12, 16)), Task.from_op("matmul", (12, 8, 8))
+    with distributed.LocalCluster(n_workers=8, threads_per_worker=1, processes=False,
+                                  resources={"kiln-measure": 1},
+                                  dashboard_address="127.0.0.1:0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as c:
+        c.register_plugin(KilnPlugin(threads=1))
+        db = Database(tmp_path / "eight.db")
+        reports = tune_tasks([(first, 2.0), (second, 1.0)], "native", 32, db, search="random",
+                             options=OPTIONS, confirm=None, cluster=c)
+        db.close()
+        names = {str(w["name"]) for w in c.scheduler_info()["workers"].values()}
+    records = rows(tmp_path / "eight.db")
+    assert sum(r.trials for r in reports) == len(records) == 32
+    assert not duplicates(records)
+    assert {worker for _, _, worker, _, _, _ in records} == names and len(names) == 8
