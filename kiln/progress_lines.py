@@ -53,7 +53,8 @@ class LineProgress:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.print_line(self.line(final=True))
+        if self.latest != "reused":
+            self.print_line(self.line(final=True))
 
     def __call__(self, p) -> None:
         self.latest = p
@@ -61,11 +62,13 @@ class LineProgress:
 
     def reused(self, held: int, total: int | None) -> None:
         if not self.updates:
-            self.print_line(f"nothing to measure: the database holds {held} trials")
+            self.print_line(f"nothing measured: all from the database ({held} trials)")
+            self.latest = "reused"
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.print_line(self.line())
+            if self.latest != "reused":
+                self.print_line(self.line())
 
     def line(self, final: bool = False) -> str:
         elapsed = time.perf_counter() - self.started
