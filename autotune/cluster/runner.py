@@ -318,6 +318,7 @@ class _Loop:
             worker = "cluster"
         record = tuner.commit_result(pending.config, pending.vector, result, took,
                                      worker=worker, provenance=provenance)
+        tuner.timer.trials += 1
         self.outcome.trials += 1
         self.outcome.workers[worker] = self.outcome.workers.get(worker, 0) + 1
         self.last_status = result.status.value
