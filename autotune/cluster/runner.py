@@ -12,7 +12,10 @@ is refitted when all of a proposal's candidates are back.
 
 Failures: a worker that dies has its candidates rerouted by the scheduler to the others; a
 candidate that takes down workers repeatedly comes back as KilledWorker and is recorded as
-broken (RUNTIME_ERROR), never retried again; a candidate whose measuring subprocess crashes
+broken (RUNTIME_ERROR) on its second such verdict (the scheduler also blames the candidates
+that were only queued on a dying worker, which the second try clears), never retried
+forever; the verdict comes after `distributed.scheduler.allowed-failures` worker deaths (3
+by default). A candidate whose measuring subprocess crashes
 or hangs is recorded by the worker as usual. If no matching worker is left for
 `wait_for_workers` seconds, the run stops with an error and keeps every record. A tuner
 killed with -9 leaves committed records and claims its rerun takes over, as locally.
@@ -45,6 +48,8 @@ log = logging.getLogger(__name__)
 DEPTH = 2               # candidates in flight per matching worker, at least
 POLL = 0.02             # seconds between looks at the stream when nothing is ready
 REFRESH = 2.0           # seconds between looks at the workers and at other runs' records
+KILLED_TRIES = 2        # a candidate the scheduler gives up on (KilledWorker) is sent this
+                        # many times in all before it is recorded as broken
 
 
 @dataclass
@@ -81,6 +86,15 @@ def as_options(cluster) -> ClusterOptions:
         return ClusterOptions(address=cluster.scheduler_address)
     raise KilnError(f"cluster={cluster!r}: give a Dask scheduler address (tcp://host:port), "
                     "a distributed.Client or a ClusterOptions")
+
+
+def _killed_worker(future) -> bool:
+    if future.status != "error":
+        return False
+    try:
+        return type(future.exception()).__name__ == "KilledWorker"
+    except Exception:  # noqa: BLE001
+        return False
 
 
 class WorkerPool:
@@ -209,7 +223,9 @@ class _Loop:
         self.threads = tuners[0].threads
         self.target = tuners[0].target
         self.pool = WorkerPool(client, self.target, self.threads)
-        self.stream = as_completed(loop=client.loop)
+        # results are fetched as they complete: a worker that dies after a candidate
+        # finished must not take the result with it
+        self.stream = as_completed(loop=client.loop, with_results=True, raise_errors=False)
         self.inflight: dict[str, _Pending] = {}         # future key -> candidate
         self.futures: dict[str, object] = {}
         self.batches: dict[int, _Batch] = {}
@@ -226,10 +242,16 @@ class _Loop:
     def shared(self, task, data):
         """The future of (task, data) on every worker: scattered once, not per candidate."""
         key = id(task)
+        inline = {"token": f"{task.workload_key}/{key}", "task": task, "data": data}
         if key not in self.shared_futures:
-            [future] = self.client.scatter([{"task": task, "data": data}], broadcast=True,
-                                           hash=False)
-            self.shared_futures[key] = future
+            try:
+                [future] = self.client.scatter([inline], workers=list(self.pool.matching)
+                                               or None, broadcast=True, hash=False)
+                self.shared_futures[key] = future
+            except Exception as exc:  # noqa: BLE001 - a worker died before or during it
+                log.info("scattering %s failed (%s); sending it with the candidate",
+                         task.name, exc)
+                return inline       # (the worker keeps it by its token all the same)
         return self.shared_futures[key]
 
     def submit(self, index: int, config: dict, vector, batch: int, tries: int = 1) -> None:
@@ -296,20 +318,29 @@ class _Loop:
 
     # ------------------------------------------------------------------ receiving
 
-    def receive(self, future) -> None:
+    def receive(self, future, out) -> None:
         pending = self.inflight.pop(future.key)
         self.futures.pop(future.key, None)
         tuner = self.tuners[pending.tuner]
         worker, provenance = None, None
-        if future.status == "finished":
-            out = future.result()
+        if isinstance(out, dict) and "result" in out:
             result, worker = out["result"], out["worker"]
             provenance = {"fingerprint": out["fingerprint"], "start": out["start"],
                           "end": out["end"]}
             took = out["end"] - out["start"]
-        elif future.status == "cancelled" and pending.tries < 3:
-            # (its scattered data was lost with the workers that held it): send it again
+        elif future.status in ("cancelled", "finished", "lost") and pending.tries < 3:
+            # (its scattered data, or its result, was lost with the workers that held it):
+            # send it again
             self.shared_futures.pop(id(tuner.task), None)
+            self.submit(pending.tuner, pending.config, pending.vector, pending.batch,
+                        pending.tries + 1)
+            return
+        elif _killed_worker(future) and pending.tries < KILLED_TRIES:
+            # the scheduler blames every candidate that was waiting on the workers that
+            # died, not only the one running: each gets a second opinion before it is
+            # recorded as broken
+            log.warning("%s: a candidate was on workers that died; sending it once more",
+                        tuner.task.name)
             self.submit(pending.tuner, pending.config, pending.vector, pending.batch,
                         pending.tries + 1)
             return
@@ -396,8 +427,8 @@ class _Loop:
                 if not self.inflight:
                     break
                 if self.stream.has_ready():
-                    for future in self.stream.next_batch(block=False):
-                        self.receive(future)
+                    for future, out in self.stream.next_batch(block=False):
+                        self.receive(future, out)
                 else:
                     time.sleep(POLL)
         finally:

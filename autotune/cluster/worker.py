@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import replace
 
 try:
@@ -73,6 +74,17 @@ class _WorkerState:
         self.fingerprint = fingerprint
         self.runner = Runner(MeasureOptions(threads=threads))
         self.lock = threading.Lock()        # belt and braces: one measurement at a time
+        self.held: OrderedDict = OrderedDict()      # token -> the first copy of a task
+
+    def hold(self, shared: dict) -> dict:
+        """The copy of this task kept from earlier (a task sent inline arrives as a new
+        object with every candidate; the Runner keeps one copy per object it is given)."""
+        token = shared.get("token")
+        kept = self.held.setdefault(token, shared)
+        self.held.move_to_end(token)
+        while len(self.held) > 4:
+            self.held.popitem(last=False)
+        return kept
 
     def _options(self, options: MeasureOptions) -> None:
         """The tuner's measurement settings, at this worker's thread count."""
@@ -84,6 +96,7 @@ class _WorkerState:
                 best_seconds: float, timeout: float, test_fault: str | None) -> dict:
         with self.lock:
             start = time.time()
+            shared = self.hold(shared)
             self._options(options)
             try:
                 result = self.runner.run(shared["task"], shared["data"], config, target,
@@ -99,6 +112,7 @@ class _WorkerState:
     def compare(self, shared: dict, configs: list[dict], target: str, options: MeasureOptions,
                 rounds: int, rotate_bytes: int | None) -> list[MeasureResult]:
         with self.lock:
+            shared = self.hold(shared)
             self._options(options)
             return self.runner.compare(shared["task"], shared["data"], configs, target,
                                        rounds=rounds, rotate_bytes=rotate_bytes)

@@ -33,10 +33,10 @@ OPTIONS = MeasureOptions(timeout=30.0, repeat=2, min_repeat_seconds=0.0, threads
 TARGET = canonical_target("native")
 
 
-def _start(args, log_path):
+def _start(args, log_path, env=None):
     log = open(log_path, "w")
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 def _stop(process, sig=signal.SIGTERM):
@@ -54,11 +54,14 @@ def _stop(process, sig=signal.SIGTERM):
 
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dask")
+    yield from _scheduler(tmp_path_factory.mktemp("dask"))
+
+
+def _scheduler(folder, env=None):
     info = folder / "scheduler.json"
     process = _start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
                       "127.0.0.1", "--port", "0", "--scheduler-file", str(info),
-                      "--dashboard-address", "127.0.0.1:0"], folder / "scheduler.log")
+                      "--dashboard-address", "127.0.0.1:0"], folder / "scheduler.log", env)
     try:
         for _ in range(300):
             if info.exists() and info.stat().st_size:
@@ -260,6 +263,33 @@ def test_a_killed_worker_loses_nothing(scheduler, client, workers, task, tmp_pat
     assert all(start < killed_at[0] for start in after)
     late = [w for _, _, w, p, _, _ in records if json.loads(p)["end"] > killed_at[0]]
     assert late and set(late) <= {"w1", "w2"}
+
+
+def test_a_candidate_that_kills_its_worker_is_recorded_broken_once(task, tmp_path):
+    # a scheduler that gives up on a task after the first worker it took down (the
+    # default is after 4); the tuner sends it a second time (to another worker, which it
+    # takes down too) and then records it as broken; the third worker finishes the run
+    env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
+    for scheduler in _scheduler(tmp_path, env):
+        with distributed.Client(scheduler[0], timeout=30, set_as_default=False) as c:
+            started = [start_worker(scheduler, c, name) for name in ("k1", "k2", "k3")]
+            try:
+                default = config_key(SearchSpace(task.retargeted(TARGET), 1).default_config())
+                options = ClusterOptions(address=scheduler[0], test_fault=lambda c: (
+                    "kill-worker" if config_key(c) == default else None))
+                db = Database(tmp_path / "killer.db")
+                tune_task(task, "native", 2, db, search="random", options=OPTIONS,
+                          cluster=options, confirm=None, batch_size=1)
+                db.close()
+            finally:
+                for process in started:
+                    _stop(process, signal.SIGKILL)
+    records = rows(tmp_path / "killer.db")
+    assert len(records) == 2 and not duplicates(records)
+    [broken] = [r for r in records if r[0].endswith("/" + default)]
+    [fine] = [r for r in records if not r[0].endswith("/" + default)]
+    assert broken[1] == "RUNTIME_ERROR" and "took down" in broken[4]
+    assert fine[1] == "OK" and fine[2] in ("k1", "k2", "k3"), fine
 
 
 def test_a_local_cluster_of_eight_one_thread_workers(tmp_path):
