@@ -24,7 +24,6 @@ from kiln.autotune.database import Database, config_key  # noqa: E402
 from kiln.autotune.dispatch import select_record  # noqa: E402
 from kiln.autotune.exchange import export_log, import_log  # noqa: E402
 from kiln.autotune.measure import MeasureOptions  # noqa: E402
-from kiln.autotune.scheduler import tune_tasks  # noqa: E402
 from kiln.autotune.space import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.autotune.tuner import canonical_target, tune_task  # noqa: E402
@@ -292,21 +291,65 @@ def test_a_candidate_that_kills_its_worker_is_recorded_broken_once(task, tmp_pat
     assert fine[1] == "OK" and fine[2] in ("k1", "k2", "k3"), fine
 
 
+def two_matmuls():
+    """A model of two MatMul tasks (a prime and a non-multiple of the vector width)."""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (12, 16)), ("w2", (8, 7)))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w1"], ["y1"]),
+         helper.make_node("MatMul", ["b", "w2"], ["y2"])], "two_matmuls",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 12]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [13, 8])],
+        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [8, 16]),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, [13, 7])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_a_local_cluster_of_eight_one_thread_workers(tmp_path):
     # in-process workers talk over Dask's inproc transport; only the scheduler's HTTP
     # server listens, on a free port of 127.0.0.1
-    first, second = Task.from_op("matmul", (8, 12, 16)), Task.from_op("matmul", (12, 8, 8))
+    import kiln
     with distributed.LocalCluster(n_workers=8, threads_per_worker=1, processes=False,
                                   resources={"kiln-measure": 1},
                                   dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster, set_as_default=False) as c:
         c.register_plugin(KilnPlugin(threads=1))
         db = Database(tmp_path / "eight.db")
-        reports = tune_tasks([(first, 2.0), (second, 1.0)], "native", 32, db, search="random",
-                             options=OPTIONS, confirm=None, cluster=c)
+        reports = kiln.tune(two_matmuls(), trials=32, db=db, search="random", options=OPTIONS,
+                            confirm=None, cluster=c)
         db.close()
         names = {str(w["name"]) for w in c.scheduler_info()["workers"].values()}
     records = rows(tmp_path / "eight.db")
-    assert sum(r.trials for r in reports) == len(records) == 32
+    assert len(reports) == 2 and sum(r.trials for r in reports) == len(records) == 32
     assert not duplicates(records)
     assert {worker for _, _, worker, _, _, _ in records} == names and len(names) == 8
+
+
+def test_a_tuner_killed_with_sigkill_resumes_on_rerun(scheduler, workers, tmp_path):
+    path = tmp_path / "resume.db"
+    command = [sys.executable, "-m", "kiln", "tune", "--op", "matmul", "--shape", "16,8,24",
+               "--trials", "12", "--threads", "1", "--search", "random", "--leaders", "0",
+               "--db", str(path), "--cluster", scheduler[0]]
+    first = _start(command, tmp_path / "first.log")
+    try:
+        for _ in range(1200):
+            if path.exists():
+                try:
+                    if len(rows(path)) >= 3:
+                        break
+                except sqlite3.Error:
+                    pass
+            assert first.poll() is None, (tmp_path / "first.log").read_text()
+            time.sleep(0.05)
+    finally:
+        _stop(first, signal.SIGKILL)
+    held = len(rows(path))
+    assert 3 <= held < 12
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    records = rows(path)
+    assert len(records) == 12 and not duplicates(records)
+    assert f"measured {12 - held} new candidates" in " ".join(rerun.stdout.split())
