@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow
 
 from kiln.autotune.cluster.runner import ClusterOptions  # noqa: E402
 from kiln.autotune.cluster.worker import KilnPlugin  # noqa: E402
@@ -98,7 +99,8 @@ def workers(scheduler, client):
     """Two matching workers and one that advertises another vector ISA."""
     started = []
     try:
-        for name, extra in (("w1", ()), ("w2", ()), ("odd", ("--advertise-isa", "avx,avx2,fma"))):
+        for name, extra in (("w1", ()), ("w2", ()),
+                            ("odd", ("--advertise-isa", "avx,avx2,fma"))):
             started.append(start_worker(scheduler, client, name, *extra))
         yield started
     finally:

@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from kiln.autotune.claims import Claims
 from kiln.autotune.cluster.fingerprint import Fingerprint
 from kiln.autotune.database import Database, Record, config_key
