@@ -115,8 +115,9 @@ def task():
 
 def rows(path):
     with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT task_key || '/' || config_key, status, worker, provenance, error_text, "
-                            "threads FROM records ORDER BY id").fetchall()
+        return conn.execute("SELECT task_key || '/' || config_key, status, worker, "
+                            "provenance, error_text, threads FROM records ORDER BY id"
+                            ).fetchall()
 
 
 def duplicates(records):
