@@ -30,7 +30,7 @@ _LEAVES = (E.IntImm, E.FloatImm, E.Var)
 # extensions). The max pool ran 35% slower with them at first: LLVM's loop idiom pass could
 # then see its copy loops and made them memcpy calls; kernels now carry "no-builtin-memcpy"
 # (codegen/attributes.py) and the max pool runs as fast as with i32 offsets (A/B runs in
-# benchmarks/RESULTS.md, session 9). Off (False), ADDRESS means index=True.
+# benchmarks/RESULTS.md, 2026-11-25 20:35 UTC). Off (False), ADDRESS means index=True.
 # Off for a while after a fresh-clone CI run spent 25+ minutes in LLVM's O3 pipeline on one
 # reduce_max kernel of a random ONNX graph: the cause was not the offsets (the kernel hangs
 # with i32 offsets too) but a PARALLEL loop of extent 1 around a whole-tensor max chain,
