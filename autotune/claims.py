@@ -83,13 +83,15 @@ class Claims:
             raise
         return granted
 
-    def release(self, task_key: str, target: str, threads: int, key: str) -> None:
+    def release(self, task_key: str, target: str, threads: int, key: str,
+                commit: bool = True) -> None:
         """Drop this run's claim of one config (its record is committed, or it was not
-        measured after all)."""
+        measured after all). `commit=False`: in the transaction the record's commit ends."""
         self.conn.execute("DELETE FROM main.claims WHERE task_key = ? AND target = ? AND "
                           "threads = ? AND config_key = ? AND owner = ?",
                           (task_key, target, threads, key, self.owner))
-        self.conn.commit()
+        if commit:
+            self.conn.commit()
 
     def renew(self) -> None:
         """Extend the lease of every claim of this run (a long queue on a cluster)."""

@@ -291,10 +291,10 @@ class TaskTuner:
         record = Record(self.task.workload_key, self.target, config, result.costs,
                         result.status.value, result.error_text, threads=self.threads,
                         worker=worker, provenance=provenance)
-        with self.timer.part("db_commit"):
-            self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
+        with self.timer.part("db_commit"):     # (the claim goes with the record's commit)
             self.claims.release(self.task.workload_key, self.target, self.threads,
-                                config_key(config))
+                                config_key(config), commit=False)
+            self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
         self.seen.add(config_key(config))
         self.n_records += 1
         if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
