@@ -3,6 +3,8 @@ with numpy's `axis` (int, tuple, negative, None) and `keepdims`, and numpy's res
 (sum of int32 is int64, mean of ints is float64: the input is cast before reducing)."""
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from . import elementwise as ew
@@ -42,7 +44,7 @@ def _reduce(name: str, graph_op: str, x, axis, keepdims: bool, dtype=None):
     axes = normalize_axes(op, x.shape, axis)
     acc = check_dtype(dtype, op) if dtype is not None else reduction_dtype(name, x.dtype)
     v = value(trace, x, acc)
-    if graph_op in ("reduce_max", "reduce_min") and any(x.shape[a] == 0 for a in axes):
+    if graph_op in ("reduce_max", "reduce_min") and builtins.any(x.shape[a] == 0 for a in axes):
         raise shape_error(op, f"reducing a zero-size axis of shape {list(x.shape)}: the "
                               "maximum/minimum of nothing has no value")
     if not axes:
@@ -91,7 +93,7 @@ def _logical(name: str, graph_op: str, a, axis, keepdims):
         return getattr(np, name)(a, axis=axis, keepdims=keepdims)
     flags = wrap(trace, trace.emit("cast", [_to_bool(trace, a.value)], {"to": "int32"}))
     axes = normalize_axes(f"numpy.{name}", a.shape, axis)
-    if any(a.shape[k] == 0 for k in axes):      # any() of nothing is False, all() True
+    if builtins.any(a.shape[k] == 0 for k in axes):      # any() of nothing is False, all() True
         return shapes.full_like_reduced(flags, axes, keepdims, name == "all")
     return astype_bool(_reduce("max" if name == "any" else "min", graph_op, flags, axis,
                                keepdims))
