@@ -208,10 +208,8 @@ def getitem(x: Tracer, key):
     if consumed > x.ndim:
         raise shape_error("indexing", f"too many indices ({consumed}) for an array of shape "
                                       f"{list(x.shape)}")
-    if Ellipsis in [k for k in key if not _is_index_array(k)]:
-        at = next(i for i, k in enumerate(key) if k is Ellipsis)
-        key = key[:at] + (slice(None),) * (x.ndim - consumed) + key[at + 1:]
-    key = key + (slice(None),) * (x.ndim - consumed)
+    at = next((i for i, k in enumerate(key) if k is Ellipsis), len(key))
+    key = key[:at] + (slice(None),) * (x.ndim - consumed) + key[at + 1:]
     arrays = [i for i, k in enumerate(key) if _is_index_array(k)]
     if len(arrays) > 1 or (arrays and any(isinstance(k, (int, np.integer)) for k in key)):
         raise unsupported("ndarray.__getitem__", "several integer-array indices, or integer "
