@@ -37,11 +37,13 @@ def promotion_type(x):
             return {"b": bool, "i": int, "u": int, "f": float}[x.dtype.kind] \
                 if x.dtype.kind != "b" else np.dtype(bool)
         return x.dtype
+    if isinstance(x, np.generic):       # numpy scalars are strong (np.float64 is a float)
+        return x.dtype
     if isinstance(x, bool):
         return np.dtype(bool)
     if isinstance(x, (int, float)):
         return type(x)
-    if isinstance(x, complex):
+    if isinstance(x, complex) and not isinstance(x, np.generic):
         raise JitError(f"complex numbers are not supported by kiln.jit, at {user_line()}")
     return np.asarray(x).dtype
 

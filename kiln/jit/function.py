@@ -66,9 +66,11 @@ class JitStats:
 
 def _leaf_spec(value, where: str):
     """(key part, array or None) of one non-static argument leaf."""
-    if isinstance(value, (bool, np.bool_)) and not isinstance(value, np.ndarray):
-        return ("scalar", "bool"), np.array(bool(value))
-    if isinstance(value, int) and not isinstance(value, np.generic):
+    if isinstance(value, np.generic):      # numpy scalars are strongly typed 0-d arrays
+        value = np.asarray(value)
+    if isinstance(value, bool):
+        return ("scalar", "bool"), np.array(value)
+    if isinstance(value, int):
         return ("scalar", "int"), np.array(value, dtype=np.int64)
     if isinstance(value, float):
         return ("scalar", "float"), np.array(value, dtype=np.float64)
@@ -85,7 +87,9 @@ def _leaf_spec(value, where: str):
     if dtype != arr.dtype:
         raise JitError(f"{where}: dtype {arr.dtype} is not supported by kiln.jit; cast the "
                        "argument (to float32)")
-    return ("array", arr.shape, arr.dtype.str), np.ascontiguousarray(arr)
+    # (np.ascontiguousarray would make a 0-d array 1-d)
+    return ("array", arr.shape, arr.dtype.str), (arr if arr.flags.c_contiguous else
+                                                 np.ascontiguousarray(arr))
 
 
 def _flatten(value, where: str, leaves: list, specs: list):

@@ -34,8 +34,8 @@ class DirectRunner:
                 self.aliases.append((spec.name, spec.of, spec.shape, np.dtype(spec.dtype)))
         fresh = {name for name, _, _ in self.fresh}
         self._copied = [name not in fresh for name in self.outputs]
-        self.steps = [(_fast_entry(model.kernels[step.kernel]), step.args)
-                      for step in plan.steps]
+        self.steps = [(_fast_entry(model.kernels[step.kernel]), model.kernels[step.kernel],
+                       step.args) for step in plan.steps]
 
     def __call__(self, arrays) -> list[np.ndarray]:
         buffers = dict(self.fixed)
@@ -44,8 +44,10 @@ class DirectRunner:
             buffers[name] = np.empty(shape, dtype)
         for name, of, shape, dtype in self.aliases:
             buffers[name] = buffers[of].view(dtype).reshape(shape)
-        for fn, args in self.steps:
-            fn(*[buffers[a] for a in args])
+        for fn, kernel, args in self.steps:
+            arrays = [buffers[a] for a in args]
+            if fn(*arrays) and fn is not kernel:
+                kernel(*arrays)      # the checked entry refused them: raise its precise error
         out, seen = [], set()
         for name, copy in zip(self.outputs, self._copied):
             arr = buffers[name]
