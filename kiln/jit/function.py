@@ -75,18 +75,18 @@ def _leaf_spec(value, where: str):
     if isinstance(value, float):
         return ("scalar", "float"), np.array(value, dtype=np.float64)
     if isinstance(value, Tracer):
-        raise JitError(f"{where}: a traced value passed to a jitted function from inside "
+        raise JitError(f"argument '{where}': a traced value passed to a jitted function from inside "
                        "another trace; call the inner function directly (nesting kiln.jit "
                        "is not supported)")
     arr = np.asarray(value)
     if arr.dtype == object:
-        raise JitError(f"{where}: a {type(value).__name__} is neither an array nor a number; "
+        raise JitError(f"argument '{where}': a {type(value).__name__} is neither an array nor a number; "
                        "mark the argument static (static_argnames=[...]) if it configures "
                        "the function")
-    dtype = check_dtype(arr.dtype, where)
+    dtype = check_dtype(arr.dtype, f"argument '{where}'")
     if dtype != arr.dtype:
-        raise JitError(f"{where}: dtype {arr.dtype} is not supported by kiln.jit; cast the "
-                       "argument (to float32)")
+        raise JitError(f"argument '{where}': dtype {arr.dtype} is not supported by kiln.jit; "
+                       "cast it (to float32)")
     # (np.ascontiguousarray would make a 0-d array 1-d)
     return ("array", arr.shape, arr.dtype.str), (arr if arr.flags.c_contiguous else
                                                  np.ascontiguousarray(arr))
@@ -244,7 +244,7 @@ class JitFunction:
         self.stats.traces += 1
         self.stats.trace_seconds += entry.trace_seconds
         self.stats.compile_seconds += entry.compile_seconds
-        shown = ", ".join(f"{w}: {s[2] if s[0] == 'array' else s[1]}"
+        shown = ", ".join(f"{w}: {np.dtype(s[2]).name if s[0] == 'array' else s[1]}"
                           f"{list(s[1]) if s[0] == 'array' else ''}" for w, s in specs)
         self.stats.signatures.append(shown)
         log.info("kiln.jit %s: traced and compiled (%s) in %.3f s", self.__name__, shown,
