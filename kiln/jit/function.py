@@ -30,6 +30,7 @@ from ..schedule.printer import func_str
 from . import methods  # noqa: F401 - binds numpy's operators and methods on Tracer
 from .dtypes import check_dtype
 from .errors import JitError
+from .patterns import fuse_compositions
 from .runner import DirectRunner
 from .trace import Trace, Tracer
 
@@ -44,7 +45,8 @@ class JitRetraceWarning(UserWarning):
 
 @dataclass
 class _Compiled:
-    graph: Graph
+    traced: Graph        # as the function's operations built it
+    graph: Graph         # with compositions as single ops (patterns.py): what compiles
     model: CompiledModel
     runner: DirectRunner
     out_tree: Any
@@ -234,12 +236,14 @@ class JitFunction:
         if hit is not None:
             return hit, leaves
         start = time.perf_counter()
-        graph, tree = self._trace(bound, key[1], specs)
+        traced_graph, tree = self._trace(bound, key[1], specs)
+        graph = fuse_compositions(traced_graph)
         traced = time.perf_counter()
         model = compile_model(graph, self.target, self.db, jobs=self.jobs,
                               threads=self.threads, cache_model=False)
         done = time.perf_counter()
-        entry = _Compiled(graph, model, DirectRunner(model), tree, traced - start, done - traced)
+        entry = _Compiled(traced_graph, graph, model, DirectRunner(model), tree, traced - start,
+                          done - traced)
         self._cache[key] = entry
         self.stats.traces += 1
         self.stats.trace_seconds += entry.trace_seconds
@@ -265,18 +269,19 @@ class JitFunction:
         return _build_tree(entry.out_tree, entry.runner(leaves))
 
     def trace(self, *args, **kwargs) -> Graph:
-        """The graph traced for these arguments (without compiling it)."""
+        """The graph these arguments compile (traced, compositions such as softmax as single
+        ops), without compiling it."""
         key, _, bound, specs = self._signature(args, kwargs)
         if key in self._cache:
             return self._cache[key].graph
-        return self._trace(bound, key[1], specs)[0]
+        return fuse_compositions(self._trace(bound, key[1], specs)[0])
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """The traced graph, the optimised and fused graph and each kernel's loop IR for these
         arguments (compiled, so the kernels are those a call runs); print() it."""
         entry, _ = self._compiled(args, kwargs)
         optimized, groups = prepare_graph(entry.graph, target=self.target)
-        return Lowered(entry.graph, optimized, entry.model)
+        return Lowered(entry.traced, optimized, entry.model)
 
     def compile(self, *args, **kwargs) -> CompiledModel:
         """The CompiledModel for these arguments' signature: run/benchmark/export it like one
