@@ -136,7 +136,11 @@ class JitFunction:
         if not callable(fn):
             raise JitError(f"kiln.jit takes a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
+        if not hasattr(self, "__name__"):     # a functools.partial, a callable object
+            self.__name__ = getattr(getattr(fn, "func", fn), "__name__", type(fn).__name__)
         self.fn = fn
+        # (a callable without code, such as a functools.partial, is keyed by itself)
+        self._code = getattr(fn, "__code__", fn)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
@@ -185,7 +189,7 @@ class JitFunction:
                 parts.append((name, "static", type(val).__name__, val))
             else:
                 parts.append((name, _flatten(val, name, leaves, specs)))
-        key = (self.fn.__code__, tuple(parts), self.target, self.threads)
+        key = (self._code, tuple(parts), self.target, self.threads)
         return key, leaves, bound, specs
 
     def _trace(self, bound, parts, specs) -> tuple[Graph, Any]:
