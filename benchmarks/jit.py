@@ -105,13 +105,13 @@ def ne_black_scholes(ne, s, k, t, r, sigma):
 
 def _args(name: str, n: int, np):
     rng = np.random.default_rng(0)
-    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     if name == "selu":
         return (f32(n),)
     if name == "expression":
         return f32(n), f32(n)
     if name == "black_scholes":
-        u = lambda lo, hi: rng.uniform(lo, hi, n).astype(np.float32)  # noqa: E731
+        u = lambda lo, hi: rng.uniform(lo, hi, n).astype(np.float32)
         return u(10, 100), u(10, 100), u(0.1, 2), 0.02, 0.3
     if name == "softmax":
         return (f32(n // 256, 256),)
@@ -256,7 +256,7 @@ def main() -> None:
         warm = _run_child(["--first-call", "warm"], 1, env)
     table = []
     for r in rows:
-        ratio = lambda key: r["numpy_ms"] / r[key] if key in r else None  # noqa: E731
+        ratio = lambda key: r["numpy_ms"] / r[key] if key in r else None
         table.append([r["workload"], r["size"], r["threads"], r["kernels"], r["numpy_ms"],
                       r["kiln_ms"], ratio("kiln_ms"), r.get("numexpr_ms", "-"),
                       ratio("numexpr_ms") or "-", r.get("jax_ms", "-"), ratio("jax_ms") or "-"])

@@ -1,3 +1,4 @@
+# ruff: noqa: F401, I001 - the namespace re-exports the implementations, grouped by kind
 """kiln.numpy: the numpy namespace for functions traced by kiln.jit (`import kiln.numpy as knp`).
 
 Each function follows numpy's semantics (broadcasting, dtype promotion, negative axes,
@@ -30,7 +31,7 @@ dtype, ndarray = _np.dtype, _np.ndarray
 pi, e, inf, nan, newaxis, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, None, _np.euler_gamma
 
 # elementwise
-from .jit.elementwise import (absolute, add, arccos, arccosh, arcsin, arcsinh,  # noqa: E402
+from .jit.elementwise import (absolute, add, arccos, arccosh, arcsin, arcsinh,
                               arctan, arctanh, astype, bitwise_and, bitwise_not, bitwise_or,
                               bitwise_xor, ceil, clip, cos, cosh, divide, equal, exp, exp2,
                               expm1, fabs, floor, floor_divide, fmax, fmin, fmod, greater,
@@ -40,20 +41,20 @@ from .jit.elementwise import (absolute, add, arccos, arccosh, arcsin, arcsinh,  
                               multiply, negative, not_equal, positive, power, reciprocal,
                               remainder, rint, sign, sin, sinh, sqrt, square, subtract, tan,
                               tanh, true_divide, trunc, where)
-abs = absolute  # noqa: A001 - numpy's name
-round = _ew.round_  # noqa: A001
+abs = absolute
+round = _ew.round_
 around = round
-pow = power  # noqa: A001
+pow = power
 if hasattr(_ew, "erf"):
     erf, expit = _ew.erf, _ew.expit      # scipy.special's, for GELU and sigmoid
 # reductions
-from .jit.reductions import (all, amax, amin, any, argmax, argmin, cumsum,  # noqa: E402,A004
+from .jit.reductions import (all, amax, amin, any, argmax, argmin, cumsum,
                              max, mean, min, prod, std, sum, var)
 # shapes and indexing
-from .jit.shapes import (broadcast_to, concatenate, expand_dims, moveaxis,  # noqa: E402
+from .jit.shapes import (broadcast_to, concatenate, expand_dims, moveaxis,
                          ravel, reshape, squeeze, stack, swapaxes, take, transpose)
 # linear algebra
-from .jit.linalg import dot, einsum, inner, matmul, outer, vdot  # noqa: E402
+from .jit.linalg import dot, einsum, inner, matmul, outer, vdot
 
 
 def sigmoid(x):

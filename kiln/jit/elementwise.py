@@ -9,7 +9,7 @@ numpy's own (eager).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

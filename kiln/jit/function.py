@@ -16,8 +16,9 @@ import logging
 import re
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -280,7 +281,7 @@ class JitFunction:
             return self._cache[key].graph
         return fuse_compositions(self._trace(bound, key[1], specs)[0])
 
-    def lower(self, *args, **kwargs) -> "Lowered":
+    def lower(self, *args, **kwargs) -> Lowered:
         """The traced graph, the optimised and fused graph and each kernel's loop IR for these
         arguments (compiled, so the kernels are those a call runs); print() it."""
         entry, _ = self._compiled(args, kwargs)

@@ -70,7 +70,7 @@ Tracer.var = lambda a, axis=None, dtype=None, ddof=0, keepdims=False: reductions
 Tracer.std = lambda a, axis=None, dtype=None, ddof=0, keepdims=False: reductions.std(
     a, axis, dtype, ddof, keepdims)
 Tracer.cumsum = lambda a, axis=None, dtype=None: reductions.cumsum(a, axis, dtype)
-Tracer.clip = lambda a, min=None, max=None: ew.clip(a, min, max)  # noqa: A002
+Tracer.clip = lambda a, min=None, max=None: ew.clip(a, min, max)
 Tracer.round = lambda a, decimals=0: ew.round_(a, decimals)
 Tracer.dot = lambda a, b: linalg.dot(a, b)
 Tracer.item = lambda a, *args: a._concrete("a Python scalar (.item())")

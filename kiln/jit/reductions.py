@@ -52,7 +52,7 @@ def _reduce(name: str, graph_op: str, x, axis, keepdims: bool, dtype=None):
     return wrap(trace, trace.emit(graph_op, [v], {"axes": axes, "keepdims": int(keepdims)}))
 
 
-def sum(a, axis=None, dtype=None, keepdims=False):  # noqa: A001 - numpy's name
+def sum(a, axis=None, dtype=None, keepdims=False):
     return _reduce("sum", "reduce_sum", a, axis, keepdims, dtype)
 
 
@@ -76,11 +76,11 @@ def astype_bool(x):
     return wrap(x.trace, _to_bool(x.trace, x.value))
 
 
-def max(a, axis=None, keepdims=False):  # noqa: A001
+def max(a, axis=None, keepdims=False):
     return _extreme("max", "reduce_max", a, axis, keepdims)
 
 
-def min(a, axis=None, keepdims=False):  # noqa: A001
+def min(a, axis=None, keepdims=False):
     return _extreme("min", "reduce_min", a, axis, keepdims)
 
 
@@ -99,11 +99,11 @@ def _logical(name: str, graph_op: str, a, axis, keepdims):
                                keepdims))
 
 
-def any(a, axis=None, keepdims=False):  # noqa: A001
+def any(a, axis=None, keepdims=False):
     return _logical("any", "reduce_max", a, axis, keepdims)
 
 
-def all(a, axis=None, keepdims=False):  # noqa: A001
+def all(a, axis=None, keepdims=False):
     return _logical("all", "reduce_min", a, axis, keepdims)
 
 
@@ -151,7 +151,7 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
     if find_trace((a,)) is None:
         return np.std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return ew.sqrt(var(a, axis, dtype, ddof, keepdims))  # noqa: F821 - ew's _SIMPLE loop
+    return ew.sqrt(var(a, axis, dtype, ddof, keepdims))
 
 
 def cumsum(a, axis=None, dtype=None):

@@ -28,7 +28,7 @@ class Trace(ConvertContext):
         self.inputs: list[Value] = []
         self.node_name = self.op_type = name
 
-    def input(self, name: str, shape, dtype: str, weak: bool = False) -> "Tracer":
+    def input(self, name: str, shape, dtype: str, weak: bool = False) -> Tracer:
         value = Value(self._fresh(name), tuple(shape), dtype)
         self.inputs.append(value)
         return Tracer(self, value, weak)
@@ -54,7 +54,7 @@ class Trace(ConvertContext):
         # an explicit name keeps float64 constants float64 (the frontend narrows its own)
         return super().const(arr, name=name or self._fresh("const"))
 
-    def tracer(self, value: Value, weak: bool = False) -> "Tracer":
+    def tracer(self, value: Value, weak: bool = False) -> Tracer:
         return Tracer(self, value, weak)
 
     def graph(self, outputs: list[Value]) -> Graph:

@@ -9,11 +9,11 @@ import sys
 import textwrap
 import warnings
 
+import kiln.codegen.build
 import numpy as np
 import pytest
 
 import kiln
-import kiln.codegen.build  # noqa: F401 - the module, for monkeypatching
 import kiln.numpy as knp
 from kiln.jit import JitError, JitRetraceWarning
 

@@ -6,8 +6,13 @@ import pytest
 
 import kiln
 import kiln.numpy as knp
-from kiln.jit import (JitError, JitShapeError, TracerBoolError, TracerConversionError,
-                      UnsupportedNumpyError)
+from kiln.jit import (
+    JitError,
+    JitShapeError,
+    TracerBoolError,
+    TracerConversionError,
+    UnsupportedNumpyError,
+)
 
 HERE = "test_errors.py"
 X = np.ones((3, 4), np.float32)

@@ -136,3 +136,23 @@ def test_returning_inputs_and_constants(rng):
     assert out[0] is not x and out[2] is not out[0]
     np.testing.assert_array_equal(out[0], x)
     np.testing.assert_array_equal(out[3], np.arange(3))
+
+
+def test_softmax_and_layer_norm_compositions_compile_to_one_kernel(rng):
+    x, g, b = _f(rng, 6, 13), _f(rng, 13), _f(rng, 13)
+    sm, ln = _jit(W.softmax), _jit(W.layer_norm)
+    assert sm.compile(x).plan.steps[0].ops == ("softmax",)
+    assert [s.ops for s in ln.compile(x, g, b).plan.steps] == [("layer_norm",)]
+    assert "= softmax(%args_0, axis=1)" in str(sm.trace(x))
+
+
+def test_compositions_whose_intermediates_escape_stay_as_written(rng):
+    def softmax_and_exp(xp, x):
+        e = xp.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True), e
+    x = _f(rng, 4, 9)
+    f = _jit(softmax_and_exp)
+    assert all("softmax" not in s.ops for s in f.compile(x).plan.steps)
+    _check(softmax_and_exp, (x,), f=f)
+    # over a middle axis the softmax op applies too
+    _check(lambda xp, x: W.softmax(xp, x, axis=1), (_f(rng, 2, 5, 3),))
