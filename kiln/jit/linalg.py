@@ -95,6 +95,7 @@ def einsum(subscripts, *operands, optimize=False, dtype=None):
         dtype = np.result_type(dtype, extra.dtype if hasattr(extra, "trace") else
                                np.asarray(extra).dtype)
     values = [value(trace, x, np.dtype(dtype)) for x in operands]
+    _check_labels(subscripts, values)
     # ONNX Einsum labels are lower-case; numpy's may be either case: rename them
     labels = sorted({c for c in subscripts if c.isalpha()})
     if len(labels) > 26:
@@ -109,3 +110,25 @@ def einsum(subscripts, *operands, optimize=False, dtype=None):
         raise shape_error("numpy.einsum", f"{subscripts!r} on shapes {shapes_}: "
                                           f"{exc}") from None
     return wrap(trace, y)
+
+
+def _check_labels(subscripts: str, values) -> None:
+    """A label's dimensions must agree across operands (or be 1), as numpy requires."""
+    terms = subscripts.replace(" ", "").partition("->")[0].split(",")
+    if len(terms) != len(values):
+        raise shape_error("numpy.einsum", f"{subscripts!r} names {len(terms)} operands, "
+                                          f"{len(values)} were given")
+    sizes: dict[str, tuple[int, int]] = {}
+    for k, (term, v) in enumerate(zip(terms, values)):
+        if "..." in term:
+            continue            # the converter lines '...' up (and reports a bad rank)
+        if len(term) != len(v.shape):
+            raise shape_error("numpy.einsum", f"operand {k} has shape {list(v.shape)}, but "
+                                              f"its subscripts {term!r} name {len(term)} axes")
+        for label, d in zip(term, v.shape):
+            seen = sizes.setdefault(label, (d, k))
+            if d != seen[0] and 1 not in (d, seen[0]):
+                raise shape_error("numpy.einsum", f"{subscripts!r}: label {label!r} has size "
+                                                  f"{seen[0]} in operand {seen[1]} "
+                                                  f"{list(values[seen[1]].shape)} and {d} in "
+                                                  f"operand {k} {list(v.shape)}")

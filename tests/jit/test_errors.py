@@ -54,6 +54,9 @@ def test_a_shape_mismatch_names_both_shapes_and_the_operation():
     with pytest.raises(JitShapeError, match=r"numpy.reshape: cannot reshape array of shape "
                                             r"\[3, 4\] .* into shape \[5, 2\]"):
         kiln.jit(lambda x: x.reshape(5, 2))(X)
+    with pytest.raises(JitShapeError, match=r"numpy.einsum: 'ij,jk->ik': label 'j' has size 4 "
+                                            r"in operand 0 \[3, 4\] and 3 in operand 1"):
+        kiln.jit(lambda x: knp.einsum("ij,jk->ik", x, x))(X)
     with pytest.raises(JitShapeError, match=r"index 3 is out of bounds for axis 0 with size 3"):
         kiln.jit(lambda x: x[3])(X)
 
