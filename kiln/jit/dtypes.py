@@ -37,6 +37,8 @@ def promotion_type(x):
             return {"b": bool, "i": int, "u": int, "f": float}[x.dtype.kind] \
                 if x.dtype.kind != "b" else np.dtype(bool)
         return x.dtype
+    if isinstance(x, (list, tuple)) and any(isinstance(i, Tracer) for i in x):
+        return result_type(*x)          # a list holding traced values: stacked (strong)
     if isinstance(x, np.generic):       # numpy scalars are strong (np.float64 is a float)
         return x.dtype
     if isinstance(x, bool):

@@ -32,10 +32,23 @@ def value(trace: Trace, x, dtype: np.dtype) -> Value:
         check_same_trace(trace, x)
         v = x.value
         return v if v.dtype == dtype.name else trace.emit("cast", [v], {"to": dtype.name})
+    if isinstance(x, (list, tuple)) and find_trace(x) is not None:
+        return _stacked(trace, x, dtype)
     arr = np.asarray(x)
     if arr.dtype == object:
         raise JitError(f"cannot use a {type(x).__name__} as an array operand, at {user_line()}")
     return trace.const(arr.astype(dtype))
+
+
+def _stacked(trace: Trace, items, dtype: np.dtype) -> Value:
+    """A list holding traced values as numpy reads it: one array, the items stacked."""
+    parts = [value(trace, item, dtype) for item in items]
+    shapes = {p.shape for p in parts}
+    if len(shapes) != 1:
+        raise shape_error("numpy.asarray", "a list of arrays of shapes " + ", ".join(
+            str(list(p.shape)) for p in parts) + " is not one array")
+    rows = [trace.emit("reshape", [p], {"shape": (1,) + p.shape}) for p in parts]
+    return rows[0] if len(rows) == 1 else trace.emit("concat", rows, {"axis": 0})
 
 
 def is_weak(x) -> bool:
@@ -48,6 +61,8 @@ def wrap(trace: Trace, v: Value, weak: bool = False) -> Tracer:
 
 
 def shape_of(x) -> tuple[int, ...]:
+    if isinstance(x, (list, tuple)) and find_trace(x) is not None:
+        return (len(x),) + tuple(np.broadcast_shapes(*(shape_of(i) for i in x)))
     return x.shape if isinstance(x, Tracer) else np.shape(x)
 
 

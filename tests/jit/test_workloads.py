@@ -2,6 +2,8 @@
 awkward shapes (1, primes), float32 and float64, results' dtypes and shapes as numpy's."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,61 @@ def test_compositions_whose_intermediates_escape_stay_as_written(rng):
     _check(softmax_and_exp, (x,), f=f)
     # over a middle axis the softmax op applies too
     _check(lambda xp, x: W.softmax(xp, x, axis=1), (_f(rng, 2, 5, 3),))
+
+
+_R = np.random.default_rng(7)
+x = _R.standard_normal((4, 6)).astype("f")
+y = _R.standard_normal((6, 3)).astype("f")
+i64 = _R.integers(-5, 5, (4, 6))
+u8 = _R.integers(0, 255, (4, 6)).astype(np.uint8)
+IDIOMS = {
+ "T@": (lambda xp, x, y: x.T.T @ y, (x, y)),
+ "newaxis": (lambda xp, x, y: x[..., None] * x[:, None, :], (x, y)),
+ "sum01": (lambda xp, x, y: xp.sum(x, axis=(0, 1)), (x, y)),
+ "mean0": (lambda xp, x, y: x.mean(0) + len(x) + x.shape[1], (x, y)),
+ "zeros_like": (lambda xp, x, y: xp.zeros_like(x) + xp.ones_like(x, dtype=xp.int32), (x, y)),
+ "ones_const": (lambda xp, x, y: x + xp.ones(6) * xp.linspace(0, 1, 6), (x, y)),
+ "astype_bool": (lambda xp, x, y: (x.astype(bool), xp.where(x > 0, x, 0)), (x, y)),
+ "int64": (lambda xp, a, b: (a / 2, a // 3, a ** 2, -a, abs(a), a.sum(), xp.sqrt(xp.abs(a))), (i64, i64)),
+ "uint8": (lambda xp, a, b: (a + 1, a.astype(xp.float32) / 255, a.max(), a > 100), (u8, u8)),
+ "pow05": (lambda xp, x, y: xp.abs(x) ** 0.5, (x, y)),
+ "flat": (lambda xp, x, y: (x.reshape(-1), x.flatten(), x.ravel()[::-1], x[:, -1], x[::-1, 1:4:2]), (x, y)),
+ "masks": (lambda xp, x, y: (((x > 0) & (x < 1)), ~(x > 0), (x > 0).any(), (x > 0).all(axis=0)), (x, y)),
+ "intmatmul": (lambda xp, a, b: a @ a.T, (i64, i64)),
+ "f64mm": (lambda xp, a, b: a @ b, (x.astype(np.float64), y.astype(np.float64))),
+ "take_np": (lambda xp, x, y: x[np.array([3, 0, 0])] + x[[1, 2, 3]], (x, y)),
+ "minmax": (lambda xp, x, y: (xp.maximum(x, 0.0), xp.minimum(1, x), xp.clip(x, 0, None), x.clip(-0.5, 0.5)), (x, y)),
+ "cast_chain": (lambda xp, x, y: (x * 100).astype(xp.int16).astype(xp.float64) / 3, (x, y)),
+ "exp2log2": (lambda xp, x, y: (xp.exp2(x), xp.log2(xp.abs(x) + 1), xp.log10(xp.abs(x) + 1), xp.expm1(x), xp.square(x)), (x, y)),
+ "round": (lambda xp, x, y: (xp.round(x * 10), xp.floor(x), xp.ceil(x), xp.trunc(x), xp.round(x, 2)), (x, y)),
+ "mod": (lambda xp, x, y: (x % 0.7, xp.fmod(x, 0.7), x // 0.3), (x, y)),
+ "scalar_ret": (lambda xp, x, y: x.sum() * 2, (x, y)),
+ "0d_arg": (lambda xp, x, s: x * s, (x, np.float32(3))),
+ "py_int_arg": (lambda xp, x, s: x * s, (x, 3)),
+ "list_arg": (lambda xp, x, s: x[0] * s, (x, [1., 2., 3., 4., 5., 6.])),
+ "tuple_arg": (lambda xp, x, t: t[0] * x + t[1], (x, (x, y.sum()))),
+ "concat_none": (lambda xp, x, y: xp.concatenate([x, y.T], axis=None), (x, y)),
+ "logaddexp": (lambda xp, x, y: (xp.logaddexp(x, 0.5), xp.hypot(x, x)), (x, y)),
+ "var_int": (lambda xp, a, b: (a.var(), a.std(axis=1), a.mean(axis=-1, keepdims=True)), (i64, i64)),
+ "argmax_kd": (lambda xp, x, y: (x.argmax(axis=0, keepdims=True), x.argmin()), (x, y)),
+ "prod": (lambda xp, x, y: (x.prod(axis=1), xp.prod(x)), (x, y)),
+ "bool_sum": (lambda xp, x, y: ((x > 0).sum(axis=1), (x > 0).mean()), (x, y)),
+ "outer_inner": (lambda xp, x, y: (xp.outer(x[0], y[0]), xp.dot(x[0], x[1]), xp.inner(x[0], x[1])), (x, y)),
+ "einsum_trace": (lambda xp, x, y: (xp.einsum("ij->", x), xp.einsum("ij,ij->i", x, x), xp.einsum("ij->ji", x)), (x, y)),
+}
+del x, y, i64, u8
+
+
+@pytest.mark.parametrize("name", list(IDIOMS))
+def test_numpy_idioms(name):
+    """Everyday numpy code: views and T, newaxis, constants from knp.ones/linspace, int64 and
+    uint8 math, casts, masks, integer-array indexing, Python-number and list arguments."""
+    fn, args = IDIOMS[name]
+    got = kiln.jit(functools.partial(fn, knp))(*args)
+    want = fn(np, *args)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-4,
+                                   atol=1e-4)
