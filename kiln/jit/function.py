@@ -29,7 +29,7 @@ from ..graph.executor import CompiledModel
 from ..graph.ir import Graph, Value
 from ..schedule.printer import func_str
 from . import methods  # noqa: F401 - binds numpy's operators and methods on Tracer
-from .dtypes import check_dtype
+from .dtypes import SUPPORTED, check_dtype
 from .errors import JitError
 from .patterns import fuse_compositions
 from .runner import DirectRunner
@@ -67,8 +67,14 @@ class JitStats:
 
 # -- argument trees ----------------------------------------------------------------------------
 
+_SUPPORTED = frozenset(np.dtype(name) for name in SUPPORTED)
+
+
 def _leaf_spec(value, where: str):
     """(key part, array or None) of one non-static argument leaf."""
+    if type(value) is np.ndarray and value.dtype in _SUPPORTED:     # the common case, fast
+        return ("array", value.shape, value.dtype.str), (
+            value if value.flags.c_contiguous else np.ascontiguousarray(value))
     if isinstance(value, np.generic):      # numpy scalars are strongly typed 0-d arrays
         value = np.asarray(value)
     if isinstance(value, bool):
@@ -156,6 +162,9 @@ class JitFunction:
             raise JitError(f"kiln.jit({fn.__name__}): static_argnames {unknown} are not "
                            f"parameters of the function; its parameters are {params}")
         self.static_argnames = frozenset(names)
+        plain = [p.name for p in self.signature.parameters.values()
+                 if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
+        self._plain = tuple(plain) if len(plain) == len(params) else None
         self.target = canonical_target(target)
         if threads is not None and threads < 1:
             raise JitError(f"kiln.jit(threads={threads}): give a thread count >= 1")
@@ -169,11 +178,15 @@ class JitFunction:
     # ------------------------------------------------------------------ signatures
     def _signature(self, args, kwargs):
         """(cache key, dynamic leaf arrays, bound arguments, per-argument key parts)."""
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self.__name__}(): {exc}") from None
-        bound.apply_defaults()
+        if not kwargs and self._plain is not None and len(args) == len(self._plain):
+            # every parameter positional, without a default: no need for inspect's bind
+            bound = inspect.BoundArguments(self.signature, dict(zip(self._plain, args)))
+        else:
+            try:
+                bound = self.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.__name__}(): {exc}") from None
+            bound.apply_defaults()
         parts, leaves, specs = [], [], []
         for name, val in bound.arguments.items():
             if name in self.static_argnames:
