@@ -298,7 +298,7 @@ class JitFunction:
         """The traced graph, the optimised and fused graph and each kernel's loop IR for these
         arguments (compiled, so the kernels are those a call runs); print() it."""
         entry, _ = self._compiled(args, kwargs)
-        optimized, groups = prepare_graph(entry.graph, target=self.target)
+        optimized, _ = prepare_graph(entry.graph, target=self.target)
         return Lowered(entry.traced, optimized, entry.model)
 
     def compile(self, *args, **kwargs) -> CompiledModel:

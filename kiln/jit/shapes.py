@@ -249,9 +249,9 @@ def getitem(x: Tracer, key):
         return reshape(wrap(trace, v), tuple(out_shape))
     # the array index: gather along its axis of the sliced value (ints and None are
     # dropped/added around it by the final reshape)
-    ax = sum(1 for k in key[:key.index(next(k for k in key if _is_index_array(k)))]
-             if k is not None)
-    idx = key[[i for i, k in enumerate(key) if _is_index_array(k)][0]]
+    at = arrays[0]
+    ax = sum(1 for k in key[:at] if k is not None)
+    idx = key[at]
     if not isinstance(idx, Tracer):
         idx = np.asarray(idx)
         if idx.dtype.kind not in "iu":
