@@ -134,7 +134,8 @@ def _name(where: str) -> str:
 
 
 class JitFunction:
-    """A function compiled by Kiln per signature; call it like the function."""
+    """A function compiled by Kiln per signature; call it like the function. Like a
+    CompiledModel, one call at a time (a signature's intermediates share one arena)."""
 
     def __init__(self, fn: Callable, static_argnames: Sequence[str] | str = (),
                  static_argnums: Sequence[int] | int = (), target: str = "native",
