@@ -354,13 +354,14 @@ def _matmul(node, args):
     batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
     k = reduce_axis(sa[-1], "k")
 
-    def read(t: Tensor, tshape, idx_batch, row, col):
+    def read(t: Tensor, tshape, idx_batch, row, col, lhs: bool):
         own = tshape[:-2]
         lead = len(idx_batch) - len(own)
         bidx = [0 if d == 1 else idx_batch[lead + p] for p, d in enumerate(own)]
         full = bidx + [row, col]
         if len(t.shape) == 1:                      # drop the axis numpy prepended/appended
-            full = [full[-1]] if t is a else [full[-2]]
+            # (by side, not `t is a`: in v @ v both operands are one tensor)
+            full = [full[-1]] if lhs else [full[-2]]
         return t(*full)
 
     def body(*idx):
@@ -370,7 +371,7 @@ def _matmul(node, args):
         if len(b.shape) == 1:
             idx = idx + [0]
         bi, i, j = idx[:len(batch)], idx[-2], idx[-1]
-        return te_sum(read(a, sa, bi, i, k) * read(b, sb, bi, k, j), axis=k)
+        return te_sum(read(a, sa, bi, i, k, True) * read(b, sb, bi, k, j, False), axis=k)
 
     tag = tags.MATMUL if len(out) <= 2 else tags.BATCH_MATMUL
     return [compute(out, body, name="matmul", tag=tag)]

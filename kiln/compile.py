@@ -14,6 +14,7 @@ from .graph.compile import tune_model
 from .graph.dynamic import DynamicModel, compile_specialized
 from .graph.staged import StagedModel
 from .graph.executor import CompiledModel, load_compiled
+from .jit.function import JitFunction
 from .te.errors import KilnError
 
 
@@ -52,10 +53,12 @@ DEFAULT_TRIALS = 200
 def tune(model_or_task, target: str = "native", trials: int | None = None, db="default",
          callback: Callable[[Progress], None] | None = None,
          time_budget: float | None = None, **options):
-    """Tune a model (ONNX path or ModelProto: its tasks share the budget) or one autotune
-    Task; every measurement is recorded in `db`: "default" (the user's tuning log, layered
-    over the shipped records; see kiln.autotune.default_db), a path or Database, or None (a
-    throwaway log, deleted when tuning ends: only the returned result remains).
+    """Tune a model (ONNX path or ModelProto: its tasks share the budget), a kiln.jit
+    function (`kiln.tune(f, example_args, ...)`: the tasks of the signature of those
+    arguments, for the function's own target) or one autotune Task; every measurement is
+    recorded in `db`: "default" (the user's tuning log, layered over the shipped records;
+    see kiln.autotune.default_db), a path or Database, or None (a throwaway log, deleted
+    when tuning ends: only the returned result remains).
 
     The budget: `trials` (records in the database count towards it, so a rerun resumes)
     and/or `time_budget` seconds of tuning, whichever runs out first; a model's task
@@ -75,6 +78,14 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
                             time_budget=time_budget, **options)
             finally:
                 database.close()
+    if isinstance(model_or_task, JitFunction):
+        # kiln.tune(f, example_args, ...): the arguments pick the signature whose tasks are
+        # tuned (the target is the jitted function's); its next call compiles with the records
+        example = tuple(target) if isinstance(target, (tuple, list)) else (target,)
+        reports = tune_model(model_or_task.trace(*example), model_or_task.target, trials, db,
+                             callback=callback, time_budget=time_budget, **options)
+        model_or_task.clear_cache()
+        return reports
     if isinstance(model_or_task, Task):
         return tune_task(model_or_task, target, trials if trials is not None else 2 ** 62,
                          open_database(db), callback=callback, time_budget=time_budget,
@@ -82,8 +93,9 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
     if isinstance(model_or_task, (str, os.PathLike)) or hasattr(model_or_task, "graph"):
         return tune_model(model_or_task, target, trials, db, callback=callback,
                           time_budget=time_budget, **options)
-    raise KilnError(f"kiln.tune takes an ONNX model (path or ModelProto) or an autotune Task, "
-                    f"got {type(model_or_task).__name__}")
+    raise KilnError(f"kiln.tune takes an ONNX model (path or ModelProto), a kiln.jit function "
+                    f"(with example arguments) or an autotune Task, got "
+                    f"{type(model_or_task).__name__}")
 
 
 __all__ = ["compile", "tune", "load_compiled", "CompiledModel", "DynamicModel", "StagedModel",
