@@ -5,6 +5,8 @@ with --cache, cold and warm compiles through the persistent kernel cache.
                                       [--profile]
     python benchmarks/compile_time.py --cache [--models resnet50_like] [--warm-runs 5]
                                       [--cold-runs 1] [--jobs 2]
+    python benchmarks/compile_time.py --ort [--models all|resnet18_like,hf_bert]
+                                      [--cold-runs 1] [--warm-runs 3] [--ort-runs 3]
 
 Every compile runs in a fresh interpreter, timed after `import kiln`. Without --cache the
 kernel cache is off (KILN_CACHE_DIR=off) and the serial and parallel models must give
@@ -15,7 +17,10 @@ an empty KILN_CACHE_DIR (cold), then again with the filled one (warm: the model 
 once with only the kernel entries left (kernels: frontend, passes, scheduling and lowering
 run, LLVM does not); every warm model must give the cold model's outputs bit for bit. Kernel
 figures are per distinct kernel of the cold compile: wall and CPU seconds of its schedule,
-lowering and codegen in its worker. Prints a table and, as the last line, one JSON object.
+lowering and codegen in its worker. --ort (compile_time_ort.py) sets each compile beside
+onnxruntime's session creation on the same file, in the same run: the bundled models and the
+exported fixtures of tests/fixtures, cold and warm, as ratios (issue 33's targets).
+Prints a table and, as the last line, one JSON object.
 """
 from __future__ import annotations
 
@@ -222,6 +227,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true", help="phase breakdown (serial)")
     parser.add_argument("--cache", action="store_true",
                         help="cold and warm compiles through the kernel cache")
+    parser.add_argument("--ort", action="store_true",
+                        help="cold and warm compiles as ratios to onnxruntime's session")
+    parser.add_argument("--ort-runs", type=int, default=3)
     parser.add_argument("--cold-runs", type=int, default=1)
     parser.add_argument("--warm-runs", type=int, default=5)
     parser.add_argument("--one", help=argparse.SUPPRESS)   # internal: "model:jobs"
@@ -236,6 +244,10 @@ def main(argv=None) -> int:
         name, jobs = args.one.split(":")
         print(json.dumps(_one(name, int(jobs), args.small, args.out, args.profile)))
         return 0
+    if args.ort:
+        from compile_time_ort import ort_bench
+        names = None if args.models == parser.get_default("models") else args.models
+        return ort_bench(names, args.jobs, args.cold_runs, args.warm_runs, args.ort_runs)
     if args.cache and args.models == parser.get_default("models"):
         args.models = "resnet50_like"
     names = [m for m in args.models.split(",") if m]

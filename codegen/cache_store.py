@@ -10,6 +10,7 @@ import os
 import platform
 import struct
 import tempfile
+import time
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -45,19 +46,56 @@ def cache_dir(environ=None) -> Path | None:
     return base / "kiln"
 
 
-@lru_cache(maxsize=1)
-def source_fingerprint() -> str:
-    """sha256 over the path and bytes of every .py file of Kiln's packages."""
-    h = hashlib.sha256()
+# a source file written this recently may change again within its clock tick (same times):
+# the fingerprint is then hashed from the bytes, never taken from a stat alias
+RACY_SECONDS = 3.0
+
+
+def _source_files() -> list[tuple[str, Path]]:
+    files = []
     for name in _PACKAGES:
         spec = importlib.util.find_spec(name)
         for root in sorted(spec.submodule_search_locations or ()):
             root = Path(root)
-            for path in sorted(root.rglob("*.py")):
-                rel = path.relative_to(root).as_posix()
-                h.update(f"{name}/{rel}\0".encode())
-                h.update(path.read_bytes())
-    return h.hexdigest()
+            files += [(f"{name}/{path.relative_to(root).as_posix()}", path)
+                      for path in sorted(root.rglob("*.py"))]
+    return files
+
+
+def _source_stats(files) -> list:
+    out = []
+    for label, path in files:
+        st = path.stat()
+        out.append([label, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    return out
+
+
+@lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """sha256 over the path and bytes of every .py file of Kiln's packages. Reading and
+    hashing them costs ~30 ms in every process that touches the cache; a small alias entry
+    keyed on every file's stat (path, inode, size, times) keeps the digest, so a later
+    process only stats them (any write to a file changes its times)."""
+    files = _source_files()
+    stats = _source_stats(files)
+    root = cache_dir()
+    store = Store(root, "aliases", "src") if root is not None else None
+    alias = hashlib.sha256(json.dumps(stats).encode()).hexdigest()
+    if store is not None and (found := store.read(alias)) is not None:
+        mm, start = found
+        digest = mm[start:].decode()
+        mm.close()
+        return digest
+    h = hashlib.sha256()
+    for label, path in files:
+        h.update(f"{label}\0".encode())
+        h.update(path.read_bytes())
+    digest = h.hexdigest()
+    newest = max((max(s[4], s[5]) for s in stats), default=0) / 1e9
+    if (store is not None and time.time() - newest > RACY_SECONDS
+            and _source_stats(files) == stats):
+        store.write(alias, [digest.encode()])
+    return digest
 
 
 @lru_cache(maxsize=1)

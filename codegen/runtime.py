@@ -486,14 +486,16 @@ def _compile_runtime(text: str, target) -> bytes:
     return tm.emit_object(mod)
 
 
-def _load_runtime(text: str, target) -> llvm.ExecutionEngine:
+def _load_runtime(target, futex: int) -> llvm.ExecutionEngine:
     """An engine holding the pool's code: from the persistent cache when it has this module
-    (compiling it costs ~0.1-0.2 s in every process that runs a parallel kernel)."""
+    (compiling it costs ~0.1-0.2 s in every process that runs a parallel kernel). The key
+    is what the module is made of (its triple and futex number; Kiln's sources and LLVM's
+    version are in every key), so a hit neither builds nor prints it (~25 ms)."""
     store = open_store("runtime", "obj")
-    key = make_key("runtime", target=str(target), ir=text)
+    key = make_key("runtime", target=str(target), triple=target.triple, futex=futex)
     found = store.read(key) if store is not None else None
     if found is None:
-        code = _compile_runtime(text, target)
+        code = _compile_runtime(str(build_runtime_module(target.triple, futex)), target)
         if store is not None:
             store.write(key, [code])
     else:
@@ -519,8 +521,7 @@ def pool_address() -> int:
                 raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "
                                    "aarch64; set KILN_PARALLEL_RUNTIME=gomp")
             target = Target.from_string("native")
-            text = str(build_runtime_module(target.triple, futex))
-            _engine = _load_runtime(text, target)
+            _engine = _load_runtime(target, futex)
             _address = _engine.get_function_address(ENTRY)
             log.debug("Kiln thread pool compiled at %#x", _address)
         return _address

@@ -247,10 +247,12 @@ def compile_model(model, target: str = "native", db=None,
     # zero-shot picks follow from the database (in the key) and the ranking's settings
     options = (input_shapes, target, database, threads, layout, winograd,
                zero_shot_settings() if zero_shot and database is not None else None)
-    # (the model cache's key does not cover pinned input values: such compiles skip it)
-    cache_key = (model_cache.model_key(model, *options)
-                 if cache_model and not constants else None)
-    if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)):
+    options_key = model_cache.model_key(model, *options) if cache_model else None
+    # given input values (a DynamicModel gives every feed), the key adds the pinned ones'
+    cache_key = (model_cache.pinned_key(options_key, constants)
+                 if constants and options_key is not None else options_key)
+    if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)) and (
+            not constants or model_cache.pins_match(hit, constants)):
         return hit
     graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
                                    target, proto)
@@ -275,8 +277,12 @@ def compile_model(model, target: str = "native", db=None,
                           **({"io_formats": graph.io_formats} if graph.io_formats else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
-    if cache_key is not None and model_cache.still_valid(cache_key, model, *options):
-        model_cache.store(cache_key, compiled)
+    if options_key is not None and model_cache.still_valid(options_key, model, *options):
+        if constants:
+            model_cache.remember_pins(options_key, compiled)
+            cache_key = model_cache.pinned_key(options_key, constants)
+        if cache_key is not None:
+            model_cache.store(cache_key, compiled)
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)
     return compiled

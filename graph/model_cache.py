@@ -134,6 +134,50 @@ def still_valid(key: str, model, input_shapes, target, db, threads, layout, wino
                      zero_shot) == key
 
 
+# ---------------------------------------------------------------- compiles with pinned values
+def _value_digest(arr) -> str:
+    arr = np.ascontiguousarray(arr)
+    return hashlib.sha256(f"{arr.dtype}{arr.shape}".encode() + arr.tobytes()).hexdigest()
+
+
+def pinned_key(key: str, constants: Mapping[str, np.ndarray]) -> str | None:
+    """The key of a compile given `constants` (values of graph inputs: a DynamicModel passes
+    every feed) under the options' `key`: `key` plus the values of the inputs that compile
+    pinned (the ones that decided a shape), as a first compile recorded them (remember_pins).
+    None before any compile of `key` recorded them. A value not pinned does not split the
+    cache: a transformer's token ids vary, its compiled model does not."""
+    pins = open_store("pins", "kpins")
+    found = pins.read(key) if pins is not None else None
+    if found is None:
+        return None
+    mm, start = found
+    try:
+        names = json.loads(mm[start:])
+    except ValueError:
+        return None
+    finally:
+        mm.close()
+    if not isinstance(names, list) or any(n not in constants for n in names):
+        return None
+    return make_key("pinned", options=key,
+                    values={n: _value_digest(constants[n]) for n in sorted(names)})
+
+
+def pins_match(compiled: CompiledModel, constants: Mapping[str, np.ndarray]) -> bool:
+    """Whether every value `compiled` was pinned to is the one given in `constants`."""
+    from .executor import pinned_arrays
+    pinned = pinned_arrays(compiled.plan.meta.get("pinned", {}))
+    return all(n in constants and np.array_equal(np.asarray(constants[n]), v)
+               for n, v in pinned.items())
+
+
+def remember_pins(key: str, compiled: CompiledModel) -> None:
+    """Record which inputs the compile under the options' `key` pinned (see pinned_key)."""
+    pins = open_store("pins", "kpins")
+    if pins is not None:
+        pins.write(key, [json.dumps(sorted(compiled.plan.meta.get("pinned", {}))).encode()])
+
+
 def store(key: str, compiled: CompiledModel) -> bool:
     """Write `compiled` under `key`; False when a kernel of it is not in the kernel cache."""
     entries = {name: k.cache_key for name, k in compiled.kernels.items()}

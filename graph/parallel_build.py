@@ -4,36 +4,28 @@ LLVM dominates model compile time (the O3 pipeline and machine-code emission are
 ResNet-18 compile), and llvmlite serialises every LLVM call behind one process-wide lock, so
 threads cannot overlap it. Each worker (forked, so nothing is re-imported) schedules, lowers,
 emits and optimises one kernel and returns a position-independent object file plus the
-optimized IR; the parent links the objects with the C compiler driver (as
-codegen.export_library does) and loads the library with codegen.load_library.
+optimized IR; the parent loads the objects into one MCJIT engine (as the kernel cache
+loads a cached model's).
 """
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
 import shutil
-import subprocess
-import tempfile
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 from ..autotune.dispatch import Selection
-from ..codegen import load_library
 from ..codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
 from ..codegen.emit_module import emit_module, fastmath_flags, symbol_name
-from ..codegen.export import FORMAT as LIBRARY_FORMAT
-from ..codegen.export import VERSION as LIBRARY_VERSION
-from ..codegen.export import LibraryError
 from ..codegen import cache
 from ..codegen.jit import compile_object as jit_compile_object
 from ..codegen.kernel import Kernel, ParamSpec
-from ..codegen.runtime import backend, link_flags, pool_address
+from ..codegen.runtime import backend, pool_address
 from ..codegen.pyentry import add_python_entry
 from ..codegen.target import Target
 from ..schedule.ir import PrimFunc
@@ -66,9 +58,9 @@ def linker() -> str | None:
 
 
 def can_fork_workers() -> bool:
-    """Worker processes can help: a linker exists and this is no daemonic multiprocessing
-    worker (those may not have children)."""
-    return linker() is not None and not multiprocessing.current_process().daemon
+    """Worker processes can help: this is no daemonic multiprocessing worker (those may not
+    have children)."""
+    return not multiprocessing.current_process().daemon
 
 
 def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
@@ -127,38 +119,18 @@ def _pool_context():
 
 
 def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> dict[str, Kernel]:
-    """Link the objects into one shared library and load it: {kernel name: Kernel}. The
-    library file is deleted once loaded (the mapping stays valid until the process exits)."""
-    cc = linker()
-    if cc is None:
-        raise LibraryError("cannot link compiled kernels: no C compiler driver (cc, gcc or "
-                           "clang) on PATH; install one or compile with jobs=1")
-    tmp = Path(tempfile.mkdtemp(prefix="kiln-compile-"))
-    try:
-        paths = []
-        for k, (_, obj) in enumerate(objects):
-            paths.append(tmp / f"k{k}.o")
-            paths[-1].write_bytes(obj.object_code)
-        lib = tmp / "kernels.so"
-        cmd = [cc, "-shared", "-o", str(lib), *map(str, paths), *link_flags()]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise LibraryError(f"linking the model's kernels failed ({' '.join(cmd)}):\n"
-                               f"{proc.stderr[-2000:]}")
-        meta = {"format": LIBRARY_FORMAT, "version": LIBRARY_VERSION,
-                "target": str(Target.from_string(target)),
-                "kernels": [{"name": name, "symbol": obj.symbol,
-                             "params": [p.to_json() for p in obj.params]}
-                            for name, obj in objects]}
-        Path(str(lib) + ".json").write_text(json.dumps(meta))
-        kernels = load_library(lib)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for name, obj in objects:
-        kernel = kernels[name]
+    """Load the objects into one MCJIT engine (as the kernel cache loads a model's):
+    {kernel name: Kernel}. Relocation only, in this process: linking them with the C
+    compiler driver into a shared library and loading that took 35 ms for a 21-kernel model,
+    this 7 ms (benchmarks/RESULTS.md, compile time against onnxruntime)."""
+    loaded = cache.load_objects(
+        [cache.CachedObject(name, obj.symbol, obj.params, obj.object_code, b"", obj.seconds)
+         for name, obj in objects], Target.from_string(target))
+    kernels = {}
+    for (name, obj), kernel in zip(objects, loaded):
         kernel.func, kernel.compile_seconds = obj.func, obj.seconds
-        # NOTE: Kernel takes the optimized IR only in its constructor; export and .asm() need it
         kernel._optimized_ir, kernel.cache_key = obj.optimized_ir, obj.cache_key
+        kernels[name] = kernel
     return kernels
 
 
