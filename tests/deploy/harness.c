@@ -47,6 +47,17 @@ static void copy_maps(const char* path) {
     fclose(out);
 }
 
+/* the Threads: line of /proc/self/status */
+static int thread_count(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[512];
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0) n = atoi(line + 8);
+    if (f) fclose(f);
+    return n;
+}
+
 static double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -106,8 +117,15 @@ int main(int argc, char** argv) {
         }
         snprintf(path, sizeof path, "%s/maps.txt", dir);
         copy_maps(path);
+        printf("threads %d\n", thread_count());
         rc = API(_shutdown)();
         if (rc) { report("shutdown", rc); return 1; }
+        /* the workers have left the pool; give them a moment to leave the process */
+        for (int i = 0; i < 200 && thread_count() > 1; ++i) {
+            struct timespec pause = {0, 5000000};
+            nanosleep(&pause, NULL);
+        }
+        printf("threads_after_shutdown %d\n", thread_count());
         printf("ok\n");
         return 0;
     }
