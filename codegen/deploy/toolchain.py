@@ -40,6 +40,14 @@ def archiver() -> list[str]:
                        "install ziglang")
 
 
+def zig_cc() -> list[str]:
+    """`zig cc` from the ziglang package (it links wasm32 with its wasi-libc)."""
+    zig = _zig("cc")
+    if zig is None:
+        raise CodegenError("the wasm32 export links with `zig cc`: pip install ziglang")
+    return zig
+
+
 def wasm_linker() -> list[str]:
     zig = _zig("wasm-ld")
     if zig:
