@@ -18,7 +18,8 @@ from .te.errors import KilnError
 def export_wasm(model, path: str | os.PathLike, *, prefix: str | None = None,
                 simd: bool = True, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 constants: Mapping[str, np.ndarray] | None = None, db="default",
-                layout: str = "nchwc", winograd: bool = True) -> WasmModule:
+                layout: str = "nchwc", winograd: bool = True, sizes: bool = False
+                ) -> WasmModule:
     """Write `path` (model.wasm) and model.js. model: an ONNX path/ModelProto (compiled here
     with input_shapes/constants, as kiln.export_c does) or a CompiledModel whose kernels
     carry their loop IR (compiled in this process without the model cache)."""
@@ -36,5 +37,5 @@ def export_wasm(model, path: str | os.PathLike, *, prefix: str | None = None,
                             "input_shapes= / --input-shape)") from exc
     plan, kernels = deploy_plan(compiled)
     plan.threads = 1
-    return export_wasm_module(plan, kernels, path, simd=simd,
+    return export_wasm_module(plan, kernels, path, simd=simd, sizes=sizes,
                               prefix=prefix or prefix_from_path(Path(path)))

@@ -27,7 +27,7 @@ from ..kernel import Kernel
 from ..target import Target, _init_llvm
 from . import toolchain
 from .glue import glue_module
-from .link import combine, emit_object
+from .link import code_bytes, combine, emit_object
 from .native import api_symbols
 from .plan import DTYPE_CODE, DeployPlan, check_prefix
 from .weights import weights_ir
@@ -78,9 +78,11 @@ def model_meta(plan: DeployPlan, prefix: str) -> dict:
             "weights_bytes": len(plan.weights)}
 
 
-def wasm_objects(plan: DeployPlan, kernels: dict[str, Kernel], prefix: str, target: Target
-                 ) -> tuple[bytes, dict]:
-    """(one object with everything, {runtime, kernels, weights} bytes of code and data)."""
+def wasm_objects(plan: DeployPlan, kernels: dict[str, Kernel], prefix: str, target: Target,
+                 sizes: bool = False) -> tuple[bytes, dict]:
+    """(one object with everything, and with `sizes` the bytes of the runtime part, of the
+    kernels and of the weights, each emitted on its own: that costs a second code generation
+    of the kernels, so only the size benchmark asks)."""
     texts = {sym: wasm_kernel_ir(kernels[sym], target)
              for sym in sorted({c.symbol for c in plan.calls})}
     weights_symbol = f"{prefix}__weights" if plan.weights else None
@@ -91,21 +93,25 @@ def wasm_objects(plan: DeployPlan, kernels: dict[str, Kernel], prefix: str, targ
         parts.append(("the weights", weights_ir(plan.weights, weights_symbol, target.triple)))
     public = api_symbols(prefix, False)
     obj = emit_object(combine(parts, target, public), target)
-    sizes = {"runtime": len(emit_object(combine([("glue", glue)], target, public), target)),
-             "kernels": len(emit_object(combine(list(texts.items()), target, set(texts)),
-                                        target)),
-             "weights": len(plan.weights)}
-    return obj, sizes
+    if not sizes:
+        return obj, {"weights": len(plan.weights)}
+    return obj, {"runtime": code_bytes(emit_object(combine([("glue", glue)], target, public),
+                                                   target)),
+                 "kernels": code_bytes(emit_object(combine(list(texts.items()), target,
+                                                           set(texts)), target)),
+                 "weights": len(plan.weights)}
 
 
 def export_wasm_module(plan: DeployPlan, kernels: dict[str, Kernel], path, *,
-                       prefix: str = "model", simd: bool = True) -> WasmModule:
-    """Write `path` (.wasm) and the loader beside it (same stem, .js)."""
+                       prefix: str = "model", simd: bool = True,
+                       sizes: bool = False) -> WasmModule:
+    """Write `path` (.wasm) and the loader beside it (same stem, .js). sizes: also measure
+    the parts (wasm_objects)."""
     path = Path(path)
     prefix = check_prefix(prefix)
     plan.validate()
     target = wasm_target(simd)
-    obj, sizes = wasm_objects(plan, kernels, prefix, target)
+    obj, sizes = wasm_objects(plan, kernels, prefix, target, sizes)
     exports = sorted(api_symbols(prefix, False)) + ["malloc", "free"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kiln-wasm-") as tmp:
