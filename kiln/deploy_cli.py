@@ -28,7 +28,7 @@ def compile_deployable(args, db, console) -> int:
         out = export_wasm(args.model, args.output, input_shapes=shapes, db=db,
                           layout=args.layout, winograd=args.winograd, simd="simd128" in
                           args.target or "+simd" in args.target or args.target == "wasm32")
-        console.print(f"wrote {out.wasm} and {out.loader}")
+        console.print(f"wrote {out.wasm}, {out.loader} and {out.page}")
         return 0
     from .deploy import export_c
     lib = export_c(args.model, args.output, prefix=args.prefix, weights=args.weights,

@@ -89,3 +89,8 @@ export class KilnModel {
     return new TextDecoder().decode(memory.subarray(p, end));
   }
 }
+
+// A typed array of `dtype` over `buffer` (an ArrayBuffer), as the loader returns outputs.
+export function typedArray(dtype, buffer) {
+  return new TYPED[dtype](buffer);
+}
