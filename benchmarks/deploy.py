@@ -7,7 +7,8 @@ Per model (benchmarks' shapes, default schedules or the committed log's records)
 CompiledModel.run (Python) and of <prefix>_run called from the C harness
 (tests/deploy/harness.c, median of --repeat runs, no Python in the process) at 1 and 2
 threads; latency of model.wasm under wasmtime (1 thread, simd128) against native Kiln at 1
-thread; and the bytes of the runtime part (ABI glue + thread pool), of the kernels and of the
+thread; Kiln's wasm and onnxruntime-web (wasm, 1 thread, SIMD) on the same model in headless
+Chromium (tests/deploy/browser.py); and the bytes of the runtime part (ABI glue + thread pool), of the kernels and of the
 weights, for the .so and the .wasm. Prints a table and, last, one JSON object.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from kiln.deploy import deploy_plan, export_c  # noqa: E402
 from kiln.deploy_wasm import export_wasm  # noqa: E402
 from kiln.graph.compile import compile_model  # noqa: E402
 from kiln.graph.task_catalog import BENCHMARK_MODELS  # noqa: E402
+from tests.deploy import browser  # noqa: E402
 from tests.deploy.test_c_abi import build_harness  # noqa: E402
 
 
@@ -44,7 +46,7 @@ def c_latency(exe: Path, workdir: Path, threads: int, repeat: int) -> float:
     return float(out.split()[1]) / 1e6
 
 
-def bench_model(name: str, repeat: int, wasm: bool, tmp: Path) -> dict:
+def bench_model(name: str, repeat: int, wasm: bool, tmp: Path, in_browser: bool) -> dict:
     proto = BENCHMARK_MODELS[name]()
     fig = {}
     compiled = compile_model(proto, db="default", threads=2, cache_model=False)
@@ -77,6 +79,19 @@ def bench_model(name: str, repeat: int, wasm: bool, tmp: Path) -> dict:
         fig["wasmtime_over_native_1t"] = w / (fig["python_ms_1t"] / 1e3)
         fig.update({"wasm_runtime_bytes": out.sizes["runtime"],
                     "wasm_kernel_bytes": out.sizes["kernels"], "wasm_bytes": out.sizes["wasm"]})
+        if in_browser:
+            web = d / "web"
+            browser.stage(out, web, inputs, onnx_model=proto)
+            r = browser.run_page(web, f"{name}.html", ort=True, repeat=max(5, repeat // 3),
+                                 timeout=900)
+            if "error" in r:
+                raise RuntimeError(f"{name} in Chromium: {r['error']}")
+            got = np.array(r["kiln"]["outputs"][0], want[0].dtype).reshape(want[0].shape)
+            fig["chromium_max_abs_diff"] = float(np.abs(got - want[0]).max())
+            fig["chromium_ms"] = r["kiln"]["ms"]
+            fig["ort_web_ms"] = r["ort"]["ms"]
+            fig["chromium_over_native_1t"] = r["kiln"]["ms"] / fig["python_ms_1t"]
+            fig["kiln_over_ort_web"] = r["kiln"]["ms"] / r["ort"]["ms"]
     return fig
 
 
@@ -85,11 +100,15 @@ def main() -> None:
     ap.add_argument("--models", default="resnet18_like,mobilenetv2_like,bert_like_encoder")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--no-wasm", action="store_true")
+    ap.add_argument("--no-browser", action="store_true", help="skip headless Chromium "
+                    "(Kiln wasm and onnxruntime-web)")
     args = ap.parse_args()
     figures = {}
     with tempfile.TemporaryDirectory(prefix="kiln-deploy-bench-") as tmp:
         for name in args.models.split(","):
-            figures[name] = bench_model(name, args.repeat, not args.no_wasm, Path(tmp))
+            in_browser = not args.no_browser and browser.missing() is None
+            figures[name] = bench_model(name, args.repeat, not args.no_wasm, Path(tmp),
+                                        in_browser)
             print(name, figures[name], flush=True)
     rows = []
     for name, f in figures.items():
@@ -97,10 +116,11 @@ def main() -> None:
                      f["c_abi_ms_2t"], f.get("wasmtime_ms", "-"),
                      f.get("wasmtime_over_native_1t", "-"), f["so_runtime_bytes"],
                      f["so_kernel_bytes"], f.get("wasm_runtime_bytes", "-"),
-                     f.get("wasm_kernel_bytes", "-"), f["weights_bytes"]])
+                     f.get("wasm_kernel_bytes", "-"), f["weights_bytes"],
+                     f.get("chromium_ms", "-"), f.get("ort_web_ms", "-")])
     print_table(["model", "py 1t ms", "C 1t ms", "py 2t ms", "C 2t ms", "wasmtime ms",
                  "wasm/native 1t", "so runtime B", "so kernels B", "wasm runtime B",
-                 "wasm kernels B", "weights B"], rows)
+                 "wasm kernels B", "weights B", "chromium ms", "ort-web ms"], rows)
     emit_json(figures)
 
 

@@ -176,3 +176,21 @@ def test_only_the_api_is_exported(exported):
                             text=True).stdout
     libs = {part.split("[")[1].split("]")[0] for part in needed.splitlines() if "NEEDED" in part}
     assert libs <= {"libc.so.6", "libm.so.6", "libpthread.so.0"}, libs
+
+
+def test_cli_compile_c_api(tmp_path):
+    from kiln.cli import main
+    from kiln.graph.models import default_model_path
+    out = tmp_path / "libcli.so"
+    assert main(["compile", str(default_model_path()), "-o", str(out), "--c-api",
+                 "--threads", "1", "--weights", "file"]) == 0
+    for name in ("libcli.so", "libcli.a", "cli.h", "cli.weights"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_cli_input_shape_is_checked():
+    from kiln.deploy_cli import parse_input_shapes
+    from kiln.te.errors import KilnError
+    assert parse_input_shapes(["ids=1,7", "mask=1,7"]) == {"ids": (1, 7), "mask": (1, 7)}
+    with pytest.raises(KilnError, match="NAME=D,D"):
+        parse_input_shapes(["ids:1,7"])
