@@ -5,8 +5,8 @@
 
 Per model (benchmarks' shapes, default schedules or the committed log's records): latency of
 CompiledModel.run (Python) and of <prefix>_run called from the C harness
-(tests/deploy/harness.c, median of --repeat runs, no Python in the process) at 1 and 2
-threads; latency of model.wasm under wasmtime (1 thread, simd128) against native Kiln at 1
+(tests/deploy/harness.c, no Python in the process) at 1 and 2 threads, each the median of
+--repeat runs, in 5 interleaved rounds (the median round is reported); latency of model.wasm under wasmtime (1 thread, simd128) against native Kiln at 1
 thread; Kiln's wasm and onnxruntime-web (wasm, 1 thread, SIMD) on the same model in headless
 Chromium (tests/deploy/browser.py); and the bytes of the runtime part (ABI glue + thread pool), of the kernels and of the
 weights, for the .so and the .wasm. Prints a table and, last, one JSON object.
@@ -36,6 +36,9 @@ from tests.deploy import browser  # noqa: E402
 from tests.deploy.test_c_abi import build_harness  # noqa: E402
 
 
+ROUNDS = 5
+
+
 def _inputs(compiled) -> list[np.ndarray]:
     return compiled._example_inputs()
 
@@ -58,8 +61,11 @@ def bench_model(name: str, repeat: int, wasm: bool, tmp: Path, in_browser: bool)
         np.ascontiguousarray(arr).tofile(d / f"in{k}.bin")
     for threads in (1, 2):
         compiled.set_num_threads(threads)
-        py = compiled.benchmark(inputs, repeat=repeat)
-        c = c_latency(exe, d, threads, repeat)
+        pys, cs = [], []
+        for _ in range(ROUNDS):      # interleaved: the machine is shared and noisy
+            pys.append(compiled.benchmark(inputs, repeat=repeat))
+            cs.append(c_latency(exe, d, threads, repeat))
+        py, c = float(np.median(pys)), float(np.median(cs))
         fig[f"python_ms_{threads}t"] = py * 1e3
         fig[f"c_abi_ms_{threads}t"] = c * 1e3
         fig[f"c_over_python_{threads}t"] = c / py

@@ -68,6 +68,19 @@ def model_case(name: str):
         mask = np.ones((1, 7), np.int64)
         mask[0, -2:] = 0
         return m, {"ids": (1, 7), "mask": (1, 7)}, {"ids": ids, "mask": mask}
+    if name == "pinned":     # Reshape's shape is a graph input, pinned at compile time
+        from onnx import TensorProto, helper
+        nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"]),
+                 helper.make_node("Relu", ["y"], ["z"])]
+        graph = helper.make_graph(
+            nodes, "pinned",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 6)),
+             helper.make_tensor_value_info("shape", TensorProto.INT64, (2,))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, (3, 8)),
+             helper.make_tensor_value_info("z", TensorProto.FLOAT, (3, 8))])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return m, None, {"x": rng.standard_normal((4, 6)).astype(np.float32),
+                         "shape": np.array([3, 8], np.int64)}
     raise KeyError(name)
 
 

@@ -52,8 +52,10 @@ def exported(tmp_path_factory):
     def get(name: str, weights: str = "embed"):
         key = (name, weights)
         if key not in built:
-            model, shapes, _ = model_case(name)
-            compiled = compile_model(model, db=None, input_shapes=shapes, jobs=1, threads=2)
+            model, shapes, feeds = model_case(name)
+            pinned = {"shape": feeds["shape"]} if name == "pinned" else None
+            compiled = compile_model(model, db=None, input_shapes=shapes, jobs=1, threads=2,
+                                     constants=pinned)
             d = tmp_path_factory.mktemp(f"{name}_{weights}")
             lib = export_c(compiled, d / f"lib{name}.so", weights=weights)
             built[key] = (lib, compiled, build_harness(lib, d / "harness"))
@@ -121,6 +123,25 @@ def test_errors_are_codes_not_crashes(exported, tmp_path):
         "shutdown": 0, "run_after_shutdown": CODE["SHUT_DOWN"],
         "checked_after_shutdown": CODE["SHUT_DOWN"],
         "threads_after_shutdown": CODE["SHUT_DOWN"], "unknown_code": 12345}
+
+
+def test_pinned_input_value_is_checked_and_view_outputs_are_copied(exported, tmp_path):
+    """A model compiled for the value of a shape-deciding input takes that input and checks
+    it; an output that is a view of an input (Reshape) is copied into the caller's buffer."""
+    model, _, feeds = model_case("pinned")
+    lib, compiled, exe = exported("pinned")
+    _write_inputs(tmp_path, feeds, compiled.plan.inputs)
+    run_harness(exe, tmp_path, 1)
+    y, z = _read_outputs(tmp_path, compiled)
+    want_y, want_z = ort_run(model, feeds)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(z, want_z)
+    _write_inputs(tmp_path, {**feeds, "shape": np.array([8, 3], np.int64)},
+                  compiled.plan.inputs)
+    proc = subprocess.run([str(exe), str(tmp_path), "1", "run"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"run {CODE['PINNED_VALUE']} an input that decides a shape")
 
 
 def test_static_archive_and_weights_side_file(exported, tmp_path):
