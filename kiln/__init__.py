@@ -7,6 +7,8 @@ from . import te
 from .build import build
 from .codegen import Target
 from .compile import compile, load_compiled, tune  # noqa: A004 - kiln.compile is the API
+from .deploy import export_c
+from .deploy_wasm import export_wasm
 from .schedule import create_schedule, lower
 from .te.errors import (CodegenError, KernelArgumentError, KilnError, LoweringError,
                         ModelFormatError, ScheduleError, TargetError, TuningDatabaseError,
@@ -14,6 +16,6 @@ from .te.errors import (CodegenError, KernelArgumentError, KilnError, LoweringEr
 
 __version__ = "0.1.0"
 
-__all__ = ["te", "build", "compile", "tune", "load_compiled", "Target", "create_schedule", "lower", "KilnError", "ScheduleError",
+__all__ = ["te", "build", "compile", "tune", "load_compiled", "export_c", "export_wasm", "Target", "create_schedule", "lower", "KilnError", "ScheduleError",
            "LoweringError", "CodegenError", "KernelArgumentError", "TargetError",
            "UnsupportedOperatorError", "ModelFormatError", "TuningDatabaseError", "__version__"]
