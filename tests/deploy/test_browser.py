@@ -38,4 +38,6 @@ def test_page_in_chromium_matches_native_kiln_and_onnxruntime_web(ready, tmp_pat
     (ort_want,) = ort_run(model, feeds)
     ort_got = np.array(result["ort"]["outputs"][0], np.float32).reshape(ort_want.shape)
     np.testing.assert_allclose(ort_got, ort_want, rtol=1e-4, atol=1e-5)
-    assert result["kiln"]["ms"] > 0 and result["ort"]["ms"] > 0
+    # (a browser's performance.now() is coarse, 0.1 ms without cross-origin isolation: this
+    # tiny model's median may round to 0; benchmarks/deploy.py times the real models)
+    assert result["kiln"]["ms"] >= 0 and result["ort"]["ms"] >= 0
