@@ -25,9 +25,10 @@ def compile_deployable(args, db, console) -> int:
     shapes = parse_input_shapes(args.input_shape) or None
     if args.target.startswith("wasm32"):
         from .deploy_wasm import export_wasm
-        out = export_wasm(args.model, args.output, input_shapes=shapes, db=db,
-                          layout=args.layout, winograd=args.winograd, simd="simd128" in
-                          args.target or "+simd" in args.target or args.target == "wasm32")
+        # "wasm32" and "wasm32+simd128" use 128-bit SIMD; "wasm32-simd128" does not
+        out = export_wasm(args.model, args.output, prefix=args.prefix, input_shapes=shapes,
+                          db=db, layout=args.layout, winograd=args.winograd,
+                          simd="-simd128" not in args.target)
         console.print(f"wrote {out.wasm}, {out.loader} and {out.page}")
         return 0
     from .deploy import export_c

@@ -90,3 +90,13 @@ def test_kernel_with_a_heap_buffer_runs_in_wasm(tmp_path):
     a = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     (c,) = WasmtimeModel(out.wasm, out.meta).run([a])
     np.testing.assert_array_equal(c, a[::-1] + 1)
+
+
+def test_cli_compile_wasm32(tmp_path):
+    from kiln.cli import main
+    from kiln.graph.models import default_model_path
+    out = tmp_path / "model.wasm"
+    assert main(["compile", str(default_model_path()), "-o", str(out), "--target",
+                 "wasm32+simd128"]) == 0
+    assert out.read_bytes()[:4] == b"\0asm"
+    assert (tmp_path / "model.js").exists() and (tmp_path / "model.html").exists()
