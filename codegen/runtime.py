@@ -99,7 +99,7 @@ def link_flags() -> list[str]:
 class _Pool:
     """The globals of the pool, declared in `module`."""
 
-    def __init__(self, module: ir.Module):
+    def __init__(self, module: ir.Module, shutdown: bool = False):
         def var(name, ty, init):
             gv = ir.GlobalVariable(module, ty, f"kiln_rt_{name}")
             gv.initializer = ir.Constant(ty, init)
@@ -121,8 +121,9 @@ class _Pool:
         self.chunks = var("chunks", I32, 0)
         self.bigs = var("bigs", I32, 0)          # big chunks at the head (0: equal chunks)
         self.head = var("head", I32, 0)          # iterations in the big chunks
-        self.quit = var("quit", I32, 0)          # shutdown: workers exit (SHUTDOWN only)
-        self.exited = var("exited", I32, 0)      # workers that have exited since
+        if shutdown:       # (only then: the JIT's pool module stays as it was)
+            self.quit = var("quit", I32, 0)      # workers exit at the next generation
+            self.exited = var("exited", I32, 0)  # workers that have exited since
 
 
 SHUTDOWN = "kiln_rt_shutdown"
@@ -135,7 +136,7 @@ def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.
     that JIT-loads kernels keeps its pool for its lifetime)."""
     module = ir.Module(name="kiln_runtime")
     module.triple = triple
-    pool = _Pool(module)
+    pool = _Pool(module, shutdown)
     x86 = triple.startswith(("x86_64", "i686", "i386"))
 
     def extern(name, ret, args, var_arg=False):
