@@ -18,15 +18,17 @@ from kiln.graph.compile import compile_model
 from .c_models import CASES, model_case, ort_run
 
 HARNESS = Path(__file__).resolve().parent / "harness.c"
+CONCURRENT = Path(__file__).resolve().parent / "concurrent.c"
 CODE = {macro: k for k, (_, macro, _) in enumerate(ERRORS)}
 
 
-def build_harness(lib, out: Path, static: bool = False) -> Path:
-    """Compile harness.c against `lib` (a deploy.CLibrary): shared, or the static archive."""
+def build_harness(lib, out: Path, static: bool = False, source: Path = HARNESS) -> Path:
+    """Compile harness.c (or `source`) against `lib` (a deploy.CLibrary): shared, or the
+    static archive."""
     d = lib.header.parent
     cmd = [*c_compiler(), "-O2", "-Wall", "-Werror", f"-DKILN_PREFIX={lib.prefix}",
            f"-DKILN_PREFIX_UPPER={lib.prefix.upper()}", f'-DKILN_HEADER="{lib.header.name}"',
-           f"-I{d}", str(HARNESS), "-o", str(out)]
+           f"-I{d}", str(source), "-o", str(out), "-lpthread"]
     if static:
         cmd += [str(lib.static), "-lm", "-lpthread"]
     else:
@@ -123,6 +125,18 @@ def test_errors_are_codes_not_crashes(exported, tmp_path):
         "shutdown": 0, "run_after_shutdown": CODE["SHUT_DOWN"],
         "checked_after_shutdown": CODE["SHUT_DOWN"],
         "threads_after_shutdown": CODE["SHUT_DOWN"], "unknown_code": 12345}
+
+
+def test_two_threads_run_at_once_with_their_own_workspaces(exported, tmp_path):
+    """Runs from two application threads at once (the pool takes one job at a time; the
+    other caller's parallel loops run serially) give the same bytes as a lone run."""
+    _, _, feeds = model_case("transformer")
+    lib, compiled, _ = exported("transformer")
+    exe = build_harness(lib, tmp_path / "concurrent", source=CONCURRENT)
+    _write_inputs(tmp_path, feeds, compiled.plan.inputs)
+    proc = subprocess.run([str(exe), str(tmp_path), "2", "40"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
 def test_pinned_input_value_is_checked_and_view_outputs_are_copied(exported, tmp_path):
