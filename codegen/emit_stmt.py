@@ -222,9 +222,11 @@ class FunctionEmitter(ExprEmitter):
                 del self.buffers[buf]
             return
         rounded = (nbytes + 63) // 64 * 64
-        malloc = self.mod.declare("aligned_alloc", T.PTR, [T.I64, T.I64])
+        target = self.mod.target   # size_t is 32 bits on wasm32 (the deploy export)
+        size_t = T.I32 if target is not None and target.triple.startswith("wasm32") else T.I64
+        malloc = self.mod.declare("aligned_alloc", T.PTR, [size_t, size_t])
         free = self.mod.declare("free", T.VOID, [T.PTR])
-        ptr = self.builder.call(malloc, [ir.Constant(T.I64, 64), ir.Constant(T.I64, rounded)])
+        ptr = self.builder.call(malloc, [ir.Constant(size_t, 64), ir.Constant(size_t, rounded)])
         self.buffers[buf] = ptr
         try:
             self.emit(s.body)

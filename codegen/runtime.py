@@ -99,7 +99,7 @@ def link_flags() -> list[str]:
 class _Pool:
     """The globals of the pool, declared in `module`."""
 
-    def __init__(self, module: ir.Module):
+    def __init__(self, module: ir.Module, shutdown: bool = False):
         def var(name, ty, init):
             gv = ir.GlobalVariable(module, ty, f"kiln_rt_{name}")
             gv.initializer = ir.Constant(ty, init)
@@ -121,13 +121,22 @@ class _Pool:
         self.chunks = var("chunks", I32, 0)
         self.bigs = var("bigs", I32, 0)          # big chunks at the head (0: equal chunks)
         self.head = var("head", I32, 0)          # iterations in the big chunks
+        if shutdown:       # (only then: the JIT's pool module stays as it was)
+            self.quit = var("quit", I32, 0)      # workers exit at the next generation
+            self.exited = var("exited", I32, 0)  # workers that have exited since
 
 
-def build_runtime_module(triple: str, futex: int) -> ir.Module:
-    """The pool as an LLVM module exporting ENTRY(body, closure, extent, threads)."""
+SHUTDOWN = "kiln_rt_shutdown"
+
+
+def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.Module:
+    """The pool as an LLVM module exporting ENTRY(body, closure, extent, threads).
+    shutdown: also export SHUTDOWN() -> i32 (0, or 1 while a job runs), which makes every
+    worker exit and waits for them (the C library export's `<prefix>_shutdown`; a process
+    that JIT-loads kernels keeps its pool for its lifetime)."""
     module = ir.Module(name="kiln_runtime")
     module.triple = triple
-    pool = _Pool(module)
+    pool = _Pool(module, shutdown)
     x86 = triple.startswith(("x86_64", "i686", "i386"))
 
     def extern(name, ret, args, var_arg=False):
@@ -146,8 +155,10 @@ def build_runtime_module(triple: str, futex: int) -> ir.Module:
     }
     run_chunks = _emit_run_chunks(module, pool)
     move_off = _emit_move_off(module, ext)
-    worker = _emit_worker(module, pool, run_chunks, move_off, ext, futex)
+    worker = _emit_worker(module, pool, run_chunks, move_off, ext, futex, shutdown)
     _emit_entry(module, pool, run_chunks, worker, ext, futex)
+    if shutdown:
+        _emit_shutdown(module, pool, ext, futex)
     return module
 
 
@@ -264,10 +275,12 @@ def _word(b: ir.IRBuilder, cpu_set: ir.Value, k) -> ir.Value:
     return b.gep(cpu_set, [index], source_etype=I64)
 
 
-def _emit_worker(module, pool: _Pool, run_chunks, move_off, ext, futex: int) -> ir.Function:
+def _emit_worker(module, pool: _Pool, run_chunks, move_off, ext, futex: int,
+                 shutdown: bool = False) -> ir.Function:
     """worker(index): wait for a new generation (spin, then futex sleep); join it when the
-    job admits this many workers; forever. Moves off the caller's CPU when it finds itself
-    there (see the module docstring)."""
+    job admits this many workers; forever (with `shutdown`: until a generation comes with
+    the quit flag set). Moves off the caller's CPU when it finds itself there (see the
+    module docstring)."""
     fn = ir.Function(module, ir.FunctionType(T.PTR, [T.PTR]), "kiln_rt_worker")
     fn.linkage = "internal"
     entry, outer, wait, spin, sleep, wake, got, join = (
@@ -279,7 +292,16 @@ def _emit_worker(module, pool: _Pool, run_chunks, move_off, ext, futex: int) -> 
     b.call(ext["sched_getaffinity"], [ir.Constant(I32, 0), ir.Constant(I64, 8 * CPU_SET_WORDS),
                                       allowed])
     first = _gen_of(b, b.load_atomic(pool.state, SEQ, 8, typ=I64))
-    b.branch(outer)
+    leave = None
+    if shutdown:     # started after a shutdown posted its generation: `first` is that one
+        leave = fn.append_basic_block("leave")
+        quit_now = b.load_atomic(pool.quit, SEQ, 4, typ=I32)
+        b.cbranch(b.icmp_unsigned("!=", quit_now, ir.Constant(I32, 0)), leave, outer)
+        lb = ir.IRBuilder(leave)
+        lb.atomic_rmw("add", pool.exited, ir.Constant(I32, 1), SEQ)
+        lb.ret(ir.Constant(T.PTR, None))
+    else:
+        b.branch(outer)
 
     b.position_at_end(outer)
     seen = b.phi(I32, "seen")
@@ -327,6 +349,11 @@ def _emit_worker(module, pool: _Pool, run_chunks, move_off, ext, futex: int) -> 
     b.branch(outer)
 
     b.position_at_end(got)
+    if shutdown:
+        stay = fn.append_basic_block("stay")
+        quit_now = b.load_atomic(pool.quit, SEQ, 4, typ=I32)
+        b.cbranch(b.icmp_unsigned("!=", quit_now, ir.Constant(I32, 0)), leave, stay)
+        b.position_at_end(stay)
     allowed = b.trunc(b.and_(b.lshr(s, ir.Constant(I64, 24)), ir.Constant(I64, 0xFF)), I32)
     run, skip = fn.append_basic_block("run"), fn.append_basic_block("skip")
     b.cbranch(b.icmp_unsigned("<=", index, allowed), run, skip)
@@ -468,6 +495,42 @@ def _emit_entry(module, pool: _Pool, run_chunks, worker, ext, futex: int) -> Non
     b.position_at_end(bb["unlock"])
     b.store_atomic(zero, pool.busy, SEQ, 4)
     b.ret_void()
+
+
+def _emit_shutdown(module, pool: _Pool, ext, futex: int) -> None:
+    """SHUTDOWN() -> i32: take the job lock (1 if a job holds it), post a generation with the
+    quit flag and no chunks, wake every sleeper, wait until every started worker has exited,
+    then reset the pool to none started (the next job would start workers again)."""
+    fn = ir.Function(module, ir.FunctionType(I32, []), SHUTDOWN)
+    fn.attributes.add("nounwind")
+    entry, busy, post, wait, spin, done = (fn.append_basic_block(n) for n in
+                                           ("entry", "busy", "post", "wait", "spin", "done"))
+    one, zero = ir.Constant(I32, 1), ir.Constant(I32, 0)
+    b = ir.IRBuilder(entry)
+    pair = b.cmpxchg(pool.busy, zero, one, SEQ, SEQ)
+    b.cbranch(b.extract_value(pair, 1), post, busy)
+    b.position_at_end(busy)
+    b.ret(one)
+    b.position_at_end(post)
+    b.store_atomic(one, pool.quit, SEQ, 4)
+    old = b.load_atomic(pool.state, SEQ, 8, typ=I64)
+    gen = b.add(_gen_of(b, old), one)
+    b.store_atomic(b.shl(b.zext(gen, I64), ir.Constant(I64, 32)), pool.state, SEQ, 8)
+    b.store_atomic(gen, pool.futex, SEQ, 4)
+    b.call(ext["syscall"], [ir.Constant(I64, futex), pool.futex,
+                            ir.Constant(I32, FUTEX_WAKE_PRIVATE), ir.Constant(I32, 1 << 30)])
+    b.branch(wait)
+    b.position_at_end(wait)
+    started = b.load_atomic(pool.workers, SEQ, 4, typ=I32)
+    gone = b.load_atomic(pool.exited, SEQ, 4, typ=I32)
+    b.cbranch(b.icmp_signed(">=", gone, started), done, spin)
+    b.position_at_end(spin)     # a sleeping worker needs its time slice to leave
+    b.call(ext["sched_yield"], [])
+    b.branch(wait)
+    b.position_at_end(done)
+    for gv in (pool.workers, pool.exited, pool.quit, pool.busy):
+        b.store_atomic(zero, gv, SEQ, 4)
+    b.ret(zero)
 
 
 _lock = threading.Lock()

@@ -313,6 +313,9 @@ def cmd_confirm(args) -> int:
 def cmd_compile(args) -> int:
     from .graph.compile import compile_model
     db = _open_db(args.db)
+    if args.c_api or args.target.startswith("wasm32"):
+        from .deploy_cli import compile_deployable
+        return compile_deployable(args, db, console)
     compiled = compile_model(args.model, target=args.target, db=db, layout=args.layout,
                              winograd=args.winograd)
     out = compiled.export(args.output)
@@ -553,7 +556,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="compile a model into a shared library")
     comp.add_argument("model")
-    comp.add_argument("-o", "--output", required=True, help="output .so path")
+    comp.add_argument("-o", "--output", required=True, help="output .so path (.wasm for "
+                      "--target wasm32)")
+    comp.add_argument("--c-api", action="store_true", help="a C library that runs without "
+                      "Python: the .so, lib<prefix>.a and <prefix>.h (kiln/deploy.py)")
+    comp.add_argument("--prefix", help="C name prefix (default: from the output name, "
+                      "libmodel.so -> model)")
+    comp.add_argument("--weights", default="auto", choices=("auto", "embed", "file"),
+                      help="--c-api: weights in the library (embed), in <prefix>.weights "
+                           "(file), or embedded up to 256 MiB (auto)")
+    comp.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+                      help="fix a dynamic input's shape (repeatable)")
     comp.set_defaults(func=cmd_compile)
 
     bench = sub.add_parser("bench", help="Kiln vs numpy executor vs onnxruntime latency")
