@@ -19,6 +19,7 @@ from .te.errors import (CodegenError, KernelArgumentError, KilnError, LoweringEr
 __version__ = "0.1.0"
 
 __all__ = ["te", "build", "compile", "tune", "load_compiled", "jit", "JitFunction", "numpy",
-           "export_c", "export_wasm", "Target", "create_schedule", "lower", "KilnError", "ScheduleError",
+           "export_c", "export_wasm", "Target", "create_schedule", "lower", "KilnError",
+           "ScheduleError",
            "LoweringError", "CodegenError", "KernelArgumentError", "TargetError",
            "UnsupportedOperatorError", "ModelFormatError", "TuningDatabaseError", "__version__"]
