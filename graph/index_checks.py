@@ -65,16 +65,20 @@ def _freeze(value):
 
 def add_index_checks(graph: Graph) -> tuple[Graph, frozenset[str]]:
     """`graph` with an index_range node before every node with non-constant, non-empty
-    index inputs, its value appended to the graph outputs; and the names of those values."""
+    index inputs, its value appended to the graph outputs; and the names of those values.
+    Constant indices are checked here (IndexOutOfRangeError at compile time)."""
     nodes, extra = [], []
     taken = {v.name for n in graph.nodes for v in n.outputs} | set(graph.constants) | {
         v.name for v in graph.inputs}
     for node in graph.nodes:
         for k, spec in enumerate(index_bounds.index_inputs(node)):
             idx = node.inputs[spec.position]
-            if idx is None or idx.name in graph.constants or idx.size == 0 or not spec.bounds:
+            if idx is None or idx.size == 0 or not spec.bounds:
                 continue
             facts = index_bounds.describe(node, spec)
+            if idx.name in graph.constants:     # checked now, at compile time
+                check_ranges(facts, value_ranges(graph.constants[idx.name], spec.columns))
+                continue
             name = f"{node.name}/index_range{k or ''}"
             while name in taken:
                 name += "_"
