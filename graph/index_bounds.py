@@ -23,13 +23,15 @@ from .ir import Node
 class IndexInput:
     """Input `position` of a node holds indices into axes `axes` of input `of`; column j of
     them (the last axis of the indices when `columns`, else every element) must lie in
-    `bounds[j]` = (lowest, highest)."""
+    `bounds[j]` = (lowest, highest). `flat`: the indices are flat positions in the node's
+    output (MaxUnpool), not along axes of an input."""
 
     position: int
     of: int
     axes: tuple[int, ...]
     bounds: tuple[tuple[int, int], ...]
     columns: bool = False
+    flat: bool = False
 
 
 def _either_end(n: int) -> tuple[int, int]:
@@ -65,6 +67,14 @@ def _tensor_scatter(node: Node) -> list[IndexInput]:
     return [IndexInput(2, 0, (axis,), ((0, room),))]
 
 
+def _max_unpool(node: Node) -> list[IndexInput]:
+    """MaxUnpool's indices are flat positions in the whole output (as MaxPool's Indices)."""
+    size = 1
+    for d in node.attrs["out_shape"]:
+        size *= int(d)
+    return [IndexInput(1, 0, (), ((0, size - 1),), flat=True)]
+
+
 def _roi_align(node: Node) -> list[IndexInput]:
     """RoiAlign's batch_indices pick an image of X (no counting from the end)."""
     return [IndexInput(2, 0, (0,), ((0, node.inputs[0].shape[0] - 1),))]
@@ -78,6 +88,7 @@ INDEX_INPUTS: dict[str, Callable[[Node], list[IndexInput]]] = {
     "scatter_nd": _scatter_nd,
     "tensor_scatter": _tensor_scatter,
     "roi_align": _roi_align,
+    "max_unpool": _max_unpool,
 }
 
 
@@ -89,24 +100,27 @@ def index_inputs(node: Node) -> list[IndexInput]:
 
 def describe(node: Node, spec: IndexInput) -> dict:
     """The plain facts an error names (JSON-able: compiled models carry it in their plan)."""
+    flat = f"the output {list(node.outputs[0].shape)}" if spec.flat else ""
     return {"node": node.name.rsplit(":", 1)[0] if ":" in node.name else node.name,
             "op": node.op, "input": node.inputs[spec.position].name,
             "data": node.inputs[spec.of].name,
-            "extents": [node.inputs[spec.of].shape[a] for a in spec.axes],
+            "extents": ([node.outputs[0].size] if spec.flat else
+                        [node.inputs[spec.of].shape[a] for a in spec.axes]),
             "axes": list(spec.axes), "bounds": [list(b) for b in spec.bounds],
-            "columns": spec.columns}
+            "columns": spec.columns, "flat": flat}
 
 
 def out_of_range(check: Mapping, column: int, low: int, high: int) -> IndexOutOfRangeError:
     """The error for index column `column` of `check` (a `describe` dict) holding values in
     [low, high]."""
     lo, hi = check["bounds"][column]
-    axis, extent = check["axes"][column], check["extents"][column]
+    extent = check["extents"][column]
+    indexed = check.get("flat") or f"axis {check['axes'][column]} of '{check['data']}'"
     where = f"column {column} of input" if check["columns"] else "input"
     return IndexOutOfRangeError(
         f"node '{check['node']}' ({check['op']}): {where} '{check['input']}' holds indices in "
-        f"[{low}, {high}]; axis {axis} of '{check['data']}' has {extent} entries, so they must "
-        f"lie in [{lo}, {hi}] (indices element out of data bounds)")
+        f"[{low}, {high}]; {indexed} has {extent} entries, so they must lie in [{lo}, {hi}] "
+        "(indices element out of data bounds)")
 
 
 def value_ranges(indices: np.ndarray, columns: bool) -> list[tuple[int, int]]:

@@ -105,6 +105,12 @@ CASES = {
             opset=16, output_height=2, output_width=2, sampling_ratio=2), "idx",
         [np.array([1, 0])],
         [(np.array([0, 2]), "[0, 2]", "[0, 1]"), (np.array([-1, 0]), "[-1, 0]", "[0, 1]")]),
+    "max-unpool": lambda: (
+        _model("MaxUnpool", {"x": f32(1, 2, 2, 2), "idx": np.zeros((1, 2, 2, 2), np.int64)},
+               opset=11, kernel_shape=[2, 2], strides=[2, 2]), "idx",
+        [np.array([0, 3, 9, 15, 16, 22, 24, 31]).reshape(1, 2, 2, 2)],
+        [(np.array([0, 3, 9, 15, 16, 22, 24, 32]).reshape(1, 2, 2, 2), "[0, 32]",
+          "[0, 31]")]),
 }
 
 
