@@ -30,18 +30,31 @@ def _infer(ins, attrs):
 
 
 def _lower(node, args):
-    """out[j] = (~min, max) of index column j, as max(~v) and max(v): one reduction (~ has
-    no overflow where -v has: ~min(v) = max(~v)); index_bounds.RunChecks decodes it."""
+    """out[j] = (~min, max) of index column j, as max(~v) and max(v) (~ has no overflow
+    where -v has: ~min(v) = max(~v)); index_bounds.RunChecks decodes it. With two or more
+    index axes, first a partial reduction that keeps the last one (vectorisable along it),
+    then one over that: the check of a large GatherElements ran serially otherwise."""
     idx, columns = args[0], node.attrs["columns"]
     lead = idx.shape[:-1] if columns else idx.shape
+    k = len(node.attrs["bounds"])
+
+    def pick(c, v):
+        v = E.cast(v, "int64")
+        return E.select(c.eq(0), E.call("bit_not", v), v)
+
+    def read(pos, j):
+        return idx(*pos, j) if columns else idx(*pos)
+
+    if len(lead) >= 2:
+        rs = [reduce_axis(n, f"r{d}") for d, n in enumerate(lead[:-1])]
+        part = compute((k, 2, lead[-1]), lambda j, c, t: te_max(
+            pick(c, read(rs + [t], j)), axis=rs), name="index_range_rows", tag=tags.REDUCTION)
+        r = reduce_axis(lead[-1], "r")
+        return [compute((k, 2), lambda j, c: te_max(part(j, c, r), axis=r),
+                        name="index_range", tag=tags.REDUCTION)]
     rs = [reduce_axis(n, f"r{d}") for d, n in enumerate(lead)]
-
-    def body(j, c):
-        v = E.cast(idx(*rs, j) if columns else idx(*rs), "int64")
-        pick = E.select(c.eq(0), E.call("bit_not", v), v)
-        return te_max(pick, axis=rs) if rs else pick
-
-    return [compute((len(node.attrs["bounds"]), 2), body, name="index_range",
+    return [compute((k, 2), lambda j, c: te_max(pick(c, read(rs, j)), axis=rs) if rs
+                    else pick(c, read([], j)), name="index_range",
                     tag=tags.REDUCTION if rs else tags.INJECTIVE)]
 
 
