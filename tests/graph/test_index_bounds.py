@@ -231,3 +231,24 @@ def test_one_hot_keeps_the_onnx_rule_off_rows_for_out_of_range():
     got = compiled.run(feeds)[0]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got[3:], np.full((3, 5), 2.0, np.float32))
+
+
+def test_tensor_scatter_linear_write_index_must_leave_room_for_the_update():
+    """TensorScatter "linear": write_indices[b] + the update's length must fit in the cache
+    (onnx's reference fails on such an index; Kiln names it); "circular" wraps any index."""
+    from onnx.reference import ReferenceEvaluator
+    feeds = {"past": f32(2, 7, 3), "upd": f32(2, 3, 3), "w": np.array([0, 4], np.int64)}
+    for mode in ("linear", "circular"):
+        m = _model("TensorScatter", feeds, opset=24, mode=mode, axis=1)
+        compiled = kiln.compile(m, db=None, jobs=1)
+        np.testing.assert_array_equal(compiled.run(feeds)[0],
+                                      ReferenceEvaluator(m).run(None, feeds)[0])
+        bad = dict(feeds, w=np.array([5, 0], np.int64))
+        if mode == "circular":
+            np.testing.assert_array_equal(compiled.run(bad)[0],
+                                          ReferenceEvaluator(m).run(None, bad)[0])
+            continue
+        for run in (compiled.run, lambda f: run_reference(load_onnx(m), f)):
+            with pytest.raises(IndexOutOfRangeError, match=r"node 'TensorScatter_0'.*'w' holds "
+                                                           r"indices in \[0, 5\].*\[0, 4\]"):
+                run(bad)
