@@ -62,6 +62,9 @@ CASES = {
         [np.array([[0, 6, -7], [-1, 3, 5]], np.int32)],
         [(np.array([[0, 7, 1], [1, 1, 1]], np.int32), "[0, 7]", "[-7, 6]"),
          (np.array([[0, 1, 1], [1, -8, 10 ** 7]], np.int32), "[-8, 10000000]", "[-7, 6]")]),
+    "gather-scalar-index": lambda: (
+        _model("Gather", {"x": f32(3, 5), "i": np.zeros((), np.int64)}, axis=1), "i",
+        [np.array(-5), np.array(4)], [(np.array(5), "[5, 5]", "[-5, 4]")]),
     "gather-elements": lambda: (
         _model("GatherElements", {"x": f32(5, 3), "idx": np.zeros((4, 3), np.int64)}, axis=0),
         "idx", [np.array([[0, 4, -5], [-1, 2, 3], [1, 1, 1], [4, 0, -2]])],
