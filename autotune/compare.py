@@ -12,7 +12,7 @@ At one thread the kernels run on the worker's own thread, and they are timed by 
 time: on a shared machine, wall-clock batches of a few milliseconds are cut by other
 processes' time slices. Under a load of 4 on 2 cores, MobileNetV2's wall-clock
 confirmations did not repeat (claimed 1.32x over the defaults, 0.99x when timed again;
-single tasks from 0.45x to 4.2x; benchmarks/RESULTS.md, session 13).
+single tasks from 0.45x to 4.2x; benchmarks/RESULTS.md, 2026-11-26 08:40 UTC).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 records timed again side by side (autotune/compare.py), the winner kept as a `Choice`.
 
 Why: on a quiet machine, ten minutes of tuning left a RegNet-like model no faster than its
-defaults (benchmarks/RESULTS.md, session 11), although every task's best record had beaten
+defaults (benchmarks/RESULTS.md, 2026-11-26 02:45 UTC), although every task's best record had beaten
 its default by 1.39x (geomean) in the log. Each record is one measurement taken at its own
 moment; the minimum over dozens of them picks a lucky one, and the default, measured first,
 read high. Timed again in interleaved rounds, a leader keeps its place only if it beats the
@@ -12,9 +12,9 @@ With `mutations`, mutations of the task's incumbent (its current choice, else th
 are timed in the same rounds, and with a deadline the confirmation climbs: pass after pass,
 heaviest task first, each task's incumbent against new mutations of itself, until the time is
 up or no task improves. On a shared machine this paired, rotated timing is what a kernel's
-in-model speed follows (session 12: 17 of 21 tasks against 6 of 21 for the tuner's one-off
+in-model speed follows (2026-11-26 05:45 UTC: 17 of 21 tasks against 6 of 21 for the tuner's one-off
 hot timings); one pass of 8 mutations made a RegNet-like model 13% faster in-model where the
-log's records had not (benchmarks/RESULTS.md, session 13). Each compared config's loop
+log's records had not (benchmarks/RESULTS.md, 2026-11-26 08:40 UTC). Each compared config's loop
 features and paired time over the default's are kept with the choice: the zero-shot model
 learns from those (autotune/zero_shot.py).
 """

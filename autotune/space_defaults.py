@@ -37,7 +37,7 @@ WIDE_MAX_BLOCKS = 4  # output-channel blocks of a one-vector tile, 32 registers 
 # each row reads through its own address, and past ~12 rows those spill from the 16
 # general registers (one reload per multiply-add, as in the 12-row grouped convs' code).
 # RegNet's stem (3x3/2 over 3 NCHW channels, 2 blocks of 16 at 48 x 48), 1 thread: 16 rows
-# 0.195 ms, 12, 8 or 6 rows 0.083 (benchmarks/RESULTS.md, session 15).
+# 0.195 ms, 12, 8 or 6 rows 0.083 (benchmarks/RESULTS.md, 2026-11-26 14:45 UTC).
 WIDE_MAX_ROWS = 12
 # A pool's window taps are unrolled inside its register tile (the `window` knob); at most
 # this many vector updates per visit. ResNet-50's 7x7 global pool (4 rows x 2 AVX2 vectors)
@@ -427,7 +427,7 @@ def _reduce_steps(op: ComputeOp) -> int:
     computed with no memory traffic to hide it behind, and shorter runs (512 bytes: one
     input block of 8 x 16 outputs) ran slower again. RegNet-X-1.6GF's last two stages (1x1
     convs, 408 x 408 over 6 x 6 pixels and 912 x 912 over 3 x 3, the weights from DRAM as
-    in the model), 1 thread: benchmarks/RESULTS.md, session 14."""
+    in the model), 1 thread: benchmarks/RESULTS.md, 2026-11-26 11:40 UTC."""
     few = _few_pixels_big_weight(op)
     if few is None:
         return REDUCE_STEPS
@@ -580,7 +580,7 @@ def _stream_run_cap(choices: tuple, lanes: int, budget: int) -> int:
     one-vector steps over 8 vectors: 32 blocks of 128 columns, each a strided 512-byte
     stream per row. AlexNet's 9216 x 4096 classifier (151 MB from DRAM), 1 thread: 12.1 ms
     so, 7.0 ms as one block of 64-lane runs over the whole row (benchmarks/RESULTS.md,
-    session 15). On 8-lane vectors the fallback's one-run blocks are what was measured
+    2026-11-26 14:45 UTC). On 8-lane vectors the fallback's one-run blocks are what was measured
     (1000 columns as 25 blocks of 5 steps): unchanged."""
     cap = lanes * max(1, budget // 2)
     if lanes >= 16:
@@ -607,7 +607,7 @@ def _max_rows(target: Target, op: ComputeOp, rows: int) -> int | None:
     the rows read overlapping windows of a broadcast operand (`_rows_broadcast` and
     `_taps_along_rows`: NCHW-input convs, stems over 3 channels), else None (the register budget bounds them). Elsewhere
     the cap measured neutral to slower (depthwise convs and pools 0.8-1.0x, blocked 1x1
-    convs 1.0x, session 15)."""
+    convs 1.0x, 2026-11-26 14:45 UTC)."""
     if (target.vector_bits < 512 or not _rows_broadcast(op, rows)
             or not _taps_along_rows(op, rows)):
         return None
@@ -684,7 +684,7 @@ def _blocks_rows_tile(blocks: int, rows: int, budget: int) -> tuple[int, int]:
     weight vector per block, one broadcast per row). Each broadcast then feeds several
     blocks: RegNet-X-1.6GF's 1x1 convs over blocks of 8 channels (168 x 168 at 12 x 12,
     3 blocks x 4 pixels instead of 12 pixels: 0.150 -> 0.101 ms; 408 x 408 at 6 x 6, 3 x 3
-    instead of 6 x 1), 1 thread: benchmarks/RESULTS.md, session 14."""
+    instead of 6 x 1), 1 thread: benchmarks/RESULTS.md, 2026-11-26 11:40 UTC."""
     best = (1, 1)
     for c in (d for d in range(1, min(blocks, budget) + 1) if blocks % d == 0):
         for r in (d for d in range(1, min(rows, budget // c) + 1) if rows % d == 0):
@@ -703,7 +703,7 @@ def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, in
     wherever the pixel rows are prime or 7-ish (7 x 7 outputs, Winograd's 49 tiles): 17
     loads per 16 multiply-adds, the 16 weight vectors rows of the weight 16-147 KB apart
     (one L1 set each), and ResNet-18's 7 x 7 stage ran 4-7x slower than 2 blocks x 7
-    pixels (benchmarks/RESULTS.md, session 15). At most WIDE_MAX_BLOCKS blocks: with few
+    pixels (benchmarks/RESULTS.md, 2026-11-26 14:45 UTC). At most WIDE_MAX_BLOCKS blocks: with few
     pixels (RegNet-X-1.6GF's 912 channels at 3 x 3, 57 blocks) 8 or 16 blocks x 1 pixel
     ran 2.3x slower than 3 x 3."""
     widths = [c for c in range(1, min(blocks, budget, WIDE_MAX_BLOCKS) + 1) if blocks % c == 0]

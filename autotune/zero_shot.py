@@ -5,8 +5,8 @@ default and other configs (its leading records, mutations of the default) side b
 interleaved rounds over rotated argument copies, and kept every config's loop-IR features and
 its paired time over the default's. The model is a regression on those: features and their
 difference from the task's default -> log(the default's time / the config's). The hot,
-one-off measurements of the tuning records are not used: in session 12, the log's own numbers
-agreed with a kernel's in-model time on 6 of 21 tasks, the confirmation's on 17
+one-off measurements of the tuning records are not used: in the 2026-11-26 05:45 UTC runs, the
+log's own numbers agreed with a kernel's in-model time on 6 of 21 tasks, the confirmation's on 17
 (benchmarks/RESULTS.md), and a model trained on the records picked slower than the defaults
 (0.95x, leave one model out).
 

@@ -12,8 +12,8 @@ were added, "new" as the code stands. The rules (autotune/space_defaults.py):
 - `reduce`: ~1 KB weight runs per reduce visit for convs with few pixels over a big weight
   (`_reduce_steps`); old: 256 multiply-adds per visit.
 
-and four rules of session 15 for 16-lane (AVX-512) targets, none of which an AVX2 target
-consults:
+and four rules added on 2026-11-26 (14:45 UTC) for 16-lane (AVX-512) targets, none of which
+an AVX2 target consults:
 
 - `blocks512`: one-vector blocked tiles ranked by loads per multiply-add, at most 4 blocks
   (`_blocks_rows_tile_wide`); old: `_blocks_rows_tile`, the most accumulators first.

@@ -1,6 +1,6 @@
-"""The cost of float16 arithmetic rounded per operation (session 8): one 6-op elementwise chain
-(x*x*0.044715 + 0.5, tanh, * x, + x) over 256 x 4096, compiled for float16 and for float32,
-timed in turns (1 thread via KILN_NUM_THREADS=1), median of 30.
+"""The cost of float16 arithmetic rounded per operation (2026-11-25 17:30 UTC): one 6-op
+elementwise chain (x*x*0.044715 + 0.5, tanh, * x, + x) over 256 x 4096, compiled for float16
+and for float32, timed in turns (1 thread via KILN_NUM_THREADS=1), median of 30.
 
     KILN_NUM_THREADS=1 python benchmarks/half_precision_cost.py
 """

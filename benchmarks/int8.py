@@ -411,7 +411,7 @@ def _interleaved(fns: dict, repeat: int, settle: float = 0.0) -> dict:
     quiet and an untimed call: a runtime's pool threads spin for a while after its call
     (onnxruntime's), and on 2 cores the next runtime's second thread met that spinner
     (Kiln ResNet-18 int8 read 10.7 ms at 2 threads in turns right after onnxruntime, 5.8 ms
-    alone; session 15)."""
+    alone; 2026-11-26 14:45 UTC)."""
     time.sleep(0.3)
     for fn in fns.values():
         fn()

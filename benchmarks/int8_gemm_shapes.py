@@ -1,6 +1,6 @@
 """int8 GEMM kernels alone: matmul_int8x4's default schedule over GEMM shapes (1x1-conv and
-BERT shapes), the target's current rules against the rules before session 15's VNNI work,
-in one process.
+BERT shapes), the target's current rules against the rules before the VNNI work of
+2026-11-26 (14:45 UTC), in one process.
 
     python benchmarks/int8_gemm_shapes.py [--shapes 1024x1024x1024,3136x64x256,...]
                                           [--rounds 7]

@@ -12,7 +12,7 @@ thread (no pool involved) measured in the same condition. "busy" starts a spinni
 process for the whole measurement, as another job on a shared 2-core machine would.
 "paused" sleeps --pause seconds before each timed run (a server between requests): the pool's
 workers have gone to sleep and the idle vCPU has halted, so each run starts from cold threads
-(where a worker woken on the caller's CPU once made 2 threads slower than 1; session 16).
+(where a worker woken on the caller's CPU once made 2 threads slower than 1; 2026-11-26 17:30 UTC).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ _LEAVES = (E.IntImm, E.FloatImm, E.Var)
 # extensions). The max pool ran 35% slower with them at first: LLVM's loop idiom pass could
 # then see its copy loops and made them memcpy calls; kernels now carry "no-builtin-memcpy"
 # (codegen/attributes.py) and the max pool runs as fast as with i32 offsets (A/B runs in
-# benchmarks/RESULTS.md, session 9). Off (False), ADDRESS means index=True.
+# benchmarks/RESULTS.md, 2026-11-25 20:35 UTC). Off (False), ADDRESS means index=True.
 # Off for a while after a fresh-clone CI run spent 25+ minutes in LLVM's O3 pipeline on one
 # reduce_max kernel of a random ONNX graph: the cause was not the offsets (the kernel hangs
 # with i32 offsets too) but a PARALLEL loop of extent 1 around a whole-tensor max chain,
@@ -365,10 +365,19 @@ class ExprEmitter:
             return value
         return self._from_memory(dtype, self.to_memory(dtype, value))
 
+    def float_flags(self, dtype: str) -> tuple[str, ...]:
+        """The fast-math flags of one float operation. A half dtype's operations drop
+        `contract`: each one is rounded to the dtype, and on a CPU with native half arithmetic
+        (AVX512-FP16) LLVM would otherwise narrow them to half and fuse a*b+c into one rounding."""
+        if not dt.is_half(dtype):
+            return self.fm
+        return tuple(flag for flag in self.fm if flag != "contract")
+
     def _binop(self, e, float_op, int_op):
         a, b = self._pair(self._emit(e.a), self._emit(e.b))
         if dt.is_float(e.dtype):
-            return self.round_half(e.dtype, getattr(self.builder, float_op)(a, b, flags=self.fm))
+            return self.round_half(e.dtype, getattr(self.builder, float_op)(
+                a, b, flags=self.float_flags(e.dtype)))
         if int_op in fold._ARITH and (folded := fold.fold_arith(int_op, a, b)) is not None:
             return folded
         flags = ("nsw",) if self._index and e.dtype in ("int32", "int64") else ()
@@ -410,7 +419,7 @@ class ExprEmitter:
     def _emit_Div(self, e):
         if dt.is_float(e.dtype):
             a, b = self._pair(self._emit(e.a), self._emit(e.b))
-            return self.round_half(e.dtype, self.builder.fdiv(a, b, flags=self.fm))
+            return self.round_half(e.dtype, self.builder.fdiv(a, b, flags=self.float_flags(e.dtype)))
         return self._floor_divmod(e, want_div=True)
 
     def _emit_FloorDiv(self, e):

@@ -50,11 +50,11 @@ class Compiled:
 # Leaner hand-built pipelines lost more: SROA/instcombine/GVN/DSE/unroll without LICM ran the
 # blocked conv at 0.27x; LLVM's function simplification pipeline alone (no vectorisers, no
 # runtime unrolling) at 0.77-0.96x on pooling, NCHW conv, dense and depthwise conv.
-# Session 9 (i64 offsets on, ResNet-50's kernels, benchmarks/kernel_ab.py): O2 would cut LLVM's
-# passes by a third and machine code by a quarter, but a conv (68b20e8a) ran 0.79x and 0.81x, the
-# Winograd input transforms 0.82-0.88x in two runs; `-unroll-allow-partial=false` (machine
-# code -20%) ran the Winograd input transforms at 0.67-0.73x; without the loop vectoriser
-# 39 of 40 objects were identical for ~5% less pass time. None kept.
+# 2026-11-25 20:35 UTC (i64 offsets on, ResNet-50's kernels, benchmarks/kernel_ab.py): O2 would
+# cut LLVM's passes by a third and machine code by a quarter, but a conv (68b20e8a) ran 0.79x and
+# 0.81x, the Winograd input transforms 0.82-0.88x in two runs; `-unroll-allow-partial=false`
+# (machine code -20%) ran the Winograd input transforms at 0.67-0.73x; without the loop
+# vectoriser 39 of 40 objects were identical for ~5% less pass time. None kept.
 PIPELINES = {
     "o3": (3, True, True, True, True),
     "o3-novec": (3, False, True, True, True),

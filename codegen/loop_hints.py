@@ -19,7 +19,7 @@ Two rules, on the loop IR after tail splitting (as codegen emits it):
   LLVM's to unroll (where it pays).
 Hinted loops get `llvm.loop.unroll.disable`. Semantics are unchanged: the metadata only stops
 LLVM's unrollers. ResNet-50's kernels: LLVM CPU -40%, kernel speed within noise
-(benchmarks/RESULTS.md, session 12).
+(benchmarks/RESULTS.md, 2026-11-26 05:45 UTC).
 
 KILN_LOOP_HINTS=0 turns the metadata off, =cold keeps the first rule only (for A/B
 measurements); the metadata is part of the emitted IR, hence of the kernel cache key.

@@ -20,7 +20,7 @@ own affinity to the CPUs the process may use but that one (or, if there is no ot
 Why: after a pause between calls (a server between requests) the other CPU of a VM is halted,
 the scheduler counts a halted vCPU as busy and wakes the worker on the caller's CPU; there the
 two share one core for tens of calls before the load balancer parts them, and a 2-thread
-ResNet-18 int8 ran 9-11 ms instead of 5 (slower than 1 thread; session 16). A second
+ResNet-18 int8 ran 9-11 ms instead of 5 (slower than 1 thread; 2026-11-26 17:30 UTC). A second
 caller while a job runs (another Python thread), or a kernel called from inside a job, runs
 its loop serially. After fork() the child sees a pool that is not its own (pid check) and
 starts a fresh one.

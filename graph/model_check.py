@@ -2,7 +2,7 @@
 
 Why: a confirmation (autotune/confirm.py) times each kernel alone, in a worker, its data hot
 in cache. Inside the model the kernel meets its neighbours' data and a colder cache. On a
-quiet znver3 (benchmarks/RESULTS.md, session 14) ten minutes of tuning a RegNet-like model
+quiet znver3 (benchmarks/RESULTS.md, 2026-11-26 11:40 UTC) ten minutes of tuning a RegNet-like model
 confirmed 10 choices that each beat their default alone, and the model ran 7% slower with
 them than with its defaults.
 

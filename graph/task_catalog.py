@@ -43,7 +43,7 @@ BENCHMARK_OPERATORS = (
 # those passes existed keep serving a model compiled that way)
 MODEL_VARIANTS = ((), ("winograd",), ("blocked layout",),
                   ("pack conv weights", "prepack matmul weights"))
-# Winograd's channel floor before session 5 (16): the default CNN's records of that time
+# Winograd's channel floor before 2026-11-25 07:40 UTC (16): the default CNN's records of that time
 HISTORIC_WINOGRAD_MIN_CHANNELS = (16,)
 
 

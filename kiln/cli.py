@@ -131,7 +131,8 @@ def cmd_tune(args) -> int:
         return _tune_model(args.model, args.model, args.model, args.target, trials, db, args.time,
                            leaders=args.leaders, layout=args.layout,
                            winograd=args.winograd, mutations=args.mutations,
-                           model_check=args.model_check)
+                           model_check=args.model_check,
+                           verbose=args.verbose, as_json=args.json)
     model, name = _default_model()
     trials, seconds = args.trials, args.time
     missing, total = _tasks_without_records(model, args.target, db, args.layout, args.winograd)
@@ -145,14 +146,16 @@ def cmd_tune(args) -> int:
     if trials is None and seconds is None:
         if not missing:
             console.print("compiling with them and comparing (--time 10m would tune further)")
-            return _compare(model, name, args.target, db, args.layout, args.winograd)
+            return _compare(model, name, args.target, db, args.layout, args.winograd,
+                            verbose=args.verbose, as_json=args.json)
         seconds = DEFAULT_MODEL_TIME
         console.print(f"tuning it for {_duration(seconds)} first (--time changes it; Ctrl-C "
                       "stops early and keeps every measurement)")
     return _tune_model(model, f"the default model ({name})", name, args.target, trials, db,
                        seconds, leaders=args.leaders, layout=args.layout,
                        winograd=args.winograd, mutations=args.mutations,
-                       model_check=args.model_check)
+                       model_check=args.model_check,
+                       verbose=args.verbose, as_json=args.json)
 
 
 def _count(n: int, noun: str) -> str:
@@ -191,7 +194,8 @@ def _tune_op(args, db) -> int:
 
 def _tune_model(model, label: str, name: str, target: str, trials: int | None, db,
                 seconds: float | None, leaders: int = 3, layout: str = "nchwc",
-                winograd: bool = True, mutations: int = 0, model_check: bool = True) -> int:
+                winograd: bool = True, mutations: int = 0, model_check: bool = True,
+                verbose: bool = False, as_json: bool = False) -> int:
     from .autotune.confirm import ConfirmOptions
     from .graph.compile import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
@@ -224,14 +228,16 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
         console.print(f"tried {_count(len(checked), 'tuned schedule')} inside the model "
                       f"against the default: {len(kept)} kept (the model ran faster with "
                       f"them), {len(checked) - len(kept)} back to the default")
-    return _compare(model, name, target, db, layout, winograd)
+    return _compare(model, name, target, db, layout, winograd, verbose=verbose,
+                    as_json=as_json)
 
 
 def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
-             repeat: int = 20) -> int:
+             repeat: int = 20, verbose: bool = False, as_json: bool = False) -> int:
     from .graph.compile import compile_model
     compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
-    _print_comparison(model, compiled, repeat=repeat, name=name)
+    _print_comparison(model, compiled, repeat=repeat, name=name, verbose=verbose,
+                      as_json=as_json)
     return 0
 
 
@@ -281,7 +287,8 @@ def cmd_compile(args) -> int:
 def cmd_bench(args) -> int:
     db = _open_db(args.db)
     model, name = (args.model, args.model) if args.model else _default_model()
-    return _compare(model, name, args.target, db, args.layout, args.winograd, args.repeat)
+    return _compare(model, name, args.target, db, args.layout, args.winograd, args.repeat,
+                    verbose=args.verbose, as_json=args.json)
 
 
 def cmd_quantize(args) -> int:
@@ -293,8 +300,11 @@ def cmd_quantize(args) -> int:
     return 0
 
 
-def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None) -> None:
-    """Kiln vs the numpy executor vs onnxruntime on one random input, latency and error."""
+def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None,
+                      verbose: bool = False, as_json: bool = False) -> None:
+    """Kiln vs the numpy executor vs onnxruntime on one random input, latency and error: the
+    table and one line of summary; `verbose` adds the per-kernel table before that line,
+    `as_json` one JSON object of the figures after it (for scripts)."""
     from .bench import compare_model
     name = Path(name or str(model)).name
     rows, figures = compare_model(model, compiled, repeat=repeat, name=name)
@@ -306,8 +316,30 @@ def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    console.print(compiled.summary())
-    print(json.dumps(figures, sort_keys=True))
+    if verbose:
+        console.print(compiled.summary())
+    console.print(_summary_line(name, compiled, figures, verbose), soft_wrap=True)
+    if as_json:
+        print(json.dumps(figures, sort_keys=True))
+
+
+def _summary_line(name: str, compiled, figures: dict, verbose: bool) -> str:
+    """One line: Kiln's latency against the baselines and where the schedules came from."""
+    ort = figures.get("kiln_over_ort_latency")
+    versus = (f"Kiln's latency is {ort:.2f}x onnxruntime's" if ort is not None
+              else "Kiln (onnxruntime is not installed)")
+    steps = getattr(getattr(compiled, "plan", None), "steps", None)
+    if steps is None:           # a dynamic or staged model: its own first summary line
+        schedules = compiled.summary().splitlines()[0]
+    else:
+        sources: dict[str, int] = {}
+        for step in steps:
+            sources[step.source] = sources.get(step.source, 0) + 1
+        schedules = f"{_count(len(steps), 'kernel call')}, schedules: " + ", ".join(
+            f"{n} {source}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1]))
+    more = "" if verbose else " (-v lists each kernel)"
+    return (f"{name}: {versus}, {figures['kiln_speedup_vs_numpy']:.1f}x the numpy executor's "
+            f"speed; {schedules}{more}")
 
 
 def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
@@ -495,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--db", help="tuning database file (default: your own log, "
                        "KILN_TUNING_DB or ~/.local/share/kiln/tuning.db, layered over the "
                        "records shipped with Kiln; new measurements go to your log)")
+    for p in (tune, bench):
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="also list each kernel of the compiled model (and log)")
+        p.add_argument("--json", action="store_true",
+                       help="end with one JSON object of the comparison's figures")
     for p in (tune, conf, comp, bench):
         p.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
         p.add_argument("--threads", type=int, metavar="N",

@@ -14,7 +14,7 @@ its outputs bit for bit on the adds of two quantized models):
 Both are within one step of the exact value, but near ties land on different integers (3 of
 25,088 values of one add in a random-weight MobileNetV2), and one step there became another
 top-1 class on ~3% of random inputs. Written in onnxruntime's form, Kiln's int8 models give
-onnxruntime's int8 outputs bit for bit (benchmarks/RESULTS.md, session 15): codegen fuses
+onnxruntime's int8 outputs bit for bit (benchmarks/RESULTS.md, 2026-11-26 14:45 UTC): codegen fuses
 each multiply-add into one FMA ("contract" is a default fast-math flag). The numpy
 reference of the rewritten graph rounds each product, which may move a tie the other way,
 still within one step.

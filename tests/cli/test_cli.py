@@ -118,6 +118,28 @@ def test_confirm_compares_mutations_of_an_untuned_model_and_compiles_follow(tmp_
     assert code == 1 and "--mutations -1" in out
 
 
+def test_bench_ends_with_the_table_and_one_summary_line(tmp_path):
+    """`kiln bench` prints the comparison table and one line of summary; the per-kernel table
+    only with -v (before that line), the figures as JSON only with --json (last)."""
+    path = _tiny_matmul_model(tmp_path)
+    db = str(tmp_path / "empty.db")
+    code, out = kiln("bench", str(path), "--repeat", "3", "--db", db)
+    assert code == 0, out
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("└") and "onnxruntime" in out, out     # the table's last row
+    assert lines[-1].startswith("tiny.onnx: Kiln's latency is"), out
+    assert "1 kernel call, schedules: 1 default (-v lists each kernel)" in lines[-1], out
+    assert "kernel matmul" not in out, out
+    code, out = kiln("bench", str(path), "--repeat", "3", "--db", db, "-v", "--json")
+    assert code == 0, out
+    lines = [line for line in out.strip().splitlines()        # (-v also logs, to stderr)
+             if not line.startswith(("INFO ", "WARNING "))]
+    figures = json.loads(lines[-1])
+    assert figures["model"] == "tiny.onnx" and figures["max_abs_error_vs_ort"] < 1e-5
+    assert lines[-2].startswith("tiny.onnx: Kiln's latency is") and "-v" not in lines[-2], out
+    assert "kernel matmul" in out, out                                  # the per-kernel table
+
+
 def test_compile_in_either_layout_and_refuse_an_unknown_one(tmp_path):
     from kiln.graph.models import save_default_model
     model = str(save_default_model(tmp_path / "cnn.onnx"))

@@ -42,7 +42,7 @@ def test_default_model_without_records_says_it_tunes_and_for_how_long(tmp_path):
     """On a database with no records of the default model, `kiln tune` says so and tunes
     for its time budget (a short --time here), then compiles and compares ResNet-18."""
     code, out = kiln("tune", "--db", str(tmp_path / "empty.db"), "--time", "2s",
-                     "--threads", "1", timeout=900)
+                     "--threads", "1", "--json", timeout=900)
     assert code == 0, out
     assert "resnet18_like" in out, out
     text = " ".join(out.split())          # the console wraps long lines
@@ -65,10 +65,15 @@ def test_default_model_with_records_only_compiles(tmp_path):
     missing, total = cli._tasks_without_records(resnet18_like(), "native", db, "nchwc", True)
     if missing:
         pytest.skip(f"the shipped log has no records of {missing}/{total} tasks for this CPU")
-    code, out = kiln("tune", "--db", str(shipped), timeout=900)
+    code, out = kiln("tune", "--db", str(shipped), "--json", timeout=900)
     assert code == 0, out
     text = " ".join(out.split())          # the console wraps long lines
     assert f"all {total} tasks have tuning records" in text and "tuning took" not in text, out
+    # the comparison table, then one line of summary (no per-kernel table without -v)
+    summary = out.strip().splitlines()[-2]
+    assert summary.startswith("resnet18_like: Kiln's latency is"), out
+    assert re.search(r"schedules: \d+ database$", summary), out
+    assert "kernel conv2d" not in out, out
     figures = json.loads(out.strip().splitlines()[-1])
     assert figures["model"] == "resnet18_like"
     assert figures["max_abs_error_vs_ort"] < 1e-2

@@ -146,7 +146,7 @@ def _worker_moves_off(queue):
 def test_worker_moves_off_the_callers_cpu():
     # a worker spinning on the caller's CPU takes the caller's time slices: it must leave
     # in a fresh interpreter: a child forked from a pytest-xdist worker late in the suite
-    # never saw its worker move (twice in CI, session 17; never alone or early), which is
+    # never saw its worker move (twice in CI, 2026-11-26 21:30 UTC; never alone or early), which is
     # left to find; the forked-child pool has its own test above
     cpu, start, threads, moved, missing = _in_forked_child(_worker_moves_off, "spawn")
     assert missing == 0           # every iteration of every run, exactly once
