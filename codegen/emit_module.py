@@ -17,6 +17,7 @@ from . import loop_hints
 from .attributes import kernel_function_attributes
 from .emit_expr import _free_vars
 from .emit_stmt import FunctionEmitter
+from .index_width import check_index_width
 from .promote import promote_register_tiles
 from .tails import split_tails
 from .uniform_select import branch_uniform_selects
@@ -178,6 +179,7 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
     if parallel not in ("kiln", "gomp", "serial"):
         raise CodegenError(f"emit_module(parallel={parallel!r}): expected 'kiln', 'gomp' or "
                            "'serial'")
+    check_index_width(func)     # int32 indices: a 2**40 extent is an error naming it
     seen = set()
     for b in func.params:
         if b in seen:

@@ -29,6 +29,7 @@ from ..te.errors import KilnError
 from . import model_cache, parallel_build
 from .executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
 from .frontend import load_onnx
+from .index_checks import add_index_checks, settle_index_checks, split_outputs
 from .ir import Graph
 from .memory_plan import check_plan, plan_buffers
 from .passes import fuse_operators, optimize
@@ -60,7 +61,9 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct.
     target: the target string the graph is compiled for (passes.TARGET_PASSES: int8 weights
     as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral.
-    proto: the ModelProto already read from the path `model` (not read again)."""
+    proto: the ModelProto already read from the path `model` (not read again).
+    Every node taking run-time indices gets an index check (graph/index_checks.py): an extra
+    graph output that compile_model turns into a check after each run."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
@@ -68,7 +71,8 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
                                                              values=constants, proto=proto)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
-    graph = optimize(graph, skip=skip, target=target)
+    graph, checks = add_index_checks(graph)
+    graph = settle_index_checks(optimize(graph, skip=skip, target=target), checks)
     return graph, fuse_operators(graph)
 
 
@@ -269,11 +273,13 @@ def compile_model(model, target: str = "native", db=None,
         step_args.update(args)
         steps.append(Step(g.name, mt.name, args, g.ops, sources[mt.name]))
     buffers, arena_bytes, naive = _buffers(graph, groups, step_args)
+    outputs, index_checks = split_outputs(graph)
     plan = build_plan(graph.name, [v.name for v in graph.inputs],
-                      [v.name for v in graph.outputs], buffers, steps, arena_bytes, aliases,
+                      outputs, buffers, steps, arena_bytes, aliases,
                       naive, {"target": target, "threads": threads, "compile": {
                           "seconds": round(time.perf_counter() - start, 3), **build_stats},
                           **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {}),
+                          **({"index_checks": index_checks} if index_checks else {}),
                           **({"io_formats": graph.io_formats} if graph.io_formats else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)

@@ -25,6 +25,7 @@ import numpy as np
 from ..codegen import Kernel, export_library, load_library
 from ..codegen.sequence import CallSequence
 from ..te.errors import InternalError, KernelArgumentError, ModelFormatError
+from .index_bounds import RunChecks
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,8 @@ class CompiledModel:
             _check_step(self.plan.name, step, kernel, args)
             self._steps.append((kernel if checked_calls else _fast_entry(kernel), args))
         self._outputs = [self.buffers[name] for name in plan.outputs]
+        # (min, max) of run-time indices per checked node (graph/index_checks.py)
+        self._index_checks = RunChecks(plan.meta.get("index_checks", ()), self.buffers)
         # checked calls (debugging) go through Python; otherwise one native call per run
         self._sequence = None if checked_calls or not self._steps else CallSequence(
             [(self._kernel(step).address, [a.ctypes.data for a in args])
@@ -284,13 +287,16 @@ class CompiledModel:
                     f"{{'{name}': ...}}), or without constants= to specialise at run time).")
 
     def run(self, inputs) -> list[np.ndarray]:
-        """Run the model; returns fresh arrays in graph-output order."""
+        """Run the model; returns fresh arrays in graph-output order. An index out of its
+        data's bounds (Gather, ScatterND, ...) raises IndexOutOfRangeError naming the node."""
         self._bind(inputs)
         if self._sequence is not None:
             self._sequence()
         else:
             for fn, args in self._steps:
                 fn(*args)
+        if self._index_checks:
+            self._index_checks()
         if any(self._out_formats):
             from .lowbit import from_storage
             return [out.copy() if not fmt else from_storage(out.copy(), fmt)

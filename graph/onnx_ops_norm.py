@@ -145,13 +145,16 @@ def _nll(ctx, logp: Value, target: Value, weight: Value | None, reduction: str,
                                f"{list(target.shape)} must be {[n, *rest]} for input "
                                f"{list(logp.shape)}")
     dtype = logp.dtype
-    idx = ctx.emit("reshape", [target], {"shape": (n, 1) + rest})
-    picked = ctx.emit("gather_elements", [logp, idx], {"axis": 1})
-    picked = ctx.emit("reshape", [picked], {"shape": (n,) + rest})
-    w = None if weight is None else ctx.emit("gather", [weight, target], {"axis": 0})
-    if ignore_index is not None:
+    keep, pick = None, target
+    if ignore_index is not None:   # ignored targets (often out of [0, C)) read class 0
         keep = ctx.emit("logical_not", [ctx.emit("equal", [target, ctx.const(np.array(
             int(ignore_index), dtype=target.dtype))])])
+        pick = ctx.emit("where", [keep, target, ctx.const(np.zeros((), target.dtype))])
+    idx = ctx.emit("reshape", [pick], {"shape": (n, 1) + rest})
+    picked = ctx.emit("gather_elements", [logp, idx], {"axis": 1})
+    picked = ctx.emit("reshape", [picked], {"shape": (n,) + rest})
+    w = None if weight is None else ctx.emit("gather", [weight, pick], {"axis": 0})
+    if keep is not None:
         w = ctx.emit("cast", [keep], {"to": dtype}) if w is None else ctx.emit(
             "where", [keep, w, ctx.const(np.array(0.0, dtype=dtype))])
     loss = ctx.emit("neg", [picked])

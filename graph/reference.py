@@ -20,6 +20,7 @@ from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
                       unpack_grouped_conv_weight,
                       unpack_matmul_weight)
 from ..te.ops.winograd import winograd_matrices_f64
+from .index_bounds import INDEX_INPUTS, check_node_indices
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)
@@ -457,6 +458,8 @@ def _matmul_prepacked(node, a, packed):
 
 def run_node(node: Node, args: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:
     """Evaluate one node; returns its outputs as arrays of the declared dtypes."""
+    if node.op in INDEX_INPUTS:     # an index out of bounds is an error, as in onnxruntime
+        check_node_indices(node, args)
     present = list(args)
     while present and present[-1] is None:
         present.pop()

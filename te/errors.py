@@ -46,3 +46,7 @@ class TuningDatabaseError(KilnError):
 
 class InternalError(KilnError):
     """An invariant inside Kiln broke: this is a bug in Kiln; please report it."""
+
+
+class IndexOutOfRangeError(KernelArgumentError):
+    """A data-dependent index (Gather's, ScatterND's, ...) lies outside the axis it indexes."""

@@ -4,7 +4,9 @@ A scatter is written as a gather over its updates: every output point reduces ov
 positions whose index lands on it (a `Reduce` with a `where` condition), so it stays a pure
 compute DAG (no stores in data-dependent order) and any schedule is legal. That costs
 O(outputs x updates along the scatter axis), fine for the sizes these ops see in models.
-Indices may be negative (counted from the end); out-of-range indices are clamped for the read.
+Indices may be negative (counted from the end); out-of-range indices are clamped for the read
+(nothing outside a buffer is touched); compiled models report them as errors from a separate
+check (graph/index_checks.py), so these loops stay branch-free.
 """
 from __future__ import annotations
 

@@ -312,7 +312,8 @@ def _check_indices(op_name: str, indices: Tensor) -> None:
 
 def take(x: Tensor, indices, axis: int | None = None, name: str | None = None) -> Tensor:
     """ONNX Gather / numpy.take: out = x[..., indices[...], ...] along `axis`; negative
-    indices count from the end, out-of-range ones are clamped. axis=None flattens x first."""
+    indices count from the end, out-of-range ones are clamped (compiled models raise for them:
+    graph/index_checks.py). axis=None flattens x first."""
     check_tensor("take", x)
     if axis is None:
         x, axis = reshape(x, (-1,), name="take_flatten"), 0
