@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.executor import CompiledModel, _fast_entry
+from ..graph.index_bounds import RunChecks
 
 
 class DirectRunner:
@@ -36,6 +37,9 @@ class DirectRunner:
         self._copied = [name not in fresh for name in self.outputs]
         self.steps = [(_fast_entry(model.kernels[step.kernel]), model.kernels[step.kernel],
                        step.args) for step in plan.steps]
+        # the (min, max) of run-time indices (knp.take, integer-array indexing), written to
+        # this call's buffers and checked after the kernels, as CompiledModel.run does
+        self.index_checks = tuple(plan.meta.get("index_checks", ()))
 
     def __call__(self, arrays) -> list[np.ndarray]:
         buffers = dict(self.fixed)
@@ -48,6 +52,8 @@ class DirectRunner:
             arrays = [buffers[a] for a in args]
             if fn(*arrays) and fn is not kernel:
                 kernel(*arrays)      # the checked entry refused them: raise its precise error
+        if self.index_checks:
+            RunChecks(self.index_checks, buffers)()
         out, seen = [], set()
         for name, copy in zip(self.outputs, self._copied):
             arr = buffers[name]

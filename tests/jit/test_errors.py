@@ -83,3 +83,12 @@ def test_unsupported_argument_types():
         kiln.jit(lambda x: x)(np.ones(2, np.complex128))
     with pytest.raises(JitError, match=r"'cfg'.*neither an array nor a number.*static"):
         kiln.jit(lambda x, cfg: x)(X, object())
+
+
+def test_an_index_out_of_range_is_an_error_and_negative_ones_count_from_the_end():
+    table = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    lookup = kiln.jit(lambda t, i: knp.take(t, i, axis=0))
+    np.testing.assert_array_equal(lookup(table, np.array([0, 9, -1], np.int64)),
+                                  table[[0, 9, -1]])
+    with pytest.raises(kiln.KernelArgumentError, match=r"indices in \[2, 10\].*\[-10, 9\]"):
+        lookup(table, np.array([2, 10], np.int64))
