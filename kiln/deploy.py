@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .codegen.deploy import CLibrary, DeployPlan, export_c_library
-from .codegen.deploy.plan import Call, Copy, Ref, Tensor
+from .codegen.deploy.plan import WORKSPACE_ALIGNMENT, Call, Copy, IndexCheck, Ref, Tensor
 from .codegen.deploy.weights import pack_constants
 from .graph.executor import CompiledModel, pinned_arrays
 from .te.errors import KilnError
@@ -31,11 +31,20 @@ def deploy_plan(compiled: CompiledModel) -> tuple[DeployPlan, dict]:
     constants = [(b.name, compiled.buffers[b.name]) for b in plan.buffers
                  if b.kind == "constant"]
     blob, offsets = pack_constants(constants)
+    # the index checks' (~min, max) pairs: run-time values of no caller's, after the arena
+    arena_bytes, checks, check_offset = plan.arena_bytes, [], {}
+    for check in plan.meta.get("index_checks", ()):
+        arena_bytes = -(-arena_bytes // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
+        check_offset[check["value"]] = arena_bytes
+        checks.append(IndexCheck(arena_bytes, tuple(tuple(b) for b in check["bounds"])))
+        arena_bytes += 16 * len(check["bounds"])
 
     def ref(name: str) -> Ref:
         spec = specs[name]
         while spec.kind == "alias":
             spec = specs[spec.of]
+        if spec.name in check_offset:
+            return Ref("arena", offset=check_offset[spec.name])
         if spec.kind == "input":
             return Ref("input", input_index[spec.name])
         if spec.kind == "output":
@@ -64,7 +73,8 @@ def deploy_plan(compiled: CompiledModel) -> tuple[DeployPlan, dict]:
               for name, arr in pinned_arrays(plan.meta.get("pinned", {})).items()
               if name in input_index}
     return DeployPlan(plan.name, tensors_in, tensors_out, tuple(calls), tuple(copies), blob,
-                      plan.arena_bytes, int(plan.meta.get("threads", 1) or 1), pinned), kernels
+                      arena_bytes, int(plan.meta.get("threads", 1) or 1), pinned,
+                      tuple(checks)), kernels
 
 
 def _compiled(model, input_shapes, constants, target, db, threads, layout,

@@ -198,6 +198,7 @@ class Glue:
             args = [where(r) for r in call.args]
             kernel = self._declare(call.symbol, ir.VoidType(), [T.PTR] * len(args))
             b.call(kernel, args)
+        self._index_checks(b, fn, where, leave)
         if plan.copies:
             memcpy = self._declare("memcpy", T.PTR, [T.PTR, T.PTR, self.size])
             for c in plan.copies:
@@ -226,6 +227,22 @@ class Glue:
                                             b.icmp_unsigned("<", other, end)))
             spans.append((start, t.nbytes))
         self._fail(b, fn, bad, "overlap", leave)
+
+    def _index_checks(self, b, fn, where, leave):
+        """Run-time indices out of their data's bounds (as CompiledModel.run checks them): the
+        kernels clamp, so nothing was read or written out of bounds, but the run fails."""
+        i64 = ir.IntType(64)
+        bad = ir.Constant(I1, 0)
+        for check in self.plan.index_checks:
+            for column, (low, high) in enumerate(check.bounds):
+                at = Ref("arena", offset=check.offset + 16 * column)
+                lowest = b.not_(b.load(where(at), typ=i64))
+                highest = b.load(b.gep(where(at), [ir.Constant(self.size, 8)], source_etype=I8),
+                                 typ=i64)
+                bad = b.or_(bad, b.or_(b.icmp_signed("<", lowest, ir.Constant(i64, low)),
+                                       b.icmp_signed(">", highest, ir.Constant(i64, high))))
+        if self.plan.index_checks:
+            self._fail(b, fn, bad, "index", leave)
 
     def _pinned_checks(self, b, fn, ins, leave):
         if not self.plan.pinned:

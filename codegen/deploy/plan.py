@@ -39,6 +39,9 @@ ERRORS = (
      "been given them"),
     ("weights", "WEIGHTS", "set_weights() got a blob of the wrong size or one not aligned to "
      "64 bytes"),
+    ("index", "INDEX_OUT_OF_RANGE", "an input holds an index outside its data's bounds (a "
+     "Gather, GatherND, ScatterND, ... of the model: indices element out of data bounds); the "
+     "outputs are not valid"),
 )
 CODE = {name: k for k, (name, _, _) in enumerate(ERRORS)}
 
@@ -88,6 +91,15 @@ class Copy:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class IndexCheck:
+    """After the calls: the (~min, max) int64 pairs a model's index_range kernel wrote at
+    `offset` in the arena, one per index column, each checked against its (low, high)."""
+
+    offset: int
+    bounds: tuple[tuple[int, int], ...]
+
+
 @dataclass
 class DeployPlan:
     name: str
@@ -99,6 +111,7 @@ class DeployPlan:
     arena_bytes: int
     threads: int = 1
     pinned: dict[int, bytes] = field(default_factory=dict)   # input index -> its fixed value
+    index_checks: tuple[IndexCheck, ...] = ()
 
     def workspace_bytes(self) -> int:
         return self.arena_bytes + WORKSPACE_ALIGNMENT - 1 if self.arena_bytes else 0

@@ -184,7 +184,11 @@ def test_header_tables(exported):
     assert 'static const char* const dynamic_input_names[2] = {"ids", "mask"};' in text
     assert "#define DYNAMIC_INPUT0_BYTES 56u" in text            # int64 [1, 7]
     assert "static const int64_t dynamic_input_dims[4] = {1, 7, 1, 7};" in text
-    assert f"#define DYNAMIC_WORKSPACE_BYTES {compiled.plan.arena_bytes + 63}u" in text
+    # the arena, then the index checks' (~min, max) pairs, + 63 to align the caller's pointer
+    arena = compiled.plan.arena_bytes
+    for check in compiled.plan.meta.get("index_checks", ()):
+        arena = -(-arena // 64) * 64 + 16 * len(check["bounds"])
+    assert f"#define DYNAMIC_WORKSPACE_BYTES {arena + 63}u" in text
 
 
 def test_bad_prefix_and_weights_mode_are_named(exported, tmp_path):
@@ -229,3 +233,24 @@ def test_cli_input_shape_is_checked():
     assert parse_input_shapes(["ids=1,7", "mask=1,7"]) == {"ids": (1, 7), "mask": (1, 7)}
     with pytest.raises(KilnError, match="NAME=D,D"):
         parse_input_shapes(["ids:1,7"])
+
+
+def test_an_index_out_of_range_is_an_error_code(exported, tmp_path):
+    """A token id past the vocabulary: the run returns INDEX_OUT_OF_RANGE with its message,
+    as CompiledModel.run raises IndexOutOfRangeError (nothing is read out of bounds)."""
+    _, _, feeds = model_case("transformer")
+    lib, compiled, exe = exported("transformer")
+    ids = feeds["input_ids"].copy()
+    ids[0, 3] = 50                      # the vocabulary has 50 rows: 0..49 (or -50..-1)
+    _write_inputs(tmp_path, {"input_ids": ids}, compiled.plan.inputs)
+    proc = subprocess.run([str(exe), str(tmp_path), "1", "run"], capture_output=True,
+                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"run {CODE['INDEX_OUT_OF_RANGE']} "), proc.stdout
+    assert "out of data bounds" in proc.stdout
+    ids[0, 3] = -50                     # negative ids count from the end, as in ONNX
+    _write_inputs(tmp_path, {"input_ids": ids}, compiled.plan.inputs)
+    run_harness(exe, tmp_path, 1)
+    got = _read_outputs(tmp_path, compiled)
+    for g, k in zip(got, compiled.run({"input_ids": ids})):
+        np.testing.assert_array_equal(g, k)
