@@ -38,7 +38,7 @@ def compare_payload(payload: dict, held: dict | None = None) -> list[MeasureResu
     entry = _held_task(payload, held)
     task, options = entry.task, payload["options"]
     if entry.space is None:
-        from .space import SearchSpace
+        from .space.rules import SearchSpace
         entry.space = SearchSpace(task)
     results: list[MeasureResult | None] = []
     kernels = {}

@@ -36,7 +36,7 @@ from ..te.errors import InternalError, KilnError, ScheduleError
 from ..te.reference import evaluate
 from ..te.workload import topo_ops
 from .features import extract_features
-from .space import SearchSpace
+from .space.rules import SearchSpace
 from .task import Task
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ from .database import Database, _vector_isa, config_key
 from .default_db import shipped_db_path
 from .features import FEATURE_VERSION
 from .search import Featurizer
-from .space import SearchSpace, _freeze, _json
+from .space.rules import SearchSpace, _freeze, _json
 from .task import Task
 
 log = logging.getLogger(__name__)

@@ -40,11 +40,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
                     print_table)
 
 import kiln  # noqa: E402
-from kiln.graph.models_zoo import ARCHITECTURES  # noqa: E402
+from tests.models_zoo import ARCHITECTURES  # noqa: E402
 
 
 def load(name: str, onnx_dir: str | None):

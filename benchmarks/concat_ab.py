@@ -25,11 +25,11 @@ import numpy as np
 os.environ.setdefault("KILN_CACHE_DIR", "off")
 
 from kiln import te  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.codegen import build, uniform_select  # noqa: E402
 from kiln.schedule.lower import lower  # noqa: E402
-from kiln.te.ops.quantized import quantize  # noqa: E402
+from kiln.te.ops.int8.core import quantize  # noqa: E402
 from kiln.te.ops.transform import concatenate  # noqa: E402
 
 # (name, input shapes, concat axis, quantize after, forced vector width or None)
@@ -111,7 +111,7 @@ def bench_kernels(rounds: int) -> list[dict]:
 
 def bench_models(names: list[str], model_dir: Path, rounds: int,
                  compile_reps: int) -> list[dict]:
-    from kiln.graph.compile import compile_model
+    from kiln.graph.compile.model import compile_model
     rows = []
     for name in names:
         path = next(model_dir.glob(f"{name}*.static.onnx"))

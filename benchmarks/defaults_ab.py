@@ -48,7 +48,7 @@ from architectures import example_feeds  # noqa: E402
 from common import emit_json, median_seconds, ort_session  # noqa: E402
 
 import kiln  # noqa: E402
-from kiln.autotune import space_defaults as sd  # noqa: E402
+from kiln.autotune.space import defaults as sd  # noqa: E402
 
 OLD_RULES = {
     "blocks": ("_block_axis", lambda op, rows: None),

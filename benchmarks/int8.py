@@ -45,15 +45,16 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, kiln_threads, print_table  # noqa: E402
 
-from kiln.autotune import space_defaults  # noqa: E402
+from kiln.autotune.space import defaults as space_defaults  # noqa: E402
 from kiln.codegen import Target  # noqa: E402
 from kiln.codegen import emit_expr  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
-from kiln.graph.compile import compile_model  # noqa: E402
-from kiln.graph import onnx_quant_ops, passes  # noqa: E402
-from kiln.graph.passes import int8_widen  # noqa: E402
+from kiln.graph.compile.model import compile_model  # noqa: E402
+from kiln.graph.onnx import quant as onnx_quant_ops  # noqa: E402
+from kiln.graph import passes  # noqa: E402
+from kiln.graph.passes.int8 import widen as int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
 CHAINS = 12

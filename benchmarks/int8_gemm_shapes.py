@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln import codegen  # noqa: E402
-from kiln.autotune import space_defaults  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space import defaults as space_defaults  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.codegen import emit_expr  # noqa: E402
-from kiln.graph.passes.int8_panels import panel_width  # noqa: E402
+from kiln.graph.passes.int8.panels import panel_width  # noqa: E402
 from kiln.schedule.lower import lower  # noqa: E402
-from kiln.te.ops.quantized import (matmul_int8x4, pack_weight_int8x4,  # noqa: E402
+from kiln.te.ops.int8.core import (matmul_int8x4, pack_weight_int8x4,  # noqa: E402
                                    panel_weight_words)
 from kiln.te.tensor import placeholder  # noqa: E402
 

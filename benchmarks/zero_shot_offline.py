@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -26,15 +27,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.autotune import zero_shot as Z  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.autotune.features import FEATURE_VERSION  # noqa: E402
-from kiln.graph import models_zoo  # noqa: E402
-from kiln.graph.compile import model_tasks  # noqa: E402
-from kiln.graph.task_catalog import BENCHMARK_MODELS, catalog_tasks  # noqa: E402
+from tests import models_zoo  # noqa: E402
+from kiln.graph.compile.model import model_tasks  # noqa: E402
+from tests.task_catalog import BENCHMARK_MODELS, catalog_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -113,7 +113,7 @@ def _default_model():
 def _tasks_without_records(model, target: str, db, layout: str, winograd: bool) -> tuple[int, int]:
     """(tasks of `model` with no record of this CPU that a compile would apply, tasks)."""
     from .autotune.dispatch import select_record
-    from .graph.compile import model_tasks
+    from .graph.compile.model import model_tasks
     tasks = model_tasks(model, target, layout=layout, winograd=winograd)
     missing = sum(1 for mt in tasks
                   if select_record(mt.task, target, db, similar_cpus=False).record is None)
@@ -193,7 +193,7 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                 seconds: float | None, leaders: int = 3, layout: str = "nchwc",
                 winograd: bool = True, mutations: int = 0, model_check: bool = True) -> int:
     from .autotune.confirm import ConfirmOptions
-    from .graph.compile import tune_model
+    from .graph.compile.model import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
                           + ([f"for {_duration(seconds)}"] if seconds is not None else []))
     console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
@@ -229,7 +229,7 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
 
 def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
              repeat: int = 20) -> int:
-    from .graph.compile import compile_model
+    from .graph.compile.model import compile_model
     compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
     _print_comparison(model, compiled, repeat=repeat, name=name)
     return 0
@@ -237,7 +237,7 @@ def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
 
 def cmd_confirm(args) -> int:
     from .autotune.confirm import ConfirmOptions
-    from .graph.compile import confirm_model
+    from .graph.compile.model import confirm_model
     from .graph.models import MODELS
     db = _open_db(args.db)
     if args.model is None:
@@ -268,7 +268,7 @@ def cmd_confirm(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .graph.compile import compile_model
+    from .graph.compile.model import compile_model
     db = _open_db(args.db)
     compiled = compile_model(args.model, target=args.target, db=db, layout=args.layout,
                              winograd=args.winograd)
@@ -313,8 +313,8 @@ def _print_comparison(model, compiled, repeat: int = 20, name: str | None = None
 def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
     """(task name, record, why) for each stored record of `model`'s tasks on any target
     that does not fit the task's search space today."""
-    from .autotune.space import SearchSpace
-    from .graph.compile import model_tasks
+    from .autotune.space.rules import SearchSpace
+    from .graph.compile.model import model_tasks
     targets: dict[str, set] = {}
     for row in db.summary():            # (one pass over the log, not one per task)
         targets.setdefault(row["task_key"], set()).add(row["target"])

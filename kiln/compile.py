@@ -10,10 +10,10 @@ from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
 from .autotune.database import Database
 from .autotune.default_db import open_database
-from .graph.compile import tune_model
-from .graph.dynamic import DynamicModel, compile_specialized
-from .graph.staged import StagedModel
-from .graph.executor import CompiledModel, load_compiled
+from .graph.compile.model import tune_model
+from .graph.runtime.dynamic import DynamicModel, compile_specialized
+from .graph.runtime.staged import StagedModel
+from .graph.runtime.executor import CompiledModel, load_compiled
 from .te.errors import KilnError
 
 

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ...te.errors import InternalError
 from ..ir import Graph, Node, OpClass, Value
-from ..ops import op_class
+from ..ops.core import op_class
 
 _EPILOGUE = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST})
 _INJECTIVE_GROUP = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST, OpClass.INJECTIVE})

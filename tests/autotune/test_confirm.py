@@ -20,7 +20,7 @@ from kiln.autotune.dispatch import (
 )
 from kiln.autotune.measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from kiln.autotune.scheduler import tune_tasks
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 
 TARGET = canonical_target("native")

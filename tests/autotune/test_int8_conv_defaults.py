@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_int8_conv import (depthwise_register_rows,
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.int8_conv import (depthwise_register_rows,
                                            one_register_tile_per_cache_tile)
 from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.schedule.lower import lower
-from kiln.te.ops.quantized import matmul_int8x4
-from kiln.te.ops.quantized_nhwc import depthwise_conv2d_integer_nhwc
-from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels
+from kiln.te.ops.int8.core import matmul_int8x4
+from kiln.te.ops.int8.nhwc import depthwise_conv2d_integer_nhwc
+from kiln.te.ops.int8.vnni_conv import conv_int8x4_panels
 from kiln.te.tensor import placeholder
 
 VNNI = Target.from_string("llvm -mcpu=znver4")

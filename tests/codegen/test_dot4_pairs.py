@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import kiln
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized import (matmul_int8x4, pack_weight_int8x4, panel_weight_pairs,
+from kiln.te.ops.int8.core import (matmul_int8x4, pack_weight_int8x4, panel_weight_pairs,
                                    widen_weight_words)
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum

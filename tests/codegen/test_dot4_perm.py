@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen.build import DEFAULT_FASTMATH, fastmath_flags
 from kiln.codegen.emit_module import emit_module
@@ -19,7 +19,7 @@ from kiln.codegen.target import Target
 from kiln.schedule import lower
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized_perm import (matmul_int8x4_perm, pair_safe,
+from kiln.te.ops.int8.perm import (matmul_int8x4_perm, pair_safe,
                                         pair_weight_groups)
 from kiln.te.reference import dot4_u8s8perm_reference
 from kiln.te.tensor import compute, placeholder, reduce_axis

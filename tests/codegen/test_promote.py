@@ -9,7 +9,7 @@ import pytest
 
 from .cg_util import buf, load, loop
 from .test_loops import blocked_matmul
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
 from kiln.codegen.promote import promote_register_tiles

@@ -18,7 +18,7 @@ from kiln.codegen.uniform_select import branch_uniform_selects, is_lane_uniform,
 from kiln.schedule.ir import For, ForKind
 from kiln.schedule.lower import lower
 from kiln.te import expr as E
-from kiln.te.ops.quantized import quantize
+from kiln.te.ops.int8.core import quantize
 from kiln.te.ops.transform import concatenate
 
 RNG = np.random.default_rng(3)

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model
-from kiln.graph.conv_taps import trimmed_window
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model
+from kiln.graph.onnx.conv_taps import trimmed_window
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import make_model, ort_run
 

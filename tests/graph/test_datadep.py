@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.ops_datadep import nms_reference, unique_reference
-from kiln.graph.staged import StagedModel
+from kiln.graph.ops.datadep import nms_reference, unique_reference
+from kiln.graph.runtime.staged import StagedModel
 
 from .graph_helpers import ort_run
 

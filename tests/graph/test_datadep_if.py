@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.staged import StagedModel, has_data_dependent_ops
+from kiln.graph.runtime.staged import StagedModel, has_data_dependent_ops
 
 from .graph_helpers import ort_run
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import make_model
 

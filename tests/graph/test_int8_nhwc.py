@@ -12,15 +12,15 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import fuse_operators, optimize
-from kiln.graph.passes.int8_nhwc import nhwc_weight_words, to_pixel_major_int8
-from kiln.graph.passes.int8_widen import panel_width
+from kiln.graph.passes.int8.nhwc import nhwc_weight_words, to_pixel_major_int8
+from kiln.graph.passes.int8.widen import panel_width
 from kiln.graph.reference import IMPLS, run_reference
-from kiln.te.ops import quantized as tq
+from kiln.te.ops.int8 import core as tq
 from kiln.te.tensor import placeholder
 
 from .graph_helpers import make_model

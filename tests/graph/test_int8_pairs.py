@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_pairs import MIN_COLUMNS
+from kiln.graph.passes.int8.pairs import MIN_COLUMNS
 from kiln.graph.reference import IMPLS, run_reference
 
 from .test_int8_pointwise import _pointwise_model

@@ -11,9 +11,9 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import fuse_operators, optimize
-from kiln.graph.passes.int8_pointwise import flatten_pointwise_int8
+from kiln.graph.passes.int8.pointwise import flatten_pointwise_int8
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.int8_tables import to_lookup_tables
-from kiln.graph.passes.quantize import fuse_quantized_kernels
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.tables import to_lookup_tables
+from kiln.graph.passes.int8.quantize import fuse_quantized_kernels
 
 from .graph_helpers import make_model
 

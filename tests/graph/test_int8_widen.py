@@ -13,9 +13,9 @@ from onnx import helper
 
 import kiln
 from kiln.graph import passes
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_widen import widens_int8
+from kiln.graph.passes.int8.widen import widens_int8
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from kiln.graph.compile import model_tasks
+from kiln.graph.compile.model import model_tasks
 from kiln.quantize import quantize_model
 
 from .graph_helpers import make_model

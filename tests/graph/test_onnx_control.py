@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.dynamic import DynamicModel
+from kiln.graph.runtime.dynamic import DynamicModel
 from kiln.te.errors import UnsupportedOperatorError
 
 from .graph_helpers import ort_run

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import ModelFormatError
 

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import UnsupportedOperatorError
 

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.dynamic import DynamicModel
-from kiln.graph.frontend import InputValueNeeded, load_onnx
+from kiln.graph.runtime.dynamic import DynamicModel
+from kiln.graph.onnx.load import InputValueNeeded, load_onnx
 from kiln.te.errors import KilnError, ModelFormatError
 
 F = TensorProto.FLOAT

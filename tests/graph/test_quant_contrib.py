@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 
 from .test_quant_ops import _ort, check_ort, ms_model, s8, u8

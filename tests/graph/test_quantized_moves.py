@@ -13,8 +13,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.quantize import fuse_quantized_kernels
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.quantize import fuse_quantized_kernels
 
 from .graph_helpers import make_model
 

@@ -11,8 +11,8 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.quantized_mul import onnxruntime_rounded_muls
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.mul import onnxruntime_rounded_muls
 
 from .graph_helpers import make_model
 
