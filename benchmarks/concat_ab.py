@@ -27,7 +27,8 @@ os.environ.setdefault("KILN_CACHE_DIR", "off")
 from kiln import te  # noqa: E402
 from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
-from kiln.codegen import build, uniform_select  # noqa: E402
+from kiln.codegen import build  # noqa: E402
+from kiln.schedule.passes import uniform_select  # noqa: E402
 from kiln.schedule.lower import lower  # noqa: E402
 from kiln.te.ops.int8.core import quantize  # noqa: E402
 from kiln.te.ops.transform import concatenate  # noqa: E402

@@ -12,7 +12,7 @@ from .test_loops import blocked_matmul
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
-from kiln.codegen.promote import promote_register_tiles
+from kiln.schedule.passes.promote import promote_register_tiles
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, Scope, Store, seq
 from kiln.schedule.lower import lower
 from kiln.te import expr as E

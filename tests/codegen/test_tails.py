@@ -9,8 +9,8 @@ from .cg_util import buf, load, loop
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
-from kiln.codegen.promote import promote_register_tiles
-from kiln.codegen.tails import MIN_COPIES_TO_SPLIT_VECTORS, split_tails
+from kiln.schedule.passes.promote import promote_register_tiles
+from kiln.schedule.passes.tails import MIN_COPIES_TO_SPLIT_VECTORS, split_tails
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Store, seq
 from kiln.te import expr as E
 from tests.util import knob, run_config, task_inputs

@@ -14,7 +14,7 @@ from kiln import te
 from kiln.codegen import build
 from kiln.codegen.emit_module import emit_module, fastmath_flags
 from kiln.codegen.target import Target
-from kiln.codegen.uniform_select import branch_uniform_selects, is_lane_uniform, multiple_of
+from kiln.schedule.passes.uniform_select import branch_uniform_selects, is_lane_uniform, multiple_of
 from kiln.schedule.ir import For, ForKind
 from kiln.schedule.lower import lower
 from kiln.te import expr as E

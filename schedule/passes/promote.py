@@ -26,15 +26,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..schedule.ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, Scope, Stmt,
+from ..ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, Scope, Stmt,
                            Store, seq)
-from ..schedule.bound import const_interval, interval
-from ..schedule.simplify import simplify
-from ..schedule.visitor import StmtMutator, StmtVisitor
-from ..te import dtype as dt
-from ..te import expr as E
-from ..te.visit import ExprMutator, walk
-from .emit_expr import _free_vars as free_vars   # remembered (a frozenset)
+from ..bound import const_interval, interval
+from ..simplify import simplify
+from ..visitor import StmtMutator, StmtVisitor
+from ...te import dtype as dt
+from ...te import expr as E
+from ...te.visit import ExprMutator, walk
+from ..analysis import free_vars   # remembered (a frozenset)
 
 MAX_TILE_LANES = 64  # codegen vectorises loops of at most this many lanes (emit_stmt)
 

@@ -30,12 +30,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..schedule.ir import BufferLoad, For, ForKind, IfThenElse, Stmt, Store, ir_node
-from ..schedule.simplify import simplify
-from ..schedule.visitor import StmtMutator
-from ..te import expr as E
-from ..te.visit import ExprMutator, _children, substitute, walk
-from .emit_expr import _free_vars, lane_stride
+from ..ir import BufferLoad, For, ForKind, IfThenElse, Stmt, Store, ir_node
+from ..simplify import simplify
+from ..visitor import StmtMutator
+from ...te import expr as E
+from ...te.visit import ExprMutator, _children, substitute, walk
+from ..analysis import free_vars as _free_vars
+from ..analysis import lane_stride
 
 # Copies of one Store at most (a branch per uniform select doubles the statement; a chain of
 # k concatenated inputs gives k copies, k independent selects 2**k).

@@ -29,11 +29,11 @@ cannot prove this for keep their guards.
 """
 from __future__ import annotations
 
-from ..schedule.ir import For, ForKind, IfThenElse, Stmt, seq
-from ..schedule.simplify import simplify
-from ..schedule.visitor import StmtMutator
-from ..te import expr as E
-from .emit_expr import _free_vars as free_vars
+from ..ir import For, ForKind, IfThenElse, Stmt, seq
+from ..simplify import simplify
+from ..visitor import StmtMutator
+from ...te import expr as E
+from ..analysis import free_vars
 from .promote import _buffer_loads, _conjuncts, _linear_coefficients
 
 # A SERIAL loop longer than this keeps its guard: its body is emitted once either way and
@@ -144,5 +144,5 @@ def _constant_residue(expr: E.Expr, n: int) -> int | None:
 
 
 def _substitute_zero(expr: E.Expr, variables: set) -> E.Expr:
-    from ..te.visit import substitute
+    from ...te.visit import substitute
     return substitute(expr, {v: E.const(0, v.dtype) for v in variables})
