@@ -18,7 +18,8 @@ from onnx import numpy_helper
 from ...te.errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Value
 from ..ops.lowbit import ONNX_FORMATS, to_storage
-from .core import CONVERTERS, _unsupported, converter
+from .core import _unsupported
+from .registry import CONVERTERS, converter
 from .quant import converter_key
 
 # more copies than this of a loop body is a loop Kiln should not unroll

@@ -27,7 +27,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ...te.ops.frames import frame_taps, frame_taps_shape
 from ..ir import OpClass
-from .core import CONVERTERS, _unsupported
+from .core import _unsupported
 from .pool3d import _pads_nd
 from ..ops.more import define
 
@@ -87,7 +87,7 @@ define("frame_taps", OpClass.INJECTIVE, _infer_taps, _lower_taps,
        lambda node, x: reference_frame_taps(x, *(int(node.attrs[k]) for k in _TAP_ATTRS)))
 
 
-def _conv_3d(original):
+def conv_3d(original):
     def conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
              kernel_shape=None, pads=None, strides=None):
         if len(x.shape) != 5:
@@ -134,5 +134,3 @@ def _conv_3d(original):
         return ctx.emit("transpose", [y], {"perm": (0, 2, 1, 3, 4)}, final=True)
     return conv
 
-
-CONVERTERS["Conv"] = _conv_3d(CONVERTERS["Conv"])

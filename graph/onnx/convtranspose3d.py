@@ -13,7 +13,8 @@ through unchanged."""
 from __future__ import annotations
 
 from ...te.errors import ModelFormatError
-from .core import CONVERTERS, _split_pad, _unsupported, transpose_kernel
+from .core import _split_pad, _unsupported, transpose_kernel
+from .registry import CONVERTERS
 from .conv3d import _triple
 
 
@@ -53,7 +54,7 @@ def _crops(ctx, auto_pad, pads, output_shape, sizes, full, strides, out_pad):
     return tuple(begin), tuple(end), tuple(extra)
 
 
-def _conv_transpose_3d(original):
+def conv_transpose_3d(original):
     def conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
              output_padding=None, output_shape=None, pads=None, strides=None):
         if len(x.shape) != 5:
@@ -93,5 +94,3 @@ def _conv_transpose_3d(original):
                                   kernel_shape=kernel, pads=(0,) * 6, strides=(1, 1, 1))
     return conv
 
-
-CONVERTERS["ConvTranspose"] = _conv_transpose_3d(CONVERTERS["ConvTranspose"])

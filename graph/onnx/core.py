@@ -17,21 +17,13 @@ import numpy as np
 from ...te.errors import ModelFormatError, UnsupportedOperatorError
 from .conv_taps import trimmed_window
 from ..ir import Value
+from .registry import CONVERTERS, converter, register  # noqa: F401 - CONVERTERS: read by the others
 from ...te.ops import phase_weight_block
 
 if TYPE_CHECKING:
     from .load import ConvertContext
 
 Converter = Callable[..., "Value | tuple[Value, ...]"]
-CONVERTERS: dict[str, Converter] = {}
-
-
-def converter(*op_types: str):
-    def deco(fn: Converter) -> Converter:
-        for t in op_types:
-            CONVERTERS[t] = fn
-        return fn
-    return deco
 
 
 def _axis(ctx: ConvertContext, axis: int, rank: int) -> int:
@@ -80,9 +72,9 @@ def _make_binary(op: str) -> Converter:
 
 
 for _t, _op in _UNARY.items():
-    CONVERTERS[_t] = _make_unary(_op)
+    register(_t, _make_unary(_op), __name__)
 for _t, _op in _BINARY.items():
-    CONVERTERS[_t] = _make_binary(_op)
+    register(_t, _make_binary(_op), __name__)
 
 
 @converter("Where")
@@ -137,8 +129,7 @@ def _clip_runtime(ctx, x, lo, hi):
     return y
 
 
-@converter("Cast")
-def _cast(ctx, x, to, saturate=1, round_mode="up"):
+def convert_cast(ctx, x, to, saturate=1, round_mode="up"):
     return ctx.emit("cast", [x], {"to": ctx.onnx_dtype(to)}, final=True)
 
 
@@ -186,8 +177,7 @@ def _require_2d(ctx, x: Value) -> None:
         raise _unsupported(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)})")
 
 
-@converter("Conv")
-def _conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+def convert_conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
           pads=None, strides=None):
     _require_2d(ctx, x)
     kernel = tuple(w.shape[2:])
@@ -286,8 +276,7 @@ def transpose_kernel(ctx, x: Value, w: Value, group: int, kernel_shape) -> tuple
     return kernel
 
 
-@converter("ConvTranspose")
-def _conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
+def convert_conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
                     kernel_shape=None, output_padding=None, output_shape=None, pads=None,
                     strides=None):
     """conv_transpose_weight (the ONNX weight as stride-phase sub-kernels, folded at compile
@@ -338,8 +327,7 @@ def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=
 
 # -- normalisation -----------------------------------------------------------------------------
 
-@converter("BatchNormalization")
-def _batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0,
+def convert_batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0,
                 spatial=1, is_test=None, consumed_inputs=None):
     if training_mode or sum(1 for n in ctx.output_names if n) > 1:
         raise _unsupported(ctx, "BatchNormalization in training mode (running statistics)")
@@ -349,8 +337,7 @@ def _batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, trai
                     final=True)
 
 
-@converter("LayerNormalization")
-def _layer_norm(ctx, x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
+def convert_layer_norm(ctx, x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
     if sum(1 for n in ctx.output_names if n) > 1:
         raise _unsupported(ctx, "LayerNormalization's Mean/InvStdDev outputs")
     attrs = {"axis": _axis(ctx, axis, len(x.shape)), "epsilon": float(epsilon),
@@ -374,14 +361,13 @@ def _softmax_like(op: str) -> Converter:
     return conv
 
 
-CONVERTERS["Softmax"] = _softmax_like("softmax")
-CONVERTERS["LogSoftmax"] = _softmax_like("log_softmax")
+register("Softmax", _softmax_like("softmax"), __name__)
+register("LogSoftmax", _softmax_like("log_softmax"), __name__)
 
 
 # -- pooling -----------------------------------------------------------------------------------
 
-@converter("MaxPool")
-def _max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
+def convert_max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
               pads=None, storage_order=0, strides=None):
     _require_2d(ctx, x)
     if len(ctx.output_names) > 1 and ctx.output_names[1]:
@@ -390,8 +376,7 @@ def _max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
                                                    kernel_shape, pads, strides), final=True)
 
 
-@converter("AveragePool")
-def _avg_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+def convert_average_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
               kernel_shape=None, pads=None, strides=None):
     _require_2d(ctx, x)
     attrs = _pool_attrs(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
@@ -582,8 +567,7 @@ def _gather_nd(ctx, data, indices, batch_dims=0):
     return ctx.emit("gather_nd", [data, indices], {"batch_dims": int(batch_dims)}, final=True)
 
 
-@converter("Pad")
-def _pad(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="constant", pads=None,
+def convert_pad(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="constant", pads=None,
          value=0.0):
     rank = len(x.shape)
     inputs = [x]
@@ -643,5 +627,3 @@ def _range(ctx, start, limit, delta):
     n = max(int(math.ceil((lim.item() - s.item()) / d.item())), 0)
     return ctx.const((s + d * np.arange(n)).astype(s.dtype), final=True)
 
-
-from . import more as onnx_ops_more  # noqa: E402,F401 - registers more converters into CONVERTERS

@@ -23,12 +23,12 @@ from onnx import helper, numpy_helper
 from ...te import dtype as _dt
 from ...te.errors import KilnError, ModelFormatError, UnsupportedOperatorError
 from ..ops import lowbit, core as ops
-from . import lowbit as onnx_lowbit  # noqa: F401 - Cast/CastLike/Q/DQ of the low-bit element types
+from . import converters  # noqa: F401 - registers every converter
 from ..ir import Graph, Node, Value
 from .functions import expand_functions
-from .core import CONVERTERS
+from .registry import CONVERTERS
 from .control import subgraphs
-from . import sequence as _seq  # registers the sequence/optional converters
+from . import sequence as _seq
 from .quant import converter_key
 from ..reference import run_node
 

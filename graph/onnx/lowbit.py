@@ -13,13 +13,17 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops import lowbit
 from ..ir import Value
-from .core import CONVERTERS, _unsupported
-from .quant import MS, _check_axis_len, _per_axis
+from .core import _unsupported, convert_cast
+from .more import convert_cast_like, convert_is_inf, convert_is_nan
+from .quant import (MS, _check_axis_len, _per_axis, convert_dequantize_linear,
+                    convert_quantize_linear)
+from .registry import register
 
-_cast = CONVERTERS["Cast"]
-_cast_like = CONVERTERS["CastLike"]
-_quantize = CONVERTERS["QuantizeLinear"]
-_dequantize = CONVERTERS["DequantizeLinear"]
+# the converters of the forms Kiln had before, which these wrap
+_cast = convert_cast
+_cast_like = convert_cast_like
+_quantize = convert_quantize_linear
+_dequantize = convert_dequantize_linear
 
 
 def fmt_of(ctx, v: Value | None) -> str | None:
@@ -147,9 +151,10 @@ def _on_decoded(convert):
     return conv
 
 
-for _name in ("IsInf", "IsNaN"):
-    CONVERTERS[_name] = _on_decoded(CONVERTERS[_name])
-CONVERTERS["Cast"] = _cast_any
-CONVERTERS["CastLike"] = _cast_like_any
-CONVERTERS["QuantizeLinear"] = CONVERTERS[MS + "QuantizeLinear"] = _quantize_any
-CONVERTERS["DequantizeLinear"] = CONVERTERS[MS + "DequantizeLinear"] = _dequantize_any
+register("IsInf", _on_decoded(convert_is_inf), __name__)
+register("IsNaN", _on_decoded(convert_is_nan), __name__)
+register("Cast", _cast_any)
+register("CastLike", _cast_like_any)
+for _prefix in ("", MS):
+    register(_prefix + "QuantizeLinear", _quantize_any)
+    register(_prefix + "DequantizeLinear", _dequantize_any)

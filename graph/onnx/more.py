@@ -12,7 +12,8 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops import more as ops_more  # noqa: F401 - registers the graph ops these converters emit
 from ..ir import Value
-from .core import CONVERTERS, _axis, _make_unary, _unsupported, converter
+from .core import _axis, _make_unary, _unsupported
+from .registry import converter, register
 
 # -- elementwise -------------------------------------------------------------------------------
 
@@ -21,14 +22,17 @@ _UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "aco
           "Atanh": "atanh", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign",
           "BitwiseNot": "bit_not", "IsNaN": "is_nan", "Softplus": "softplus",
           "Softsign": "softsign", "Mish": "mish"}
+# IsNaN reads low-bit floats decoded: lowbit.py registers it around this converter
+convert_is_nan = _make_unary(_UNARY.pop("IsNaN"))
 for _t, _op in _UNARY.items():
-    CONVERTERS[_t] = _make_unary(_op)
+    register(_t, _make_unary(_op), __name__)
 
 _BINARY = {"BitwiseAnd": "bit_and", "BitwiseOr": "bit_or", "BitwiseXor": "bit_xor",
            "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal",
            "Xor": "logical_xor", "PRelu": "prelu"}
 for _t, _op in _BINARY.items():
-    CONVERTERS[_t] = (lambda op: lambda ctx, a, b: ctx.emit(op, [a, b], final=True))(_op)
+    register(_t, (lambda op: lambda ctx, a, b: ctx.emit(op, [a, b], final=True))(_op),
+             __name__)
 
 # ONNX defaults of the activations' attributes
 _ACTIVATIONS = {"Elu": ("elu", {"alpha": 1.0}),
@@ -52,11 +56,10 @@ def _make_activation(op: str, defaults: dict):
 
 
 for _t, (_op, _defaults) in _ACTIVATIONS.items():
-    CONVERTERS[_t] = _make_activation(_op, _defaults)
+    register(_t, _make_activation(_op, _defaults), __name__)
 
 
-@converter("IsInf")
-def _is_inf(ctx, x, detect_negative=1, detect_positive=1):
+def convert_is_inf(ctx, x, detect_negative=1, detect_positive=1):
     return ctx.emit("is_inf", [x], {"detect_negative": int(detect_negative),
                                     "detect_positive": int(detect_positive)}, final=True)
 
@@ -91,8 +94,7 @@ def _variadic(ctx, *xs):
     return acc
 
 
-@converter("CastLike")
-def _cast_like(ctx, x, like, saturate=1, round_mode="up"):
+def convert_cast_like(ctx, x, like, saturate=1, round_mode="up"):
     return ctx.emit("cast", [x], {"to": like.dtype}, final=True)
 
 
@@ -504,9 +506,3 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
     idx = ctx.emit("where", [ctx.emit("less", [t, lens]), flipped, t])
     idx = ctx.emit("broadcast_to", [idx], {"shape": tuple(x.shape)})
     return ctx.emit("gather_elements", [x, idx], {"axis": ta}, final=True)
-
-
-from . import attention as onnx_ops_attention, control as onnx_ops_control, function_ops as onnx_ops_functions, mel as onnx_ops_mel, ml as onnx_ops_ml, norm as onnx_ops_norm, ordering as onnx_ops_ordering, recurrent as onnx_ops_recurrent, spatial as onnx_ops_spatial, training as onnx_ops_training  # (they register converters)
-# noqa below: E402,F401 - they register (onnx_ops_pool3d wraps the pools, MaxPool's Indices
-# output included: onnx_ops_ordering's converter)
-from . import bits as onnx_ops_bits, cache as onnx_ops_cache, conv3d as onnx_ops_conv3d, convtranspose3d as onnx_ops_convtranspose3d, deform as onnx_ops_deform, experimental as onnx_ops_experimental, pool3d as onnx_ops_pool3d, roi as onnx_ops_roi, signal as onnx_ops_signal  # noqa: E402,F401

@@ -7,7 +7,8 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import CONVERTERS, _axis, _unsupported, converter
+from .core import _axis, _unsupported, convert_layer_norm
+from .registry import converter
 
 # -- normalisation -----------------------------------------------------------------------------
 
@@ -32,7 +33,7 @@ def _stash(ctx, x: Value, stash_type: int) -> Value:
     return x
 
 
-_LAYER_NORM = CONVERTERS["LayerNormalization"]
+_LAYER_NORM = convert_layer_norm
 
 
 @converter("LayerNormalization")

@@ -9,8 +9,9 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ...te.ops.ordering import MAX_DET_ORDER
 from ..ops import ordering as ops_ordering  # noqa: F401 - registers the graph ops emitted here
-from .core import CONVERTERS, _axis, _unsupported, converter
-from .spatial import asymmetric_resize
+from .core import _axis, _unsupported, convert_max_pool, convert_pad
+from .registry import converter
+from .spatial import asymmetric_resize, windowed_1d
 
 
 @converter("CumProd")
@@ -139,7 +140,7 @@ def _upsample(ctx, x, scales_in=None, mode="nearest", scales=None, height_scale=
     return asymmetric_resize(ctx, x, scales, "nearest" if mode == "nearest" else "linear")
 
 
-_pad = CONVERTERS["Pad"]
+_pad = convert_pad
 
 
 @converter("Pad")
@@ -179,11 +180,10 @@ def _wrap_axis(ctx, x, axis: int, before: int, after: int):
     return ctx.emit("gather", [x, ctx.const(positions)], {"axis": axis})
 
 
-_max_pool = CONVERTERS["MaxPool"]
+_max_pool = windowed_1d(convert_max_pool)   # 1-D inputs as 2-D ones (spatial.py)
 
 
-@converter("MaxPool")
-def _max_pool_with_indices(ctx, x, **attrs):
+def max_pool_with_indices(ctx, x, **attrs):
     """MaxPool's optional Indices output: a second kernel finding, in each window, the first
     input position equal to the pooled maximum."""
     names = ctx.output_names

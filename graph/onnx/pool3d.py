@@ -8,7 +8,6 @@ onnx_ops.CONVERTERS, wrapping the 2-D converters.
 from __future__ import annotations
 
 from ...te.errors import ModelFormatError
-from .core import CONVERTERS
 
 
 def _pads_nd(ctx, auto_pad: str, pads, sizes, kernel, strides, dilations):
@@ -35,7 +34,7 @@ def _pads_nd(ctx, auto_pad: str, pads, sizes, kernel, strides, dilations):
     return tuple(begin), tuple(end)
 
 
-def _windowed_3d(original):
+def windowed_3d(original):
     """Wrap a 2-D pooling converter: a rank-5 input runs as a (height, width) pool over
     [N, C * D, H, W], then a (depth, 1) pool over [N, C, D, OH * OW]."""
     def conv(ctx, x, *rest, auto_pad="NOTSET", kernel_shape=None, strides=None,
@@ -66,6 +65,3 @@ def _windowed_3d(original):
         return ctx.emit("reshape", [y], {"shape": (n, c, y.shape[2], oh, ow)}, final=True)
     return conv
 
-
-for _t in ("MaxPool", "AveragePool"):
-    CONVERTERS[_t] = _windowed_3d(CONVERTERS[_t])

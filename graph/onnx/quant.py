@@ -21,7 +21,8 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops.int8 import core as quant_ops  # noqa: F401 - registers the quantized graph ops
 from ..ir import Value
-from .core import CONVERTERS, _explicit_pads, _require_2d, _unsupported
+from .core import _explicit_pads, _require_2d, _unsupported
+from .registry import converter, register
 
 MS = "com.microsoft."
 
@@ -30,14 +31,6 @@ def converter_key(domain: str, op_type: str) -> str:
     """The CONVERTERS key of an ONNX node: the op type in the default domain, else
     "<domain>.<op type>" (com.microsoft.QLinearAdd)."""
     return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
-
-
-def _converter(*names: str):
-    def deco(fn):
-        for name in names:
-            CONVERTERS[name] = fn
-        return fn
-    return deco
 
 
 def _per_axis(ctx, v: Value | None, axis: int, rank: int, what: str) -> Value | None:
@@ -62,8 +55,7 @@ def _check_axis_len(ctx, x: Value, v: Value | None, axis: int, what: str) -> Non
                                "does not have that length")
 
 
-@_converter("QuantizeLinear")
-def _quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_size=0,
+def convert_quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_size=0,
                      output_dtype=0, precision=0):
     if block_size:
         raise _unsupported(ctx, "blocked quantization (block_size)")
@@ -78,8 +70,7 @@ def _quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_s
     return ctx.emit("quantize_linear", [x, s, zp], {"dtype": dtype}, final=True)
 
 
-@_converter("DequantizeLinear")
-def _dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0,
+def convert_dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0,
                        output_dtype=0):
     if block_size:
         raise _unsupported(ctx, "blocked quantization (block_size)")
@@ -92,8 +83,6 @@ def _dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0,
     return ctx.emit("dequantize_linear", [x, s, zp], final=True)
 
 
-CONVERTERS[MS + "QuantizeLinear"] = _quantize_linear
-CONVERTERS[MS + "DequantizeLinear"] = _dequantize_linear
 
 
 # -- integer accumulation with zero-point compensation -----------------------------------------
@@ -190,12 +179,11 @@ def _window_sums(ctx, x, w, zx, attrs) -> Value:
     return ctx.emit("reshape", [wide], {"shape": (n, f, oh, ow)})
 
 
-@_converter("MatMulInteger")
+@converter("MatMulInteger")
 def _matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
     return _integer_matmul(ctx, a, b, a_zero_point, b_zero_point, final=True)
 
 
-@_converter("ConvInteger")
 def _conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET",
                   dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     return _integer_conv(ctx, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group,
@@ -217,7 +205,6 @@ def _requantize(ctx, acc: Value, mult: Value, y_zp: Value | None, dtype: str) ->
                     final=True)
 
 
-@_converter("QLinearConv")
 def _qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None,
                   auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
                   strides=None):
@@ -230,7 +217,7 @@ def _qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None
     return _requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else x.dtype)
 
 
-@_converter("QLinearMatMul")
+@converter("QLinearMatMul")
 def _qlinear_matmul(ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     acc = _integer_matmul(ctx, a, b, a_zp, b_zp, final=False)
     mult = _multiplier(ctx, a_scale, b_scale, y_scale, 0, 1)   # b_scale per column (N)
@@ -255,11 +242,11 @@ def _qlinear_binary(op: str):
     return conv
 
 
-CONVERTERS[MS + "QLinearAdd"] = _qlinear_binary("add")
-CONVERTERS[MS + "QLinearMul"] = _qlinear_binary("mul")
+register(MS + "QLinearAdd", _qlinear_binary("add"), __name__)
+register(MS + "QLinearMul", _qlinear_binary("mul"), __name__)
 
 
-@_converter(MS + "QLinearGlobalAveragePool")
+@converter(MS + "QLinearGlobalAveragePool")
 def _qlinear_global_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_last=0):
     axes = tuple(range(1, len(x.shape) - 1)) if channels_last else tuple(
         range(2, len(x.shape)))
@@ -268,7 +255,7 @@ def _qlinear_global_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, chan
     return _q(ctx, mean, y_scale, y_zp, x.dtype)
 
 
-@_converter(MS + "QLinearConcat")
+@converter(MS + "QLinearConcat")
 def _qlinear_concat(ctx, y_scale, y_zp, *triples, axis):
     if len(triples) % 3 or not triples:
         raise ModelFormatError(f"node '{ctx.node_name}' (QLinearConcat): inputs after "
@@ -283,7 +270,7 @@ def _qlinear_concat(ctx, y_scale, y_zp, *triples, axis):
     return _q(ctx, y, y_scale, y_zp, triples[0].dtype)
 
 
-@_converter("DynamicQuantizeLinear")
+@converter("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx, x):
     """y_scale = (max(x, 0) - min(x, 0)) / 255 and y_zero_point = saturate(round(-min / y_scale))
     (the spec's qmin - min / scale with qmin 0), then y = QuantizeLinear(x) as uint8; an
@@ -351,7 +338,6 @@ def _integer_conv_1d(original, w_index: int):
     return conv
 
 
-CONVERTERS["ConvInteger"] = _integer_conv_1d(CONVERTERS["ConvInteger"], 1)
-CONVERTERS["QLinearConv"] = _integer_conv_1d(CONVERTERS["QLinearConv"], 3)
-
-from . import quant_contrib as onnx_quant_contrib  # noqa: E402,F401 - registers onnxruntime's other QOperator ops
+# 1-D inputs as 2-D ones, else the 2-D converters above
+register("ConvInteger", _integer_conv_1d(_conv_integer, 1), __name__)
+register("QLinearConv", _integer_conv_1d(_qlinear_conv, 3), __name__)

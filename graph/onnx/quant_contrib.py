@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Value
-from .core import CONVERTERS, _axis, _require_2d, _unsupported
-from .quant import MS, _converter, _dq, _i32, _integer_matmul, _per_axis, _q, \
+from .core import _axis, _require_2d, _unsupported
+from .registry import CONVERTERS, converter, register
+from .quant import MS, _dq, _i32, _integer_matmul, _per_axis, _q, \
     _requantize
 
 
@@ -31,7 +32,7 @@ def _as_intermediate(ctx, converter, *args, opset: int | None = None, **attrs) -
         ctx.output_names, ctx.opset = saved
 
 
-@_converter(MS + "QGemm")
+@converter(MS + "QGemm")
 def _qgemm(ctx, a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=None,
            alpha=1.0, transA=0, transB=0):
     """alpha * a_scale * b_scale * (sum_k (A - za)(B - zb) + C), C an int32 bias at the
@@ -63,11 +64,11 @@ def _qlinear_unary(float_op: str):
     return conv
 
 
-CONVERTERS[MS + "QLinearSigmoid"] = _qlinear_unary("Sigmoid")
-CONVERTERS[MS + "QLinearLeakyRelu"] = _qlinear_unary("LeakyRelu")
+register(MS + "QLinearSigmoid", _qlinear_unary("Sigmoid"), __name__)
+register(MS + "QLinearLeakyRelu", _qlinear_unary("LeakyRelu"), __name__)
 
 
-@_converter(MS + "QLinearAveragePool")
+@converter(MS + "QLinearAveragePool")
 def _qlinear_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_last=0,
                           **attrs):
     _require_2d(ctx, x)
@@ -80,7 +81,7 @@ def _qlinear_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_la
     return _q(ctx, y, y_scale, y_zp, x.dtype)
 
 
-@_converter(MS + "QLinearSoftmax")
+@converter(MS + "QLinearSoftmax")
 def _qlinear_softmax(ctx, x, x_scale, x_zp, y_scale, y_zp=None, axis=-1, opset=13):
     """`opset` is the Softmax the quantizer replaced: before 13, softmax over the input
     flattened to 2-D at `axis`."""
@@ -90,7 +91,7 @@ def _qlinear_softmax(ctx, x, x_scale, x_zp, y_scale, y_zp=None, axis=-1, opset=1
     return _q(ctx, y, y_scale, y_zp, x.dtype)
 
 
-@_converter(MS + "QLinearWhere")
+@converter(MS + "QLinearWhere")
 def _qlinear_where(ctx, cond, x, x_scale, x_zp, y, y_scale, y_zp, z_scale, z_zp):
     picked = ctx.emit("where", [cond, _dq(ctx, x, x_scale, x_zp), _dq(ctx, y, y_scale, y_zp)])
     return _q(ctx, picked, z_scale, z_zp, x.dtype)

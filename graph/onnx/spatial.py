@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...te.errors import ModelFormatError
-from .core import CONVERTERS, _axis, _unsupported, converter
+from .core import _axis, _unsupported
+from .registry import CONVERTERS, converter
 
 # -- 1-D windows as 2-D ones -----------------------------------------------------------------------
 
@@ -26,7 +27,7 @@ def _lift_1d(attrs: dict) -> dict:
     return out
 
 
-def _windowed_1d(original):
+def windowed_1d(original):
     """Wrap a 2-D window converter: a rank-3 input [N, C, L] runs as [N, C, 1, L]."""
     def conv(ctx, x, *rest, **attrs):
         if len(x.shape) != 3:
@@ -46,9 +47,6 @@ def _windowed_1d(original):
         return ctx.emit("reshape", [y4], {"shape": (n, c, length)}, final=True)
     return conv
 
-
-for _t in ("Conv", "ConvTranspose", "MaxPool", "AveragePool"):
-    CONVERTERS[_t] = _windowed_1d(CONVERTERS[_t])
 
 @converter("LpPool")
 def _lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,

@@ -9,7 +9,8 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import CONVERTERS, converter
+from .core import convert_batch_norm
+from .registry import converter
 from .control import _name_outputs
 
 _DOMAIN = "ai.onnx.preview.training."
@@ -109,7 +110,7 @@ def _momentum(ctx, r, t, *tensors, alpha, beta, mode, norm_coefficient):
     return _name_outputs(ctx, new_x + new_v)
 
 
-_batch_norm = CONVERTERS["BatchNormalization"]
+_batch_norm = convert_batch_norm
 
 
 @converter("BatchNormalization")
