@@ -13,10 +13,7 @@ from . import llvm_types as T
 from . import loop_hints
 from .attributes import kernel_function_attributes
 from .emit_stmt import FunctionEmitter
-from ..schedule.passes.promote import promote_register_tiles
-from ..schedule.passes.tails import split_tails
-from ..schedule.passes.uniform_select import branch_uniform_selects
-from ..schedule.passes.unit_loops import remove_unit_loops
+from ..schedule.passes import CODEGEN, PassOptions, run_passes
 from .runtime import backend
 from .target import Target
 
@@ -144,8 +141,8 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("noalias")
         arg.add_attribute("captures(none)")
     kernel_function_attributes(fn)
-    body = promote_register_tiles(func.body, register_file_bytes(target))
-    body = branch_uniform_selects(remove_unit_loops(split_tails(body)))
+    # the CPU-specific loop-IR passes (schedule/passes), then translation only
+    body = run_passes(func, CODEGEN, PassOptions(register_file_bytes(target))).body
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     ctx.cold_loops = loop_hints.cold_loops(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))
