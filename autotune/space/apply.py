@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from ...schedule import create_schedule
 from ...schedule.schedule import Schedule, Stage
@@ -15,9 +14,7 @@ from ...te.expr import IterVar
 from ...te.ops.tags import PAD
 from ...te.tensor import ComputeOp, Tensor, TensorLoad, compute, reduce_axis
 from ...te.visit import ExprMutator, substitute, walk
-
-if TYPE_CHECKING:
-    from .rules import _Anchor, _RowGroup
+from .stages import Anchor, RowGroup
 
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
@@ -72,7 +69,7 @@ class ApplyMixin:
         return sch, [new[t] for t in self.task.args]
 
     def _schedule_producers(self, sch: Schedule, config: dict, remap: dict,
-                            groups: list[_RowGroup], per_row: dict) -> dict:
+                            groups: list[RowGroup], per_row: dict) -> dict:
         """Inline, materialise or defer each injective non-output stage by its `inline`
         mode; a stage of an active row group that is not inlined joins `per_row`. Returns
         anchor -> the producers to compute at its tile loop."""
@@ -98,7 +95,7 @@ class ApplyMixin:
         return deferred
 
     def _schedule_anchors(self, sch: Schedule, config: dict, remap: dict,
-                          groups: list[_RowGroup], deferred: dict) -> set:
+                          groups: list[RowGroup], deferred: dict) -> set:
         """Schedule every anchor not in an active row group, and the producers deferred to
         it; returns the joined epilogues it fused (their own knobs are then unused)."""
         fused = set()
@@ -125,7 +122,7 @@ class ApplyMixin:
                     _vectorize_copy_row(stage, lanes)
         return fused
 
-    def _active_rows(self, config: dict) -> list[_RowGroup]:
+    def _active_rows(self, config: dict) -> list[RowGroup]:
         return [g for g in self.row_groups if config[g.knob]]
 
     def _rewrite(self, config: dict) -> tuple[dict, list[tuple[Tensor, int]], dict]:
@@ -168,7 +165,7 @@ class ApplyMixin:
             return readers[0]
         return None
 
-    def _apply_anchor(self, sch: Schedule, anchor: _Anchor, config: dict, label: str
+    def _apply_anchor(self, sch: Schedule, anchor: Anchor, config: dict, label: str
                       ) -> tuple[Stage, IterVar | None]:
         """Schedule one anchor; returns the stage and loop its tile is computed in (the
         last outer tile loop, None for a scalar result), where a producer may be computed
@@ -279,7 +276,7 @@ def _row_split(op: ComputeOp, body: E.Reduce, width: int) -> tuple[Tensor, Tenso
     return part, final
 
 
-def _row_group_points(group: _RowGroup) -> int:
+def _row_group_points(group: RowGroup) -> int:
     """Points a row group visits: its rows times the longest row it reads or writes (the
     rows run in parallel only from MIN_PARALLEL_POINTS on, like elementwise outputs)."""
     width = max([group.out.shape[-1]] + [op.reduce_axis[0].extent for op in group.members])

@@ -5,7 +5,6 @@ space (`space.threads`, `space.target`), never from the environment."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from ...codegen.target import Target
 from ...te.dtype import itemsize
@@ -17,9 +16,7 @@ from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, 
                           _window_axes)
 from .int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
                          one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
-
-if TYPE_CHECKING:
-    from .rules import _Anchor
+from .stages import Anchor
 
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop
 REDUCE_STEPS = 256        # multiply-adds per register-tile visit when several reduce axes nest
@@ -127,7 +124,7 @@ class DefaultsMixin:
         whole = all(op.reduce_axis[0].extent % (2 * lanes) == 0 for op in group.members)
         return 2 if whole else 1
 
-    def _anchor_defaults(self, anchor: _Anchor) -> dict:
+    def _anchor_defaults(self, anchor: Anchor) -> dict:
         """Tile and reduce knobs of one anchor under a register budget.
 
         The vectorised (last) axis gets one or two vectors; ONE other spatial axis (the
@@ -238,7 +235,7 @@ class DefaultsMixin:
                                     and not (gemm_k and rows_operand) and panel > 1)
         return self._panel_defaults(anchor, values)
 
-    def _panel_defaults(self, anchor: _Anchor, values: dict) -> dict:
+    def _panel_defaults(self, anchor: Anchor, values: dict) -> dict:
         """A matmul_prepacked anchor's vector tile is one weight panel, so its column index
         j // block, j % block folds to the panel and one contiguous run per k. A GEMM keeps
         its register tile's rows (within the register budget at the panel's width); a GEMV

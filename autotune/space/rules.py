@@ -39,6 +39,7 @@ from ...te.tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad
 from ...te.visit import walk
 from ...te.workload import topo_ops
 from ..task import Task
+from .stages import Anchor, Pack, RowGroup
 # the default heuristics and the application of a config live in their own modules; their
 # constants and helpers stay importable from here
 from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH,  # noqa: F401
@@ -85,46 +86,6 @@ def _tile_choices(extent: int, inner_cap: int) -> tuple:
     return tuple(sorted(pairs, key=lambda p: (p[1], p[0])))
 
 
-@dataclass
-class _Anchor:
-    """A reduction stage and, when it has one, the elementwise output that consumes it."""
-
-    op: ComputeOp
-    epilogue: ComputeOp | None
-    is_output: bool
-    packs: tuple = ()       # _Pack candidates: input operands worth a panel-major copy
-    # the epilogue is reached through inlined stages that branch and rejoin (GELU's
-    # x * 0.5 * (1 + erf(x / sqrt2)) reads x twice); its fusion is the `epilogue` knob
-    joined: bool = False
-
-
-@dataclass(frozen=True)
-class _Pack:
-    """Operand `tensor` of an anchor, indexed along dimension `dim` by exactly the anchor's
-    spatial axis `axis_pos`: packing copies it as [dim // p, other dims..., dim % p] with
-    p = that axis's register (inner) tile, so the tile's panel is contiguous."""
-
-    tensor: Tensor
-    dim: int
-    axis_pos: int
-    knob: str
-
-
-@dataclass(frozen=True)
-class _RowGroup:
-    """An output computed one row (every axis but the last) at a time, under knob `knob`:
-    its row reductions (`members`: reductions along the contiguous last axis into
-    [rows..., 1], e.g. softmax's max and sum, layer norm's mean and variance) are split into
-    a vectorised partial over a few vectors of lanes and a final reduction over those lanes,
-    both computed per row, and the injective `stages` between them (softmax's exp) are
-    inlined or computed per row. `out` may be a member itself (a row sum as the output)."""
-
-    out: ComputeOp
-    members: tuple[ComputeOp, ...]
-    stages: tuple[ComputeOp, ...]
-    knob: str
-
-
 class SearchSpace(DefaultsMixin, ApplyMixin):
     """The rule-generated space of schedules of `task` for its target.
 
@@ -151,14 +112,14 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
         # materialised once: inlining re-evaluates it (selects, exp) in the hot loop
         self.optional_inline = [op for op in self.inlined
                                 if any(c.reduce_axis for c in consumers[op])]
-        self.anchors: list[_Anchor] = []
+        self.anchors: list[Anchor] = []
         epilogues = set()
         for op in self.ops:
             if op.reduce_axis:
                 epi, joined = self._epilogue_of(op, consumers, outputs)
                 if epi is not None and not joined:
                     epilogues.add(epi)
-                self.anchors.append(_Anchor(op, epi, op in outputs, joined=joined))
+                self.anchors.append(Anchor(op, epi, op in outputs, joined=joined))
         for anchor in self.anchors:
             anchor.packs = tuple(self._pack_candidates(anchor.op))
         # (a joined epilogue keeps its elementwise knobs: they schedule it when the anchor's
@@ -245,7 +206,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
                 stack.append(producer)
         return False
 
-    def _row_groups(self, consumers, outputs) -> list[_RowGroup]:
+    def _row_groups(self, consumers, outputs) -> list[RowGroup]:
         """The outputs that can be computed row by row with their row reductions."""
         groups, taken = [], set()
         for out in self.ops:
@@ -256,7 +217,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
                     groups.append(group)
         return groups
 
-    def _row_group(self, out: ComputeOp, consumers, outputs) -> _RowGroup | None:
+    def _row_group(self, out: ComputeOp, consumers, outputs) -> RowGroup | None:
         """`out`'s row group: the row reductions and inlined stages it reads (walking back
         from it through inlined stages and row reductions), provided nothing outside the
         group reads them and no anchor it is fused into is left out."""
@@ -286,11 +247,11 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
         if out.reduce_axis and out not in members:
             return None
         order = {op: k for k, op in enumerate(self.ops)}
-        return _RowGroup(out, tuple(sorted(members, key=order.get)),
+        return RowGroup(out, tuple(sorted(members, key=order.get)),
                          tuple(sorted(stages, key=order.get)),
                          f"{self._stage_label(out)}/rows")
 
-    def _pack_candidates(self, op: ComputeOp) -> list[_Pack]:
+    def _pack_candidates(self, op: ComputeOp) -> list[Pack]:
         """Placeholder operands whose register-tile panel is not contiguous: one access
         pattern, a spatial axis as a plain index of one dimension (the innermost such axis,
         so the vectorised one when it indexes the operand), and not already a narrow last
@@ -322,7 +283,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
             vector_last = indices[-1] == op.axis[-1].var if op.axis else False
             if best is not None and (best[0] == tensor.ndim - 1 or not vector_last):
                 # (packing another axis would move a contiguous vector dimension inwards)
-                out.append(_Pack(tensor, best[0], best[1],
+                out.append(Pack(tensor, best[0], best[1],
                                  f"{label}/pack/{self._input_label(tensor)}"))
         return out
 
