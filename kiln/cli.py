@@ -163,6 +163,16 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
 
 
+def _record_cpu(target: str) -> str:
+    """The CPU of a stored record's target string (the string itself if it does not parse)."""
+    from .codegen.target import Target
+    from .te.errors import TargetError
+    try:
+        return Target.from_string(target).cpu
+    except TargetError:
+        return target
+
+
 def _cpu_name(target: str) -> str:
     from .codegen.target import Target
     return Target.from_string(target).cpu
@@ -371,8 +381,7 @@ def cmd_logs(args) -> int:
         ok = r["by_status"].get("OK", 0)
         best = f"{r['best_seconds'] * 1e3:.3f}" if r["best_seconds"] else "-"
         gflops = f"{r['best_gflops']:.1f}" if r["best_gflops"] else "-"
-        cpu = next((w.split("=", 1)[1] for w in r["target"].split() if w.startswith("-mcpu=")),
-                   r["target"])
+        cpu = _record_cpu(r["target"])
         when = datetime.fromtimestamp(r["last_time"]).strftime("%Y-%m-%d %H:%M") \
             if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
         threads = ",".join("?" if t is None else str(t) for t in r["threads"])

@@ -10,6 +10,7 @@ from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
 from .autotune.database import Database
 from .autotune.default_db import open_database
+from .codegen.target import Target
 from .graph.compile.model import tune_model
 from .graph.runtime.dynamic import DynamicModel, compile_specialized
 from .graph.runtime.staged import StagedModel
@@ -41,6 +42,8 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     shape-deciding input, compiles a specialisation (same database and options) that later
     runs reuse. A model with NonZero, Unique or NonMaxSuppression (output sizes that depend
     on the data) is a StagedModel (graph/staged.py): compiled in stages around those ops."""
+    target = Target.from_string(target)     # parsed once: below, a Target
+    threads = None if threads is None else int(threads)
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
                                constants=constants, zero_shot=zero_shot)
@@ -60,6 +63,7 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
     The budget: `trials` (records in the database count towards it, so a rerun resumes)
     and/or `time_budget` seconds of tuning, whichever runs out first; a model's task
     scheduler spends it where the model's latency is. Neither given: 200 trials."""
+    target = Target.from_string(target)     # parsed once: below, a Target
     if time_budget is not None and not (isinstance(time_budget, (int, float))
                                         and time_budget > 0):
         raise KilnError(f"kiln.tune(time_budget={time_budget!r}): give a number of seconds > 0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from ...codegen.target import Target
 from ..ir import Graph
 from .layout.blocked import to_blocked_layout
 from .cse import eliminate_common_subexpressions
@@ -89,6 +90,7 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = (),
     """Run PIPELINE but the passes named in `skip`; with `verify`, check the graph's
     invariants after every pass. `target` (a Target or target string) is given to the
     TARGET_PASSES; without one they leave the graph target-neutral."""
+    target = None if target is None else Target.from_string(target)   # parsed once, here
     unknown = set(skip) - {name for name, _ in PIPELINE}
     if unknown:
         raise ValueError(f"optimize(skip=...): no pass named {sorted(unknown)}; the passes are "

@@ -452,7 +452,7 @@ def to_pixel_major_int8(graph: Graph, target=None) -> Graph:
     producers = graph.producers()
     lanes = None
     if takes_vnni(target):
-        tgt = target if isinstance(target, Target) else Target.from_string(target)
+        tgt = Target.from_string(target)
         lanes = tgt.vector_lanes("int32")
     dense = {n.name for n in graph.nodes if _dense(n, graph, producers)}
     depthwise = {n.name for n in graph.nodes if _depthwise(n, graph)}

@@ -43,7 +43,7 @@ def panels_int8(target) -> bool:
     with VNNI, where matmul_int8x4 keeps its byte words and takes them as panels."""
     if target is None:
         return False
-    tgt = target if isinstance(target, Target) else Target.from_string(target)
+    tgt = Target.from_string(target)
     strategies = dot4_strategies(target_features(tgt))
     return bool(strategies) and strategies[0][1] == "vnni"
 

@@ -43,7 +43,7 @@ def takes_vnni(target) -> bool:
     VNNI (its first dot4 strategy)."""
     if target is None:
         return False
-    tgt = target if isinstance(target, Target) else Target.from_string(target)
+    tgt = Target.from_string(target)
     strategies = dot4_strategies(target_features(tgt))
     return bool(strategies) and strategies[0][1] == "vnni"
 
@@ -136,7 +136,7 @@ def to_vnni_int8_convs(graph: Graph, target=None) -> Graph:
     qualifies."""
     if not takes_vnni(target):
         return graph
-    tgt = target if isinstance(target, Target) else Target.from_string(target)
+    tgt = Target.from_string(target)
     lanes = tgt.vector_lanes("int32")
     producers = {o.name: n for n in graph.nodes for o in n.outputs}
     namer = Namer(graph)

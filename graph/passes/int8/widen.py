@@ -49,7 +49,7 @@ def widens_int8(target) -> bool:
     it has vpmaddwd and its preferred byte dot product is not VNNI's."""
     if target is None:
         return False
-    tgt = target if isinstance(target, Target) else Target.from_string(target)
+    tgt = Target.from_string(target)
     feats = target_features(tgt)
     strategies = dot4_strategies(feats)
     return bool(pmaddwd_lanes(feats)) and not (strategies and strategies[0][1] == "vnni")
