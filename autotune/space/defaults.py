@@ -13,9 +13,9 @@ from ...te.tensor import ComputeOp, TensorLoad
 from ...te.visit import walk
 from .int8_conv import depthwise_register_rows, one_register_tile_per_cache_tile
 from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
-                          _window_axes)
+                    _window_axes)
 from .int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
-                         one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
+                   one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
 from .stages import Anchor
 
 MAX_WHOLE_REDUCE = 256    # a GEMM's K at most this long is one register-tile loop

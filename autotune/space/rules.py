@@ -43,11 +43,11 @@ from .stages import Anchor, Pack, RowGroup
 # the default heuristics and the application of a config live in their own modules; their
 # constants and helpers stay importable from here
 from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH,  # noqa: F401
-                          MAX_UNROLLED_POINTS, MAX_WINDOW, MIN_PARALLEL_POINTS, ROOT_FLAT,
-                          ROOT_ROWS, ApplyMixin, _is_copy_axis, _is_row_reduction, _window_axes)
+                    MAX_UNROLLED_POINTS, MAX_WINDOW, MIN_PARALLEL_POINTS, ROOT_FLAT,
+                    ROOT_ROWS, ApplyMixin, _is_copy_axis, _is_row_reduction, _window_axes)
 from .defaults import (MAX_WHOLE_CACHE_AXIS, MAX_WHOLE_REDUCE,  # noqa: F401
-                             MIN_STREAM_BALANCE, REDUCE_STEPS, DefaultsMixin, _balanced_rows,
-                             _factor_candidates, _nested_reduce_tiles, _taps_along_rows)
+                       MIN_STREAM_BALANCE, REDUCE_STEPS, DefaultsMixin, _balanced_rows,
+                       _factor_candidates, _nested_reduce_tiles, _taps_along_rows)
 
 MAX_INNER = 16            # inner (register) tile of a non-vector axis
 MAX_VECTOR_TILE = 64      # inner tile of the vectorised axis

@@ -14,7 +14,7 @@ from ... import codegen
 from ...autotune.database import Database
 from ...autotune.default_db import open_database
 from ...autotune.dispatch import (SIMILAR_CPU_SOURCE, Selection, apply_selection,
-                                 canonical_target, select_record)
+                                  canonical_target, select_record)
 from ...autotune.scheduler import TaskReport, tune_tasks
 from ...autotune.space.rules import SearchSpace
 from ...autotune.tuner import Progress

@@ -23,7 +23,7 @@ from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
 from ..compile.model import _open_db, compile_model
 from .executor import CompiledModel, given_inputs
 from ..onnx.load import (InputValueNeeded, _onnx_dtype, _read_model, check_supported,
-                       model_opset)
+                         model_opset)
 from ..ir import Graph
 from ..ops.lowbit import ONNX_FORMATS
 from ..onnx import sequence as _seq

@@ -27,7 +27,7 @@ import functools
 from dataclasses import dataclass
 
 from ..ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, Scope, Stmt,
-                           Store, seq)
+                  Store, seq)
 from ..bound import const_interval, interval
 from ..simplify import simplify
 from ..visitor import StmtMutator, StmtVisitor

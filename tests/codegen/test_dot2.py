@@ -12,7 +12,7 @@ from kiln.te import expr as E
 from kiln.te.errors import TEError
 from kiln.te.ops.int8.core import pack_weight_int8x4, widen_weight_words
 from kiln.te.ops.int8.pairs import (matmul_int16x2, narrow_weight_pairs,
-                                         pair_weight_rows, widen_words_int16x2)
+                                    pair_weight_rows, widen_words_int16x2)
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
 from tests.util import vector_gemm_schedule

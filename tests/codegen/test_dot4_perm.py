@@ -20,7 +20,7 @@ from kiln.schedule import lower
 from kiln.te import expr as E
 from kiln.te.errors import TEError
 from kiln.te.ops.int8.perm import (matmul_int8x4_perm, pair_safe,
-                                        pair_weight_groups)
+                                   pair_weight_groups)
 from kiln.te.reference import dot4_u8s8perm_reference
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....te.ops import (grouped_conv_blocking, pack_conv_weight, pack_conv_weight_blocked,
-                       pack_depthwise_weight, pack_grouped_conv_weight)
+                        pack_depthwise_weight, pack_grouped_conv_weight)
 from ...ir import FrozenDict, Graph, Node, OpClass, Value
 from ...ops.core import op_class
 from .conv_weights import conv_weight_block
