@@ -281,7 +281,7 @@ def poisoned(tensor) -> np.ndarray:
 
 # An integer output computed through float math (a requantization: scale, round, saturate)
 # may land one step off at a near-tie, where the kernel fuses a multiply-add that the numpy
-# reference rounds twice (graph/passes/quantized_add.py). At most this share of its points
+# reference rounds twice (graph/passes/int8/add.py). At most this share of its points
 # (at least one) may differ, by one; any larger or more frequent difference is a wrong answer.
 # Integer outputs of integer-only DAGs (the dot-product accumulators) must match exactly.
 ROUNDING_TIE_SHARE = 1e-3

@@ -4,7 +4,7 @@
                                        [--repeat 15] [--threads 1] [--profile 8]
     python benchmarks/architectures.py --onnx /tmp/kiln_tv [--models resnet18,googlenet] [--cpu]
 
-The models (graph/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
+The models (tests/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
 convs), ReXNet-like (depthwise + squeeze-excite + SiLU), MobileNetV3-like (HardSwish,
 squeeze-excite), ViT-Tiny-like (patch conv, batched MatMul attention + Softmax, LayerNorm,
 GELU) and DenseNet-like (concat-heavy). Each is compiled with no database (`db=None`: default
@@ -121,7 +121,7 @@ def measure(name: str, threads: int, rounds: int, repeat: int, profile: int,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None,
-                        help="comma-separated names (default: all of graph/models_zoo.py, "
+                        help="comma-separated names (default: all of tests/models_zoo.py, "
                              "or every .onnx file of --onnx)")
     parser.add_argument("--onnx", default=None, metavar="DIR",
                         help="benchmark the DIR/*.onnx files instead of the built-in models")

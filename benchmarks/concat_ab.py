@@ -2,7 +2,7 @@
 
     KILN_CACHE_DIR=off python benchmarks/concat_ab.py [--rounds 5] [--models googlenet ...]
 
-codegen/uniform_select.py turns a concat's select chain into branches (and masked loads
+schedule/passes/uniform_select.py turns a concat's select chain into branches (and masked loads
 where a boundary falls inside a vector), so its inputs are read with vector loads instead of
 a load per lane. Both sides are built in this process, alternating (the machine is shared):
 kernels: compile CPU seconds (thread time: emit + LLVM) and run time (thread CPU time per

@@ -2,7 +2,7 @@
 
     python benchmarks/confirm_ab.py --db TUNED.db [--image-size 96] [--rounds 7] [--repeat 30]
 
-TUNED.db is a tuning log of the RegNet-X-like model (graph/models_zoo.py) at 1 thread, e.g. the
+TUNED.db is a tuning log of the RegNet-X-like model (tests/models_zoo.py) at 1 thread, e.g. the
 one `benchmarks/tune_budget.py --db PATH` leaves. It is copied; on the copy every task's
 default and 3 fastest records are timed again side by side (autotune/confirm.py) and the
 choices stored. Then three compiles of the model are timed in interleaved rounds, by the

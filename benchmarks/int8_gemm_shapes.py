@@ -6,10 +6,10 @@ in one process.
                                           [--rounds 7]
 
 Each shape M x K -> N is built from TE (no graph, no run() copies): "after" with its weight
-in the column panels graph/passes/int8_panels.py would give it (none when no panel divides
+in the column panels graph/passes/int8/panels.py would give it (none when no panel divides
 N) under today's rules; "before" with the [K4, N] words (packed into panels inside the
 kernel, as the default schedule does), the cache tiles of up to 8 register tiles of rows
-(autotune/space_int8.py one_row_tile_per_cache_tile off) and vpdpbusd from zero plus a
+(autotune/space/int8.py one_row_tile_per_cache_tile off) and vpdpbusd from zero plus a
 vpaddd (codegen/emit_expr.py _accumulated_dot off). Both are checked against numpy's
 integer product, then timed in turns at 1 thread by the thread's CPU time: a shape's
 figure is the median over rounds of each round's best of 3. Prints a table and, last, one

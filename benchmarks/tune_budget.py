@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                              f"default {CONFIRM.share})")
     parser.add_argument("--no-model-check", dest="model_check", action="store_false",
                         help="keep the confirmed choices without trying them inside the "
-                             "model (graph/model_check.py; on by default, as in kiln tune)")
+                             "model (graph/compile/model_check.py; on by default, as in kiln tune)")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5,

@@ -5,7 +5,7 @@
                                    [--neighbors 8] [--donors 4] [--budget 64]
 
 For each model M (a bundled benchmark model, graph/task_catalog.BENCHMARK_MODELS, or one of
-graph/models_zoo.py): a copy of the database without the records and confirmations of M's
+tests/models_zoo.py): a copy of the database without the records and confirmations of M's
 tasks (their workload keys; another model's identical task goes too) is the held-out
 database; the zero-shot model is trained on it (on this CPU's vector ISA, cached under
 KILN_CACHE_DIR like any compile's), so nothing measured on M informs its picks. M is then

@@ -5,8 +5,8 @@
 
 benchmarks/zero_shot.py compiles and times whole models, which takes minutes and moves with
 the machine's load. This asks the question underneath it in seconds, with no timing at all:
-for each model M (a bundled benchmark model, graph/task_catalog.py, or one of
-graph/models_zoo.py), the zero-shot model is trained exactly as a compile trains it
+for each model M (a bundled benchmark model, tests/task_catalog.py, or one of
+tests/models_zoo.py), the zero-shot model is trained exactly as a compile trains it
 (autotune/zero_shot.py) on this CPU's vector ISA with every task of M left out, and then ranks
 the configs compared in the confirmation of each of M's tasks at --threads (`kiln confirm`:
 the default, leading records and mutations of the default, timed side by side). The pick

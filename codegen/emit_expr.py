@@ -259,7 +259,7 @@ class ExprEmitter:
         return self._from_memory(e.buffer.dtype, out)
 
     def _emit_GuardedLoad(self, e):
-        """A masked contiguous vector load (codegen/uniform_select.py); its safe, clamped
+        """A masked contiguous vector load (schedule/passes/uniform_select.py); its safe, clamped
         load wherever it is not a stride-1 access of the vector loop."""
         lanes = self.lanes
         if (lanes is None or lane_stride(e.index, lanes.var) != 1

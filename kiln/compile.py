@@ -38,10 +38,10 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
     starts, ...). When every shape is known, the result is a CompiledModel. Otherwise it is a
-    DynamicModel (graph/dynamic.py): each run at a new input shape, or a new value of a
+    DynamicModel (graph/runtime/dynamic.py): each run at a new input shape, or a new value of a
     shape-deciding input, compiles a specialisation (same database and options) that later
     runs reuse. A model with NonZero, Unique or NonMaxSuppression (output sizes that depend
-    on the data) is a StagedModel (graph/staged.py): compiled in stages around those ops."""
+    on the data) is a StagedModel (graph/runtime/staged.py): compiled in stages around those ops."""
     target = Target.from_string(target)     # parsed once: below, a Target
     threads = None if threads is None else int(threads)
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,

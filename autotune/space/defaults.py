@@ -245,7 +245,7 @@ class DefaultsMixin:
         128x256->1024 and 128x1024->256 1.1-1.4x. A GEMV's panels pay while the weight is
         cache-resident (MLP's 784->256 in-model 1.4x); streamed from DRAM they ran slower
         (1280->1000 in-model 0.78x at 1 thread), so the graph pass keeps large GEMV weights
-        row-major (graph/passes/prepack_weights.py)."""
+        row-major (graph/passes/layout/prepack.py)."""
         op = anchor.op
         panel = _panel_width(op)
         if panel is None:
@@ -335,7 +335,7 @@ def _whole_rows_tile(choices: tuple, extents: list[int], rows: int, inner: int
 
 def _most_rows_tile(choices: tuple, extent: int, cap: int) -> tuple:
     """A register tile of MIN_TAILED_ROWS..`cap` rows repeated over as many rows as fit the
-    extent, the rest one tail tile (split off unguarded by codegen/tails.py): the fewest
+    extent, the rest one tail tile (split off unguarded by schedule/passes/tails.py): the fewest
     row tiles, then the longest tail. 49 rows as 8 x 6 + 1 (one cache tile of 48 rows), not
     4 x 6 (the weight read 3 times) nor 12 x 4 + 1; 11 as 6 + 5, not 4 + 4 + 3 (1.12x); 7
     as 4 + 3, not 6 + 1 (1.04x). Swin-T's 7x7-pixel stage (768 x 3072 weights), 1 thread:
@@ -708,7 +708,7 @@ def _blocks_rows_tile_wide(blocks: int, rows: int, budget: int) -> tuple[int, in
              for r in range(1, min(rows, budget // c) + 1) if rows % r == 0]
     if max(c * r for c, r in tiles) < budget // 2:
         # rows with few divisors (31, 62): rows beyond a divisor, the rest one tail tile
-        # (split off unguarded, codegen/tails.py), not 4 blocks x 1 pixel. SqueezeNet-1.1's
+        # (split off unguarded, schedule/passes/tails.py), not 4 blocks x 1 pixel. SqueezeNet-1.1's
         # 3x3 16->64 convs at 31 x 31: 4 x 1 pixel 0.32 ms, 4 x 6 (5 x 6 + 1) 0.167 ms, any
         # tile of 12-24 accumulators 0.16-0.17 (onnxruntime 0.155), 1 thread
         tiles += [(c, r) for c in widths
@@ -736,7 +736,7 @@ def _balanced_rows(extent: int, cap: int) -> int:
     """Rows of a register tile that may leave a tail: as few tiles as `cap` rows allow, each
     as short as that count permits (7 rows: 4 + 3, not 6 + 1; 14: 6 + 6 + 2, 5 is not a
     tile choice), a knob choice of the axis. A tail costs little since codegen runs every
-    whole tile without guards (codegen/promote.py), and fewer, fuller tiles load the
+    whole tile without guards (schedule/passes/promote.py), and fewer, fuller tiles load the
     shared operand less often. Old vs new default at 1 thread: ResNet-18's blocked 3x3
     convs 1.05x (@56) to 1.53x (256->512/2 @14), 512->512 @7 (4+3 rows x 16 over 7 x 8)
     1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Not used where the row axis

@@ -8,7 +8,7 @@ and per broadcast activation its masked or |a - 128| bytes plus the pmaddwd ones
 AVX2 registers the fp32 GEMM's 6 x 2-vector tile (12 accumulators) then spills every k:
 1024^3 matmul_int8x4, 1 thread, one run: 6 x 16 63.6 GOPS, 4 x 16 57.0, 2 x 32 55.0
 (noisy: onnxruntime's MatMulInteger 93.4 in the same run). The int16-pair form
-(dot4_u8s16, graph/passes/int8_widen.py) holds per broadcast row its even and odd halves
+(dot4_u8s16, graph/passes/int8/widen.py) holds per broadcast row its even and odd halves
 and per weight vector its two pair vectors: 4 x 16 takes all 16 registers without a spill
 (checked in the 1024^3 kernel's assembly).
 """
@@ -23,7 +23,7 @@ from ...te.visit import walk
 
 # vector registers the madd lowerings hold besides the accumulators, per register file
 MADD_TEMPORARIES = 7
-# ... and dot2_s16 (one vpmaddwd of int16 pairs: te/ops/quantized_pairs.py), which holds a
+# ... and dot2_s16 (one vpmaddwd of int16 pairs: te/ops/int8/pairs.py), which holds a
 # broadcast row, the tile's weight vectors and a product
 DOT2_TEMPORARIES = 4
 

@@ -1,6 +1,6 @@
 """Default tiles of int8 convs on AVX-512 / VNNI targets (space_defaults.py): the cache tile of
-the implicit-GEMM convs (te/ops/quantized_vnni_conv.py, graph/passes/int8_vnni_conv.py) and
-the register tile of the NHWC depthwise convs (te/ops/quantized_nhwc.py).
+the implicit-GEMM convs (te/ops/int8/vnni_conv.py, graph/passes/int8/vnni_conv.py) and
+the register tile of the NHWC depthwise convs (te/ops/int8/nhwc.py).
 
 A conv_int8x4_panels is a matmul_prepacked over three reduce axes (the taps ry, rx and the
 channel words). The prepacked GEMM defaults give it cache tiles of up to 8 register tiles of

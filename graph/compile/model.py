@@ -301,7 +301,7 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
     a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
     options, time_budget: seconds, with trials=None for no trial limit, confirm).
     model_check: after the confirmation, try each tuned choice against its default inside
-    the compiled model and keep it only where the model runs faster (graph/model_check.py;
+    the compiled model and keep it only where the model runs faster (graph/compile/model_check.py;
     a time budget keeps model_check.SHARE of itself for that)."""
     from ...autotune.confirm import CONFIRM
     from ...autotune.measure import MeasureOptions

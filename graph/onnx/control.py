@@ -97,7 +97,7 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
         for t in g.initializer:
             ctx.onnx_dtype(t.data_type)   # a clear error for a type Kiln lacks
             arr = numpy_helper.to_array(t)
-            if t.data_type in ONNX_FORMATS:     # a low-bit type: its storage (graph/lowbit.py)
+            if t.data_type in ONNX_FORMATS:     # a low-bit type: its storage (graph/ops/lowbit.py)
                 arr = to_storage(arr, ONNX_FORMATS[t.data_type][0])
                 ctx.lowbit[t.name] = ONNX_FORMATS[t.data_type][0]
             ctx.values[t.name] = ctx.const(np.array(arr, order="C"), name=t.name)

@@ -1,6 +1,6 @@
 """3-D transposed convolutions (ConvTranspose over [N, C, D, H, W]: 3-D U-Nets, video
 decoders) as the stride-1 3-D conv they equal, so they reuse the 3-D conv path
-(graph/onnx_ops_conv3d.py) and through it every 2-D conv path.
+(graph/onnx/conv3d.py) and through it every 2-D conv path.
 
 Output position z along an axis gets x[i] * w[k] wherever z = i * stride + k * dilation -
 pad_begin. Spread the input out by the stride (stride - 1 zeros after every element), pad

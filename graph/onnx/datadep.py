@@ -1,4 +1,4 @@
-"""Converters for NonZero, Unique and NonMaxSuppression as graph/staged.py rewrites them: in
+"""Converters for NonZero, Unique and NonMaxSuppression as graph/runtime/staged.py rewrites them: in
 the domain DOMAIN, with one more output (the int64[1] count) after the ONNX ones; the ONNX
 outputs become padded to their static upper bound. The plain ONNX op types stay without a
 converter: only the staged model, which trims the padded outputs, may use these."""

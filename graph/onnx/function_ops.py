@@ -2,7 +2,7 @@
 CenterCropPad, the window functions): the body's nodes are converted in place like an If
 branch (onnx_ops_control.inline_graph), with the node's attributes substituted for the body's
 attribute references, so each op becomes the graph ops of its definition. The body and the
-attribute values are found as graph/onnx_functions.py (the pre-pass for function ops without
+attribute values are found as graph/onnx/functions.py (the pre-pass for function ops without
 a converter) finds them; here the inputs' types come from the converted values, so a
 context-dependent body needs no shape inference.
 """

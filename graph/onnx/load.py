@@ -5,7 +5,7 @@ file if that fails), run onnx.checker, check every operator is supported (one
 UnsupportedOperatorError that lists them all), fix symbolic input dims (to the given shapes, or
 1), run onnx shape inference as a cross-check, then convert node by node with the converters in
 `onnx_ops.py`. Graph inputs that decide shapes are read from `values` (see load_onnx);
-graph/dynamic.py compiles a model per input shape and value on the fly.
+graph/runtime/dynamic.py compiles a model per input shape and value on the fly.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _resolve_inputs(model, given: Mapping[str, Sequence[int]],
 
 
 def _onnx_dtype(elem_type: int, what: str) -> str:
-    """Kiln's dtype for an ONNX element type (a low-bit one: its storage, graph/lowbit.py)."""
+    """Kiln's dtype for an ONNX element type (a low-bit one: its storage, graph/ops/lowbit.py)."""
     if elem_type in lowbit.ONNX_FORMATS:
         return lowbit.ONNX_FORMATS[elem_type][1]
     try:
@@ -154,7 +154,7 @@ def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
 _LOWBIT_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
                            "Transpose", "Concat", "Slice", "Gather", "Split", "Expand", "Tile",
                            "Pad", "Dropout"})
-# ops that may read or write a low-bit value (graph/lowbit.py): the conversions, and data
+# ops that may read or write a low-bit value (graph/ops/lowbit.py): the conversions, and data
 # movement, which is exact on the stored bytes
 LOWBIT_OPS = frozenset({
     "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Constant", "Identity",
@@ -369,7 +369,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     input_shapes of a sequence-typed input: a list of shapes, one per element; of an
     optional-typed one: its shape, or None (or nothing) when it is empty. Such inputs become
     the tensor inputs `name[k]` (a sequence's elements) or `name`, and sequence outputs the
-    tensor outputs `name[k]` (graph/onnx_ops_sequence.py).
+    tensor outputs `name[k]` (graph/onnx/sequence.py).
 
     values: values of graph inputs that conversion may fix at compile time. A node input that
     decides a shape (Reshape's shape, Slice's starts, Pad's pads, ...) and comes from a graph

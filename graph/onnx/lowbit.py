@@ -1,5 +1,5 @@
 """ONNX Cast, CastLike, QuantizeLinear and DequantizeLinear for the low-bit element types
-(graph/lowbit.py), int16/uint16 quantization and blocked quantization (block_size). The
+(graph/ops/lowbit.py), int16/uint16 quantization and blocked quantization (block_size). The
 forms Kiln had before (uint8/int8 per-tensor or per-axis Q/DQ, casts between ordinary dtypes)
 keep their converters; these wrap them.
 

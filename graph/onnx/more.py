@@ -1,6 +1,6 @@
 """More ONNX operator converters, registered into onnx_ops.CONVERTERS.
 
-Ops with their own graph op (graph/ops_more.py) map onto it; the others are composed here from
+Ops with their own graph op (graph/ops/more.py) map onto it; the others are composed here from
 graph ops (reductions, elementwise, reshape/transpose, where, constants of the index patterns),
 so the fusion pass groups them into kernels like any other subgraph. Only inputs that decide a
 shape (axes, repeats, k, depth) are read at compile time (ctx.static).

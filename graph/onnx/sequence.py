@@ -8,8 +8,8 @@ position must be known at compile time (a constant, or a graph input read like a
 shape: the model is specialised per value). An optional is a Value or a list when it holds
 one, and EMPTY when it holds none, also known at compile time.
 
-At the model boundary (frontend.load_onnx, graph/dynamic.py) a sequence-typed graph input `s`
-given as n arrays becomes the tensor inputs `s[0]` .. `s[n-1]` (an optional tensor input
+At the model boundary (load.load_onnx, graph/runtime/dynamic.py) a sequence-typed graph
+input `s` given as n arrays becomes the tensor inputs `s[0]` .. `s[n-1]` (an optional tensor input
 `o`: the tensor input `o`, or no input when empty), and a sequence-typed graph output `y`
 becomes the tensor outputs `y[0]` .. `y[n-1]`; `pack_outputs` turns them back into lists.
 """

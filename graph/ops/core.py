@@ -461,7 +461,7 @@ def _matmul(ins, attrs):
 @_register("matmul_prepacked", OpClass.OUT_ELEMWISE_FUSABLE)
 def _matmul_prepacked(ins, attrs):
     """x[..., M, K] @ W[K, n] with W as panels [ceil(n / block), K, block] (the constant
-    weight pre-packed at compile time, graph/passes/prepack_weights.py)."""
+    weight pre-packed at compile time, graph/passes/layout/prepack.py)."""
     x, w = ins
     n = int(attrs["n"])
     if len(x.shape) < 2 or len(w.shape) != 3 or x.shape[-1] != w.shape[1]:

@@ -1,5 +1,5 @@
 """Graph ops over te/ops/datadep.py: NonZero, Unique and NonMaxSuppression as padded outputs
-of their static upper bound plus an int64[1] count (graph/staged.py trims them at run time);
+of their static upper bound plus an int64[1] count (graph/runtime/staged.py trims them at run time);
 each with its shape inference, TE lowering and numpy reference (registered as
 ops_more.define does). The references compute the same padded layout."""
 from __future__ import annotations

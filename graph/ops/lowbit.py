@@ -47,7 +47,7 @@ ONNX_FORMATS = {
 }
 STORAGE = dict(ONNX_FORMATS.values())
 ONNX_NAME = {fmt: T.DataType.Name(k) for k, (fmt, _) in ONNX_FORMATS.items()}
-# formats QuantizeLinear/DequantizeLinear take besides those of graph/quant_ops.py
+# formats QuantizeLinear/DequantizeLinear take besides those of graph/ops/int8/core.py
 INT_RANGES = {"int16": (-32768, 32767), "uint16": (0, 65535), "int8": (-128, 127),
               "uint8": (0, 255), "int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1),
               "uint2": (0, 3)}

@@ -2,7 +2,7 @@
 scatters, cumulative sums and arg-reductions.
 
 Each op is defined once here with its fusion class, its shape/dtype inference, its TE lowering
-and its numpy reference, and registered into the same tables as the core ops (graph/ops.py
+and its numpy reference, and registered into the same tables as the core ops (graph/ops/core.py
 OPS, graph/lower_te.py LOWERINGS, graph/reference.py IMPLS). The ONNX converters that emit
 them live in onnx_ops_more.py.
 """

@@ -135,7 +135,7 @@ def compile_specialized(model, target: str = "native", db=None,
                         zero_shot: bool = False) -> "CompiledModel | DynamicModel | StagedModel":
     """A CompiledModel if the model's shapes are all known ahead of time, else a
     DynamicModel that compiles a specialisation per input shape at run time (module doc); a
-    StagedModel (graph/staged.py) if the main graph has an op whose output size depends on
+    StagedModel (graph/runtime/staged.py) if the main graph has an op whose output size depends on
     the data."""
     options = dict(target=target, db=_open_db(db), jobs=jobs, layout=layout, threads=threads,
                    winograd=winograd, zero_shot=zero_shot)

@@ -180,7 +180,7 @@ class CompiledModel:
         # inputs whose values decided shapes at compile time: run checks them (and fills them
         # in when they are left out)
         self._pinned = pinned_arrays(plan.meta.get("pinned", {}))
-        # low-bit element formats at the boundary (graph/lowbit.py): run takes and returns
+        # low-bit element formats at the boundary (graph/ops/lowbit.py): run takes and returns
         # the ml_dtypes arrays onnx uses and converts them from/to Kiln's storage
         formats = plan.meta.get("io_formats") or ((), ())
         self._in_formats = dict(zip(plan.inputs, formats[0]))

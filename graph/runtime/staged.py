@@ -7,7 +7,7 @@ outputs, with each such op rewritten (onnx_ops_datadep.DOMAIN) to write its outp
 their static upper bound plus an int64[1] count, computed by the same Kiln kernel; the
 *suffix* is every node downstream of them. A run runs the prefix, trims the padded outputs to
 their counts (a view, no computation) and runs the suffix on them: the suffix is compiled
-like any model whose input shapes vary (graph/dynamic.py), one specialisation per count,
+like any model whose input shapes vary (graph/runtime/dynamic.py), one specialisation per count,
 cached. A data-dependent op inside the suffix splits it again (recursively). An If whose
 branches hold such an op (torchvision's batched_nms sits in `if boxes.numel() == 0`) is a cut
 too: the stage before it computes its condition, and the suffix is specialised per condition

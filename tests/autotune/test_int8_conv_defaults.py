@@ -1,4 +1,4 @@
-"""Default tiles of int8 convs on AVX-512 / VNNI targets (autotune/space_int8_conv.py): the
+"""Default tiles of int8 convs on AVX-512 / VNNI targets (autotune/space/int8_conv.py): the
 cache tile of an implicit-GEMM int8 conv on a VNNI target is one register tile (other targets
 and plain int8 GEMMs keep the prepacked GEMM defaults); an NHWC depthwise conv's register
 tile takes at most 8 pixels on a 512-bit target (exact on the host)."""

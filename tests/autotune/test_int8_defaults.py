@@ -1,4 +1,4 @@
-"""Default schedules of int8 kernels (autotune/space_int8.py, space_defaults.py): the register
+"""Default schedules of int8 kernels (autotune/space/int8.py, space_defaults.py): the register
 tile leaves room for the dot4 lowering's temporaries where it has some (AVX2/AVX-512BW
 madd, not VNNI), and a window anchor (the NCHW depthwise conv) whose rows no vector count
 divides takes a tail-free odd vector; every default kernel is exact against numpy."""

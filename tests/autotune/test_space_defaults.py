@@ -247,7 +247,7 @@ def test_default_cache_tiles_divide_the_axes(width):
 
 def test_gemm_register_tile_takes_six_rows_on_avx2():
     # (capped at 4 while LLVM stored 5+ unrolled rows of accumulators back every k; codegen
-    # now promotes them to registers, codegen/promote.py)
+    # now promotes them to registers, schedule/passes/promote.py)
     for shape in [(96, 64, 96), (840, 128, 256), (1024, 64, 64)]:
         rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", shape, target=AVX2)), "C")
         assert (rows, cols) == (6, 16), shape

@@ -1,4 +1,4 @@
-"""dot2_s16 / dot2_s16s8 (codegen/dot4.py) and matmul_int16x2 (te/ops/quantized_pairs.py):
+"""dot2_s16 / dot2_s16s8 (codegen/dot4.py) and matmul_int16x2 (te/ops/int8/pairs.py):
 int16 activation pairs times int16 or int8 weight pairs, exact against numpy, lowered
 through target strings (AVX2: one vpmaddwd, vpmovsxbw for the int8 pairs, no byte split;
 SSE2; odd lane counts as plain IR); the weight and activation layouts against numpy."""

@@ -1,7 +1,7 @@
 """dot4_u8s16 (codegen/dot4.py): uint8 activation words times int16 weight pairs, exact,
 against numpy's integer product, lowered through target strings: AVX2 (two vpmaddwd and no
 vpmaddubsw), SSE2 (128-bit vpmaddwd), odd lane counts (plain IR); the weight packing
-(te/ops/quantized.py widen_weight_words, panel_weight_pairs) against numpy."""
+(te/ops/int8/core.py widen_weight_words, panel_weight_pairs) against numpy."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""dot4_u8s8perm (codegen/dot4.py) and matmul_int8x4_perm (te/ops/quantized_perm.py): a dot4
+"""dot4_u8s8perm (codegen/dot4.py) and matmul_int8x4_perm (te/ops/int8/perm.py): a dot4
 of 4 bytes picked out of a group of 4 activation words by a selector, lowered with one vpshufb
 and vpmaddubsw + vpmaddwd on AVX2 (exact for pair-safe weights), vpdpbusd with VNNI, plain IR
 elsewhere. Every lowering against numpy's integer product and te.reference, on activations of

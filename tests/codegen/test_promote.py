@@ -1,4 +1,4 @@
-"""Register promotion of accumulator tiles (codegen/promote.py): the rewrite itself on
+"""Register promotion of accumulator tiles (schedule/passes/promote.py): the rewrite itself on
 hand-built loop IR, the cases it must refuse, results against numpy, and the fix it pins:
 a 6-row GEMM register tile keeps its accumulators in registers across the k loop (LLVM's own
 promotion gave up from 5 rows on and stored every accumulator back every k step)."""

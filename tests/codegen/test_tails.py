@@ -1,4 +1,4 @@
-"""Tail splitting (codegen/tails.py): a guarded tile loop becomes a whole-tile copy and one
+"""Tail splitting (schedule/passes/tails.py): a guarded tile loop becomes a whole-tile copy and one
 tail copy of constant extent. The rewrite on hand-built loop IR, the loops it must leave
 alone, and compiled kernels with awkward extents (1, 7, 13, 17) against numpy, including
 register-promoted tiles whose tail it specialises."""

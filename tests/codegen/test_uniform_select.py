@@ -1,4 +1,4 @@
-"""Lane-uniform selects made branches (codegen/uniform_select.py): the analysis, the rewrite
+"""Lane-uniform selects made branches (schedule/passes/uniform_select.py): the analysis, the rewrite
 of a concatenation along the vectorized axis, and compiled concatenations against numpy with
 boundaries that are and are not multiples of the lane count (uniform ones read their inputs
 with whole-vector loads, checked in the LLVM IR)."""

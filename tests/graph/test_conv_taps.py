@@ -1,4 +1,4 @@
-"""Dead kernel taps (graph/conv_taps.py): a dilated conv whose outer taps only read padding
+"""Dead kernel taps (graph/onnx/conv_taps.py): a dilated conv whose outer taps only read padding
 becomes a smaller conv. The trimmed window is checked against a direct numpy conv over
 random windows, and compiled models against onnxruntime."""
 from __future__ import annotations

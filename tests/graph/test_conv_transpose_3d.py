@@ -1,4 +1,4 @@
-"""ConvTranspose over 5-D inputs (graph/onnx_ops_convtranspose3d.py): the stride-1 3-D conv
+"""ConvTranspose over 5-D inputs (graph/onnx/convtranspose3d.py): the stride-1 3-D conv
 over the spread-out input, against onnxruntime and the numpy reference, with strides,
 explicit and automatic pads, output_padding, output_shape, dilations and groups on odd
 sizes."""

@@ -1,4 +1,4 @@
-"""NonZero, Unique and NonMaxSuppression (te/ops/datadep.py, graph/staged.py): Kiln-compiled
+"""NonZero, Unique and NonMaxSuppression (te/ops/datadep.py, graph/runtime/staged.py): Kiln-compiled
 padded kernels trimmed to their counts, against onnx's reference evaluator; empty results,
 size-1 inputs, ties and identical boxes; random inputs (hypothesis) at a few compiled shapes;
 and a detection-like graph (NMS -> Gather of the kept boxes -> float ops) against

@@ -1,4 +1,4 @@
-"""Dynamic shapes and graph inputs that decide shapes (graph/dynamic.py, frontend values):
+"""Dynamic shapes and graph inputs that decide shapes (graph/runtime/dynamic.py, frontend values):
 a model with a symbolic batch compiled once and run at several batches, Reshape/Slice/Pad
 shape inputs specialised by value, Clip bounds and Pad values as runtime kernel arguments,
 `constants=` pinning, and the errors. Oracle: onnxruntime."""

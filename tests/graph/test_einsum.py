@@ -1,4 +1,4 @@
-"""Einsum with contracted labels runs as batched matmuls (graph/onnx_ops_more.py): random
+"""Einsum with contracted labels runs as batched matmuls (graph/onnx/more.py): random
 equations over two and three operands against numpy.einsum, and the graph an attention
 einsum becomes (no broadcast product, no reduction)."""
 from __future__ import annotations

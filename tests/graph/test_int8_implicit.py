@@ -1,5 +1,5 @@
-"""Saturation-safe int8 convs read from padded NHWC words (graph/passes/int8_implicit.py,
-te/ops/quantized_perm_conv.py): on AVX2 without VNNI, an im2col + matmul_int8x4_perm with C4
+"""Saturation-safe int8 convs read from padded NHWC words (graph/passes/int8/implicit.py,
+te/ops/int8/perm_conv.py): on AVX2 without VNNI, an im2col + matmul_int8x4_perm with C4
 a multiple of 4 becomes [pad ->] conv_int8x4_perm. The kernel equals numpy's integer conv
 (batch 2, prime spatial sizes, strides, dilations, uneven windows, 8- and
 16-column panels); the compiled models equal, bit for bit, the reference of the graph

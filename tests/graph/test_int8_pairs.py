@@ -1,4 +1,4 @@
-"""int8 GEMMs over int16 activation pairs (graph/passes/int8_pairs.py): an im2col or a pack
+"""int8 GEMMs over int16 activation pairs (graph/passes/int8/pairs.py): an im2col or a pack
 writes the activation words' pairs and the GEMM becomes matmul_int16x2 with int8 weight
 pairs, on AVX2 without VNNI and for at least MIN_COLUMNS output columns. The compiled models
 equal, bit for bit, the reference of the graph without the pass (and numpy's integer

@@ -1,6 +1,6 @@
 """matmul_int8x4's byte-word weights as column panels on VNNI targets
-(graph/passes/int8_panels.py, te/ops/quantized.py panel_weight_words) and the VNNI dot4
-GEMM's one-register-tile cache tiles (autotune/space_int8.py): chosen from the target and
+(graph/passes/int8/panels.py, te/ops/int8/core.py panel_weight_words) and the VNNI dot4
+GEMM's one-register-tile cache tiles (autotune/space/int8.py): chosen from the target and
 the column count, and exact against numpy's integer product (K odd / 1 / prime, M 1 or
 prime, a tail panel in the TE op), lowered for VNNI (native here) and AVX2."""
 from __future__ import annotations

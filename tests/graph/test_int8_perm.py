@@ -1,4 +1,4 @@
-"""Saturation-safe int8 GEMMs (graph/passes/int8_perm.py): on AVX2 without VNNI, a
+"""Saturation-safe int8 GEMMs (graph/passes/int8/perm.py): on AVX2 without VNNI, a
 matmul_int8x4 whose constant weight has a pair-safe matching in every (column panel, group of
 4 words) becomes matmul_int8x4_perm (vpshufb + vpmaddubsw); the compiled models equal, bit for
 bit, the reference of the graph without the pass and numpy's integer product: uint8 and int8

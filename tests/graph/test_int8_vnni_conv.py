@@ -1,5 +1,5 @@
 """int8 convs on VNNI targets as implicit GEMMs with column-panel weights
-(graph/passes/int8_vnni_conv.py, te/ops/quantized_vnni_conv.py): an im2col + matmul_int8x4,
+(graph/passes/int8/vnni_conv.py, te/ops/int8/vnni_conv.py): an im2col + matmul_int8x4,
 or a 1x1 conv's matmul_int8x4 over the words, becomes [pad ->] conv_int8x4_panels. The kernel
 equals numpy's integer conv on the host (any dot4 lowering: batch 2, prime sizes, strides,
 dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal, bit for

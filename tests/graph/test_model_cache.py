@@ -1,4 +1,4 @@
-"""Whole models in the persistent cache (graph/model_cache.py): a second compile loads the
+"""Whole models in the persistent cache (graph/compile/model_cache.py): a second compile loads the
 plan, constants and kernels; any changed input or option is a miss; bad entries rebuild."""
 from __future__ import annotations
 

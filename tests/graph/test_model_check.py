@@ -1,4 +1,5 @@
-"""Tuned choices tried against their defaults inside the compiled model (graph/model_check.py)."""
+"""Tuned choices tried against their defaults inside the compiled model
+(graph/compile/model_check.py)."""
 from __future__ import annotations
 
 import math

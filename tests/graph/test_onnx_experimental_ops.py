@@ -1,4 +1,4 @@
-"""ONNX's early experimental operators as onnxruntime runs them (graph/onnx_ops_experimental.py):
+"""ONNX's early experimental operators as onnxruntime runs them (graph/onnx/experimental.py):
 ImageScaler, Scale, Affine, ScaledTanh, ParametricSoftplus and Crop, compiled and in the
 numpy reference, against onnxruntime; bad attributes are named."""
 from __future__ import annotations

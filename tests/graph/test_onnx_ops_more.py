@@ -1,4 +1,4 @@
-"""The operators of graph/onnx_ops_more.py: Kiln-compiled code and the numpy reference executor
+"""The operators of graph/onnx/more.py: Kiln-compiled code and the numpy reference executor
 against onnxruntime, on one-node models with awkward shapes (1, primes) and negative axes."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ONNX sequence and optional values (graph/onnx_ops_sequence.py), checked against onnx's
+"""ONNX sequence and optional values (graph/onnx/sequence.py), checked against onnx's
 ReferenceEvaluator: sequences inside a model, sequence inputs and outputs (lists of arrays),
 optionals, and the clear errors."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compile-time pre-packing of constant matmul weights (graph/passes/prepack_weights.py):
+"""Compile-time pre-packing of constant matmul weights (graph/passes/layout/prepack.py):
 where the pass fires, what it leaves alone, and whole models vs onnxruntime."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""onnxruntime's com.microsoft QOperator ops (graph/onnx_quant_contrib.py) against
+"""onnxruntime's com.microsoft QOperator ops (graph/onnx/quant_contrib.py) against
 onnxruntime itself (onnx's evaluator has none of them), through Kiln's reference and compiled
 model: within one quantization step, exact for QGemm's integer part."""
 from __future__ import annotations

@@ -245,7 +245,7 @@ def test_qlinear_concat():
 
 
 def test_blocked_dequantization():
-    """block_size 2 along axis 1 (blocked Q/DQ: graph/onnx_lowbit.py), a runtime input."""
+    """block_size 2 along axis 1 (blocked Q/DQ: graph/onnx/lowbit.py), a runtime input."""
     x = s8(4, 4)
     node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2)
     model = make_model([node], {"x": x}, [("y", "float32")],

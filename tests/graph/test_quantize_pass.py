@@ -1,4 +1,4 @@
-"""The QDQ -> integer kernel pass (graph/passes/quantize.py): what it rewrites, what it leaves
+"""The QDQ -> integer kernel pass (graph/passes/int8/quantize.py): what it rewrites, what it leaves
 alone, and that the compiled integer kernels agree with the spec (onnx's reference evaluator
 running the QDQ model in float) within one quantization step, and with onnxruntime's int8
 run of models quantized by onnxruntime.quantization."""

@@ -1,4 +1,4 @@
-"""Quantized adds in onnxruntime's rounding (graph/passes/quantized_add.py): bit for bit what
+"""Quantized adds in onnxruntime's rounding (graph/passes/int8/add.py): bit for bit what
 onnxruntime's int8 run gives, within one step of the ONNX reference, and only where matched."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quantized multiplies in onnxruntime's rounding (graph/passes/quantized_mul.py): every one
+"""Quantized multiplies in onnxruntime's rounding (graph/passes/int8/mul.py): every one
 of the 65,536 byte pairs through DQ -> Mul -> Q, compiled by Kiln, equals onnxruntime int8
 bit for bit, at RegNet-Y-400MF's squeeze-excitation scales (where the float32 QDQ order
 differs from it at 2 pairs) and at random scales and zero points, uint8 and int8, with the

@@ -1,4 +1,4 @@
-"""graph/passes/sink_layout.py: transposes and reshapes moved past pointwise ops keep every
+"""graph/passes/layout/sink.py: transposes and reshapes moved past pointwise ops keep every
 output equal (numpy reference executor; compiled kernels against onnxruntime), meet their
 inverse and cancel, and stay put where an operand cannot move with them."""
 from __future__ import annotations

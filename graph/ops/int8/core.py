@@ -1,5 +1,5 @@
 """The quantized graph ops: their fusion class, shape/dtype inference, numpy reference and TE
-lowering, registered into the tables of graph/ops.py, graph/reference.py and graph/lower_te.py.
+lowering, registered into the tables of graph/ops/core.py, graph/reference.py and graph/lower_te.py.
 
 - `quantize_linear(x, scale, zero_point?)`, attrs dtype: float -> uint8/int8 (ONNX
   QuantizeLinear); scale and zero point broadcast numpy-style (per-axis ones arrive reshaped).
@@ -10,7 +10,7 @@ lowering, registered into the tables of graph/ops.py, graph/reference.py and gra
   points are compensated by ordinary int32 graph ops around it.
 - `conv2d_integer(x, w, pad_value?)`: int32 NCHW conv whose padding holds `pad_value` (the
   activation zero point), attrs like conv2d.
-The float operation order is te/ops/quantized.py's; the reference follows it exactly.
+The float operation order is te/ops/int8/core.py's; the reference follows it exactly.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def _infer_conv2d_integer(ins, attrs):
     return [(conv_output_shape(x.shape, w.shape, w.shape, attrs), "int32")]
 
 
-# -- numpy reference (same float order as te/ops/quantized.py) ---------------------------------
+# -- numpy reference (same float order as te/ops/int8/core.py) ---------------------------------
 
 def _saturate(value: np.ndarray, dtype: str, lo=None, hi=None) -> np.ndarray:
     info = np.iinfo(dtype)
@@ -160,7 +160,7 @@ LOWERINGS["matmul_integer"] = lambda node, args: [tq.matmul_integer(args[0], arg
 LOWERINGS["conv2d_integer"] = _lower_conv2d_integer
 
 
-# -- packed int8 kernels (graph/passes/quantize.py: pack_integer_kernels) ----------------------
+# -- packed int8 kernels (graph/passes/int8/quantize.py: pack_integer_kernels) -----------------
 # `pack_int8x4(x)`, attrs axis, flip: uint8/int8 -> int32 words of 4 elements along `axis`
 # (an int8 x stored as x + 128 when flip). `matmul_int8x4(a4, w4)` and `conv2d_int8x4(x4,
 # w4)` (attrs like conv2d plus pad_word) sum dot4 products of the words (attr seven_bit:
@@ -178,9 +178,9 @@ def _infer_pack(ins, attrs):
     return [(tuple(shape), "int32")]
 
 
-# Either may take its weight as int16 pairs instead of byte words (graph/passes/int8_widen.py:
-# matmul w[K4, 2, N], conv w[F, C4, KH, KW, 2]; te/ops/quantized.py widen_weight_words); a
-# matmul's words or pairs may come as column panels with attr n (graph/passes/int8_panels.py,
+# Either may take its weight as int16 pairs instead of byte words (graph/passes/int8/widen.py:
+# matmul w[K4, 2, N], conv w[F, C4, KH, KW, 2]; te/ops/int8/core.py widen_weight_words); a
+# matmul's words or pairs may come as column panels with attr n (graph/passes/int8/panels.py,
 # int8_widen.py).
 
 @_op("matmul_int8x4", OpClass.OUT_ELEMWISE_FUSABLE)
@@ -231,7 +231,7 @@ def _pack_reference(node, x):
 
 
 def _unpack_pairs(pairs: np.ndarray, pair_axis: int, axis: int) -> np.ndarray:
-    """int16 weight pairs (te/ops/quantized.py widen_weight_words) -> the int64 weights, 4 a
+    """int16 weight pairs (te/ops/int8/core.py widen_weight_words) -> the int64 weights, 4 a
     word along `axis` (counted without the pair axis)."""
     halves = np.ascontiguousarray(pairs, np.int32)[..., None].view(np.int16)  # [..., 2]
     even = np.take(halves, 0, axis=pair_axis)
@@ -285,7 +285,7 @@ LOWERINGS["conv2d_int8x4"] = _lower_conv2d_int8x4
 
 
 # `im2col_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: the packed
-# windows as columns [N, KH * KW * C4, OH, OW] (te/ops/quantized.py im2col_int8x4).
+# windows as columns [N, KH * KW * C4, OH, OW] (te/ops/int8/core.py im2col_int8x4).
 
 @_op("im2col_int8x4", OpClass.INJECTIVE)
 def _infer_im2col(ins, attrs):

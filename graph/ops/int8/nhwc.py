@@ -1,12 +1,12 @@
-"""The pixel-major (NHWC) int8 graph ops of graph/passes/int8_nhwc.py: fusion class, shape
-inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
+"""The pixel-major (NHWC) int8 graph ops of graph/passes/int8/nhwc.py: fusion class, shape
+inference, numpy reference and TE lowering (te/ops/int8/nhwc.py).
 
 - `im2col_nhwc_int8x4(x4)`, attrs kernel (KH, KW), strides, dilations, pads, pad_word: packed
   NHWC words x4[N, H, W, C4] -> columns [N, OH, OW, KH * KW, C4] (a kernel of its own: see
   below).
 - `bitcast_int8x4(x)`: uint8/int8 x[..., C] (C a multiple of 4) -> its bytes read as int32
   words [..., C / 4], byte t of word k being x[..., 4k + t]: pack_int8x4 along the last axis,
-  which for a buffer in memory is a view (graph/tasks.py ALIAS_OPS), no kernel. OPAQUE, so
+  which for a buffer in memory is a view (graph/compile/tasks.py ALIAS_OPS), no kernel. OPAQUE, so
   fusion leaves it alone and never inlines it into a consumer, which would assemble every word
   from four byte loads.
 - `im2col_nhwc_int8x4` with attr words (start, count): the columns of that range of the
@@ -14,13 +14,13 @@ inference, numpy reference and TE lowering (te/ops/quantized_nhwc.py).
 - `im2col_nhwc_int8x4` with attr split_taps: the columns as [N, OH, OW, KH, KW * C4] (the
   same bytes): a stem's copy (C4 = 1) then runs along each tap row without div/mod.
 - `im2col_nhwc_int8x4` with attr pairs: the columns as int16 pairs [N, OH, OW, KH * KW, 2,
-  C4] (te/ops/quantized_pairs.py), for matmul_int16x2.
+  C4] (te/ops/int8/pairs.py), for matmul_int16x2.
 - `widen_int8x4_pairs(x4)`, attr block: packed uint8 words [..., K4] -> their int16 pairs
   [..., 2 * K4] in the order (K4 / block, 2, block) (INJECTIVE: fuses into the kernel that
   packs the words).
 - `matmul_int16x2(a2, w2)`, attr n (panels): int32 [..., M, N] of the int16 activation pairs
   a2[..., M, K2] and the weight pairs w2 (int16 words of two int8: [K2, N] or column panels
-  [P, K2, block]); graph/passes/int8_pairs.py makes them.
+  [P, K2, block]); graph/passes/int8/pairs.py makes them.
 - `depthwise_conv2d_integer_nhwc(x, w)`, attrs strides, dilations, pads, pad_value: int32
   [N, OH, OW, C] of uint8/int8 x[N, H, W, C] and the int8 weight w[KH, KW, C], the padding
   holding `pad_value` (the activation zero point, a compile-time constant).

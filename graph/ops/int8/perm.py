@@ -1,6 +1,6 @@
-"""The graph op of graph/passes/int8_perm.py: `matmul_int8x4_perm(a4, sel, w)`, attr n: int32
+"""The graph op of graph/passes/int8/perm.py: `matmul_int8x4_perm(a4, sel, w)`, attr n: int32
 [..., M, n] of the packed uint8 activation words a4[..., M, 4 G] and a weight chosen so that
-AVX2's saturating vpmaddubsw is exact (te/ops/quantized_perm.py: selectors sel[P, G, 4] and
+AVX2's saturating vpmaddubsw is exact (te/ops/int8/perm.py: selectors sel[P, G, 4] and
 weight words w[P, G, 4, block]). Fusion class, shape inference, numpy reference, TE
 lowering."""
 from __future__ import annotations

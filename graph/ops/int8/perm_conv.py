@@ -1,7 +1,7 @@
-"""The graph op of graph/passes/int8_implicit.py: `conv_int8x4_perm(x4, sel, w)`, attrs n,
+"""The graph op of graph/passes/int8/implicit.py: `conv_int8x4_perm(x4, sel, w)`, attrs n,
 kernel (KH, KW), strides, dilations, out_hw (OH, OW): int32 [N * OH * OW, n], the conv of
 padded packed uint8 words x4[N, Hp, Wp, C4] (C4 a multiple of 4) with matmul_int8x4_perm's
-weight over the im2col K order (te/ops/quantized_perm_conv.py). Fusion class, shape
+weight over the im2col K order (te/ops/int8/perm_conv.py). Fusion class, shape
 inference, numpy reference (im2col, then matmul_int8x4_perm's), TE lowering."""
 from __future__ import annotations
 

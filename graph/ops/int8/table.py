@@ -1,6 +1,6 @@
 """`lookup_table(x)`, attrs table (256 ints), dtype: out[i] = table[byte of x[i]] for uint8/int8
 x (its uint8 bit pattern indexes the table), the integer form of a quantized elementwise
-function (graph/passes/int8_tables.py). ELEMWISE: it fuses into an integer conv's epilogue
+function (graph/passes/int8/tables.py). ELEMWISE: it fuses into an integer conv's epilogue
 like the float chain it replaces, and the layout passes move it like any unary op."""
 from __future__ import annotations
 

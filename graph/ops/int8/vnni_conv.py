@@ -1,8 +1,8 @@
-"""The graph op of graph/passes/int8_vnni_conv.py: `conv_int8x4_panels(x4, w)`, attrs n,
+"""The graph op of graph/passes/int8/vnni_conv.py: `conv_int8x4_panels(x4, w)`, attrs n,
 kernel (KH, KW), strides, dilations, out_hw (OH, OW), seven_bit, symmetric, groups (1 if
-absent; graph/passes/int8_nhwc.py's grouped convs on VNNI): int32
+absent; graph/passes/int8/nhwc.py's grouped convs on VNNI): int32
 [N * OH * OW, n], the conv of padded packed uint8 words x4[N, Hp, Wp, C4] with the packed int8
-weight words as column panels w[P, KH * KW * C4, block] (te/ops/quantized_vnni_conv.py).
+weight words as column panels w[P, KH * KW * C4, block] (te/ops/int8/vnni_conv.py).
 Fusion class, shape inference, numpy reference, TE lowering."""
 from __future__ import annotations
 

@@ -3,10 +3,10 @@
 each input is requantized to the output's scale and zero point where it is made, and the
 concat moves bytes instead of float32 (SqueezeNet's fire modules: the expand convs wrote
 float32 for the concat to quantize, 4 bytes an element written and read again). Each
-Q(DQ(a_i)) is a function of one byte, which graph/passes/int8_tables.py turns into a table
+Q(DQ(a_i)) is a function of one byte, which graph/passes/int8/tables.py turns into a table
 that fuses into the producing conv's epilogue; onnxruntime's QLinearConcat requantizes its
 inputs the same way. An input already in the output's parameters is taken as it is.
-(Concats of equal parameters were made integer moves by graph/passes/quantize.py.)"""
+(Concats of equal parameters were made integer moves by graph/passes/int8/quantize.py.)"""
 from __future__ import annotations
 
 from ...ir import Graph, Node, Value

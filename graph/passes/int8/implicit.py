@@ -1,11 +1,11 @@
 """Saturation-safe int8 convs without the im2col copy (AVX2 / AVX-512BW without VNNI, after
-graph/passes/int8_perm.py).
+graph/passes/int8/perm.py).
 
 int8_nhwc.py runs a windowed int8 conv as im2col_nhwc_int8x4 (a copy of every word KH * KW
 times) -> view [N * OH * OW, KH * KW * C4] -> GEMM, which int8_perm.py makes a
 matmul_int8x4_perm. When C4 is a multiple of 4 (at least 16 channels, in 16s), a group of 4
 K words lies in one pixel of one tap, so the GEMM can read its 16 bytes from the (padded)
-input words directly: conv_int8x4_perm (te/ops/quantized_perm_conv.py). A padded conv gets a
+input words directly: conv_int8x4_perm (te/ops/int8/perm_conv.py). A padded conv gets a
 pad of its words first (one copy of the image instead of KH * KW). ResNet-18's 56 x 56 x 64
 3x3 convs, 1 thread: im2col 0.26-0.35 ms + GEMM 1.8-2.3 ms -> pad 0.01-0.03 ms + conv
 1.5-1.7 ms (the padded image, 215 KB, stays in L2; the columns, 1.8 MB, did not).

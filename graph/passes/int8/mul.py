@@ -49,7 +49,7 @@ def _nodes(q: Node, dqs, params, namer: Namer, constants: dict) -> list[Node]:
 
     def const(x, what: str, dtype, shape=(1,)) -> Value:
         # operands: one-element arrays, not 0-d: a 0-d float constant would become an
-        # immediate in the kernel (graph/passes/quantized_add.py says why that is avoided);
+        # immediate in the kernel (graph/passes/int8/add.py says why that is avoided);
         # the quantize's unit scale and zero point 0-d, per-tensor for the layout passes
         arr = np.asarray(x, dtype=dtype).reshape(shape)
         v = Value(namer(f"{hint}/{what}"), arr.shape, arr.dtype.name)

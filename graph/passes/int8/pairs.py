@@ -1,5 +1,5 @@
 """int8 GEMMs over activations widened to int16 pairs by the kernel that makes them (AVX2
-without VNNI; te/ops/quantized_pairs.py).
+without VNNI; te/ops/int8/pairs.py).
 
 After int8_widen.py a matmul_int8x4 holds its weight as int16 pairs and splits every
 broadcast activation word into even and odd bytes in its inner loop (dot4_u8s16). Where the
@@ -7,7 +7,7 @@ activation words come from a kernel that computes them anyway, that kernel write
 instead, and the GEMM becomes matmul_int16x2 (dot2_s16s8: one vpmaddwd per accumulator, the
 weights kept int8 in memory and widened by one vpmovsxbw per weight vector):
 
-- an im2col (graph/passes/int8_nhwc.py: ResNet's 3x3 convs, the stems) writes its columns
+- an im2col (graph/passes/int8/nhwc.py: ResNet's 3x3 convs, the stems) writes its columns
   as pairs (attr pairs), block C4: the split is a vectorised and/shift over each tap's C4
   words;
 - a pack (MatMulInteger's dynamically quantized activations, a QGemm's) gets a

@@ -1,5 +1,5 @@
 """A matmul_int8x4's constant byte words [K4, N] as column panels [P, K4, 1, block] on a VNNI
-target (te/ops/quantized.py panel_weight_words), built once at compile time.
+target (te/ops/int8/core.py panel_weight_words), built once at compile time.
 
 Without panels the kernel copied its weight into panels on every call (the default schedule
 packs a large vector operand), and a register tile read its columns from rows N words apart

@@ -1,5 +1,5 @@
 """int8 GEMMs whose weight pairs are proven not to saturate AVX2's vpmaddubsw (targets with
-vpmaddwd but no VNNI; te/ops/quantized_perm.py).
+vpmaddwd but no VNNI; te/ops/int8/perm.py).
 
 The exact int16-pair kernels (int8_widen.py, int8_pairs.py) issue one vpmaddwd + one add per
 2 multiply-adds of an int32 lane; onnxruntime's vpmaddubsw + vpmaddwd + add does 4, but its

@@ -8,10 +8,10 @@ A 7- or 14-pixel row fills one vector poorly and shares nothing across channels:
 The int32 accumulator stays in the flat shape through its elementwise epilogue (offset add,
 requantize, a residual DQ -> add -> Q: operands per channel, scalars, or full-size tensors,
 which are viewed flat too), and one reshape after the chain restores [N, F, H, W]: every
-reshape here is a view (graph/tasks.py ALIAS_OPS), and the epilogue stays fused into the
+reshape here is a view (graph/compile/tasks.py ALIAS_OPS), and the epilogue stays fused into the
 conv, so activations stay int8 between kernels.
 
-The default pipeline runs graph/passes/int8_nhwc.py first, which takes every packed conv fed
+The default pipeline runs graph/passes/int8/nhwc.py first, which takes every packed conv fed
 by an NCHW pack (pixel-major GEMMs, 1.4-1.8x faster in the models): these NCHW forms remain
 for convs it leaves, and with that pass skipped.
 """
@@ -134,7 +134,7 @@ def flatten_pointwise_int8(graph: Graph) -> Graph:
 MAX_IM2COL_FACTOR = 49     # columns at most this many times the packed input (7x7 windows)
 # The direct conv is kept when its output rows are whole vectors of this many int32 words
 # (AVX2's; AVX-512's 16-lane kernels fall back to half vectors on such rows, see
-# autotune/space_defaults.py _vector_tile) and each tap reduces at least DIRECT_MIN_WORDS
+# autotune/space/defaults.py _vector_tile) and each tap reduces at least DIRECT_MIN_WORDS
 # words: 3x3 64 -> 64 at 56 x 56 (7 vectors a row, 16 words) ran at 9.0 ms direct, 13.1 ms
 # through 9x larger columns; at 28 / 14 / 7 (tails, partial vectors) im2col was 1.7x / 6.5x /
 # 6.9x faster, and the 3-channel stem (1 word a tap) 1.5x (1 thread, one loaded run).

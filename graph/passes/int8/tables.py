@@ -13,7 +13,7 @@ Sigmoid/HardSwish/HardSigmoid/Clip/... between a DQ and a Q of any scale and zer
 for chains through inner Q -> DQ pairs (the SiLU's s_q) whose readers are all in the chain.
 
 The table follows the QDQ spec as closely as float32 allows: each DQ and Q is evaluated in
-float32 as graph/quant_ops.py's reference does (dequantize: (x - zp) * scale; quantize:
+float32 as graph/ops/int8/core.py's reference does (dequantize: (x - zp) * scale; quantize:
 round half to even of x / scale, plus zp, saturated), and each float op between them is
 computed in float64 from its float32 inputs and rounded once to float32 (a correctly rounded
 float32 sigmoid, where a kernel's polynomial or onnxruntime's MLAS approximation may be an ulp
@@ -22,7 +22,7 @@ can differ where x / scale lands within an ulp of a rounding tie (tests compare 
 the exact value).
 
 A bare DQ -> Q between two parameter sets is a chain too (a requantization: the inputs of a
-concat of differently quantized tensors, graph/passes/int8_concat.py). Only chains whose
+concat of differently quantized tensors, graph/passes/int8/concat.py). Only chains whose
 constants are scalars (per-tensor parameters) and whose every value has x's shape are taken;
 anything else keeps the float path.
 """

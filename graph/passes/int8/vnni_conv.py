@@ -1,7 +1,7 @@
 """Pixel-major int8 convs as implicit GEMMs with column-panel weights (targets whose byte dot
-product is VNNI's vpdpbusd; te/ops/quantized_vnni_conv.py).
+product is VNNI's vpdpbusd; te/ops/int8/vnni_conv.py).
 
-graph/passes/int8_nhwc.py gives a dense int8 conv as [im2col_nhwc_int8x4 ->] reshape to
+graph/passes/int8/nhwc.py gives a dense int8 conv as [im2col_nhwc_int8x4 ->] reshape to
 [pixels, K4] -> matmul_int8x4 with the weight words [K4, F]. On a VNNI target (the AVX2
 passes after it leave it as it is) two things cost:
 

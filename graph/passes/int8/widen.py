@@ -3,7 +3,7 @@ saturating instructions (AVX2 / AVX-512BW without VNNI).
 
 On such a CPU the exact lowerings of dot4_u8s8 (codegen/dot4.py: the byte split, the sign
 trick) issue about twice the vector instructions of onnxruntime's saturating vpmaddubsw +
-vpmaddwd. With the weight words given as int16 pairs instead (te/ops/quantized.py
+vpmaddwd. With the weight words given as int16 pairs instead (te/ops/int8/core.py
 widen_weight_words: for each word, the pair of its even bytes and the pair of its odd bytes),
 conv2d_int8x4 / matmul_int8x4 sum dot4_u8s16: two vpmaddwd per 8 int32 lanes and one add,
 exact, and the split of an activation word into zero-extended int16 (an and, a shift) is

@@ -303,7 +303,7 @@ class _Rewriter:
         return True
 
     def frame_taps(self, node: Node, twin: Value, padded: bool) -> bool:
-        """A 3-D conv's depth taps (graph/onnx_ops_conv3d.py) on whole blocks: when each
+        """A 3-D conv's depth taps (graph/onnx/conv3d.py) on whole blocks: when each
         group's channels fill whole blocks, a tap is a copy of blocks, so the op runs on the
         blocked twin unchanged (axis 1 then counts blocks)."""
         block = twin.shape[-1]

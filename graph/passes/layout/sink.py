@@ -5,7 +5,7 @@ relu(transpose(x)) == transpose(relu(x)), and add(T(a), T(b)) == T(add(a, b)) wh
 operands move alike, a constant operand moving the opposite way (transposed by the inverse
 permutation, or reshaped group by group). Sinking every move towards its consumers lets two
 moves that undo each other meet, and `cancel_transposes` then removes both: a 3-D conv
-lowered frames-major (graph/onnx_ops_conv3d.py) ends in reshape + transpose back to
+lowered frames-major (graph/onnx/conv3d.py) ends in reshape + transpose back to
 [N, C, D, H, W], the next one starts with the inverse, and the bias, ReLU and residual adds
 in between run on the frames-major (and then channel-blocked) tensor instead of converting
 twice per conv. A move that meets no inverse ends up after the elementwise chain, where

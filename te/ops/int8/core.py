@@ -2,7 +2,7 @@
 conv that accumulate u8/s8 products in int32.
 
 The float arithmetic is spelled out here once, in this order, and the graph reference
-(graph/quant_ops.py) follows the same order so the two agree bit for bit:
+(graph/ops/int8/core.py) follows the same order so the two agree bit for bit:
 
 - quantize:   q = clamp(round_half_even(x / scale) + zero_point, lo, hi)   (float32 division,
   as the ONNX spec writes it and onnxruntime's MLAS computes it; the zero point is added in
@@ -13,7 +13,7 @@ The float arithmetic is spelled out here once, in this order, and the graph refe
 - requantize: q = clamp(round_half_even(float32(acc) * multiplier) + zero_point, lo, hi)
   where acc is the int32 accumulator with the zero-point compensation and the int32 bias
   already added, and multiplier = in_scale * w_scale / out_scale is folded at compile time
-  (graph/passes/quantize.py computes it in float64 and rounds once to float32). float32(acc)
+  (graph/passes/int8/quantize.py computes it in float64 and rounds once to float32). float32(acc)
   is exact below 2^24 in magnitude; above it the accumulator loses low bits, as in
   onnxruntime.
 """
@@ -277,7 +277,7 @@ def panel_weight_pairs(pairs: np.ndarray, block: int) -> np.ndarray:
 def panel_weight_words(words: np.ndarray, block: int) -> np.ndarray:
     """A matmul's packed byte words [K4, N] (pack_weight_int8x4 along K) as column panels
     [ceil(N / block), K4, 1, block], the tail panel zero-padded: what matmul_int8x4 reads on
-    a VNNI target (graph/passes/int8_panels.py), one contiguous run of a register tile's
+    a VNNI target (graph/passes/int8/panels.py), one contiguous run of a register tile's
     columns per k, as panel_weight_pairs gives the int16 pairs ([..., 2, block]: the unit
     axis tells the two apart)."""
     w = np.asarray(words)

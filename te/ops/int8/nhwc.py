@@ -1,7 +1,7 @@
 """Pixel-major (NHWC) int8 kernels: the im2col columns of packed NHWC activations, and the
 depthwise integer conv over NHWC activations.
 
-graph/passes/int8_nhwc.py runs the int8 convs of a CNN as GEMMs over pixel-major columns
+graph/passes/int8/nhwc.py runs the int8 convs of a CNN as GEMMs over pixel-major columns
 [pixels, K4] x weight [K4, F], so the weights (int16 pairs on AVX2, byte words with VNNI) are
 the vector operand along the output channels and one activation word is broadcast per row,
 as in the 1024^3 int8 GEMM; the NCHW form broadcast two weight pairs per row and assembled
@@ -51,7 +51,7 @@ def im2col_nhwc_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
     padded[n, y * sh + (t // KW) * dh, x * sw + (t % KW) * dw, c], the padding holding
     `pad_word`. Viewed as [N * OH * OW, KH * KW * C4], a matmul_int8x4 with the weight
     words [KH * KW * C4, F] (`nhwc_weight_words`) over it is the conv, pixels as rows.
-    With `pairs`, each word is written as its int16 pairs (te/ops/quantized_pairs.py, block
+    With `pairs`, each word is written as its int16 pairs (te/ops/int8/pairs.py, block
     C4): [N, OH, OW, KH * KW, 2, C4], the even bytes' pair at 0, the odd bytes' at 1. With
     `split_taps` the same columns as [N, OH, OW, KH, KW * C4] (a tap row's words as one
     axis: a stem's C4 = 1 copy runs along it without div/mod)."""

@@ -12,7 +12,7 @@ Layout: packed words x[..., K4] with K4 = G * block become pairs [..., G, 2, blo
 (g, p, b) is the word g * block + b's even bytes (p = 0: bytes 0 and 2) or odd bytes (p = 1:
 bytes 1 and 3), each zero-extended to int16 (low half first). `block` is the run of words
 the producer writes contiguously (an im2col's C4 per tap), so the split vectorises over it.
-The weight pairs (te/ops/quantized.py widen_weight_words: [K4, 2, N], even bytes' weights
+The weight pairs (te/ops/int8/core.py widen_weight_words: [K4, 2, N], even bytes' weights
 then odd) take the same row order (`pair_weight_rows`) at compile time.
 """
 from __future__ import annotations

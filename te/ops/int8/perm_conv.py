@@ -1,7 +1,7 @@
 """The int8 conv of matmul_int8x4_perm's weight read straight from padded NHWC words (no
 im2col copy): an implicit GEMM.
 
-matmul_int8x4_perm (te/ops/quantized_perm.py) multiplies pixel-major im2col columns
+matmul_int8x4_perm (te/ops/int8/perm.py) multiplies pixel-major im2col columns
 [N * OH * OW, KH * KW * C4] by a weight whose byte pairs are chosen per (column panel, group
 of 4 words) so that AVX2's saturating vpmaddubsw is exact. The columns are a copy: each
 activation word written and read KH * KW times (ResNet-18's 56 x 56 x 64 3x3 convs: 1.8 MB of

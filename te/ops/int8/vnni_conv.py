@@ -1,7 +1,7 @@
 """The int8 conv as an implicit GEMM over padded NHWC words with column-panel byte weights
 (targets with VNNI).
 
-With VNNI, graph/passes/int8_nhwc.py runs a windowed int8 conv as im2col_nhwc_int8x4 (every
+With VNNI, graph/passes/int8/nhwc.py runs a windowed int8 conv as im2col_nhwc_int8x4 (every
 activation word copied KH * KW times) -> matmul_int8x4 with the weight words [K4, F], one
 vpdpbusd per broadcast activation word and weight vector. The copy is a kernel of its own
 (ResNet-18's 56 x 56 x 64 3x3 convs: 1.8 MB of columns, 0.21 ms each, 1 thread) and the
@@ -10,7 +10,7 @@ one wide matrix. Here the GEMM reads each row's word from the padded input where
 columns would have copied it from (the taps as their own reduce axes, so a tap's pixel
 address is computed once per tap), and the weight comes as column panels [P, K4, block]
 (one contiguous run per k for a register tile of `block` columns): the matmul_prepacked
-defaults of autotune/space_defaults.py apply.
+defaults of autotune/space/defaults.py apply.
 """
 from __future__ import annotations
 
