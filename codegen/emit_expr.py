@@ -17,7 +17,7 @@ from ..schedule.ir import Buffer, BufferLoad
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
-from ..te.visit import _children, substitute
+from ..te.visit import child_exprs, substitute
 from . import fold
 from . import llvm_types as T
 from .dot4 import (ACCUMULATING_INTRINSICS, MIXED_LANE_INTRINSICS, dot4_strategies,
@@ -129,9 +129,9 @@ class ExprEmitter:
         ok = self._share_ok.get(e)
         if ok is None:
             if isinstance(e, BufferLoad):   # a GuardedLoad's mask and safe load too
-                ok = e.buffer in self.readonly and all(self._shareable(c) for c in _children(e))
+                ok = e.buffer in self.readonly and all(self._shareable(c) for c in child_exprs(e))
             else:
-                ok = all(self._shareable(c) for c in _children(e))
+                ok = all(self._shareable(c) for c in child_exprs(e))
             self._share_ok[e] = ok
         return ok
 

@@ -529,8 +529,8 @@ def pool_address() -> int:
     global _engine, _address
     with _lock:
         if _address is None:
-            from .target import Target, _init_llvm
-            _init_llvm()
+            from .target import Target, init_llvm
+            init_llvm()
             futex = _futex_number()
             if futex is None:
                 raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "

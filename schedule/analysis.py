@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from ..te import expr as E
-from ..te.visit import _children
+from ..te.visit import child_exprs
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -17,7 +17,7 @@ def free_vars(e: E.Expr) -> frozenset:
     if isinstance(e, E.Var):
         return frozenset((e,))
     out = frozenset()
-    for c in _children(e):
+    for c in child_exprs(e):
         out = out | free_vars(c)
     return out
 

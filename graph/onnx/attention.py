@@ -13,7 +13,7 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 
 
 def _heads(ctx, x: Value, heads: int | None, what: str) -> Value:

@@ -12,7 +12,7 @@ from ...te.errors import ModelFormatError
 from ...te.ops import tags
 from ...te.tensor import compute
 from ..ir import OpClass
-from .core import _axis, converter
+from .core import checked_axis, converter
 from ..ops.more import define
 
 
@@ -56,7 +56,7 @@ define("tensor_scatter", OpClass.INJECTIVE, _infer, _lower, _reference)
 @converter("TensorScatter")
 def _tensor_scatter(ctx, past_cache, update, write_indices=None, axis=-2, mode="linear"):
     rank = len(past_cache.shape)
-    where = _axis(ctx, int(axis), rank)
+    where = checked_axis(ctx, int(axis), rank)
     if where == 0 or len(update.shape) != rank or any(
             a != b for d, (a, b) in enumerate(zip(past_cache.shape, update.shape)) if d != where):
         raise ModelFormatError(f"node '{ctx.node_name}' (TensorScatter): update "

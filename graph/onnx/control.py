@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from ...te.errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Value
 from ..ops.lowbit import ONNX_FORMATS, to_storage
-from .core import _unsupported
+from .core import unsupported_error
 from .registry import CONVERTERS, converter
 from .quant import converter_key
 
@@ -113,7 +113,7 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
         ctx.node_name, ctx.op_type, ctx.output_names, ctx.node_proto = saved
 
 
-def _name_outputs(ctx, values: list[Value]) -> tuple[Value, ...]:
+def name_outputs(ctx, values: list[Value]) -> tuple[Value, ...]:
     """Each result as an identity named after the node's output (a subgraph's output may be
     a constant, an outer value or a graph input, which the node's output must not alias)."""
     names = ctx.output_names
@@ -136,7 +136,7 @@ def _known(ctx, v: Value, what: str, shape_deciding: bool) -> np.ndarray:
         return ctx.static(v, what)
     value = ctx.try_static(v)
     if value is None:
-        raise _unsupported(ctx, f"a {what} known only at run time (computed from a graph "
+        raise unsupported_error(ctx, f"a {what} known only at run time (computed from a graph "
                                 "input)")
     return value
 
@@ -153,7 +153,7 @@ def _if(ctx, cond, then_branch, else_branch):
     known = ctx.try_static(cond)
     if known is not None:
         branch = then_branch if _scalar_bool(ctx, known, "condition") else else_branch
-        return _name_outputs(ctx, inline_graph(ctx, branch, [], ctx.node_name))
+        return name_outputs(ctx, inline_graph(ctx, branch, [], ctx.node_name))
     # a run-time condition: both branches, then a select per output
     then_out = inline_graph(ctx, then_branch, [], f"{ctx.node_name}/then")
     else_out = inline_graph(ctx, else_branch, [], f"{ctx.node_name}/else")
@@ -166,7 +166,7 @@ def _if(ctx, cond, then_branch, else_branch):
         # read it as a shape-deciding input
         # (specialised by value); the branch not taken is left to dead-code elimination
         taken = _scalar_bool(ctx, ctx.static(cond, "cond"), "condition")
-        return _name_outputs(ctx, then_out if taken else else_out)
+        return name_outputs(ctx, then_out if taken else else_out)
     if cond.shape != ():
         cond = ctx.emit("reshape", [cond], {"shape": ()})
     names = ctx.output_names
@@ -207,7 +207,7 @@ def _loop(ctx, trip=None, cond=None, *carried, body):
     values, scans, i = list(carried), [[] for _ in range(n_scan)], 0
     while going and (limit is None or i < limit):
         if i >= MAX_UNROLLED_ITERATIONS:
-            raise _unsupported(ctx, f"a Loop of more than {MAX_UNROLLED_ITERATIONS} "
+            raise unsupported_error(ctx, f"a Loop of more than {MAX_UNROLLED_ITERATIONS} "
                                     "iterations (Kiln unrolls loops)")
         counter = ctx.const(np.array(i, dtype=np.int64))
         outs = inline_graph(ctx, body, [counter, cond_in] + values, f"{ctx.node_name}/{i}")
@@ -218,9 +218,9 @@ def _loop(ctx, trip=None, cond=None, *carried, body):
                              "condition")
         i += 1
     if n_scan and i == 0:
-        raise _unsupported(ctx, "a Loop with scan outputs that runs no iteration (empty "
+        raise unsupported_error(ctx, "a Loop with scan outputs that runs no iteration (empty "
                                 "scan outputs)")
-    return _name_outputs(ctx, list(values) + [_stack(ctx, s, 0) for s in scans])
+    return name_outputs(ctx, list(values) + [_stack(ctx, s, 0) for s in scans])
 
 
 def _take(ctx, x: Value, axis: int, index: int) -> Value:
@@ -241,7 +241,7 @@ def _scan_once(ctx, body, states, scan_inputs, in_axes, in_dirs, out_axes, out_d
                                f"lengths {sorted(lengths)} along their scan axes")
     steps = lengths.pop()
     if steps == 0 or steps > MAX_UNROLLED_ITERATIONS:
-        raise _unsupported(ctx, f"a Scan of {steps} iterations (Kiln unrolls 1 to "
+        raise unsupported_error(ctx, f"a Scan of {steps} iterations (Kiln unrolls 1 to "
                                 f"{MAX_UNROLLED_ITERATIONS})")
     n_scan_out = len(body.output) - len(states)
     collected = [[] for _ in range(n_scan_out)]
@@ -285,7 +285,7 @@ def _scan(ctx, *inputs, body, num_scan_inputs, scan_input_axes=None,
     in_dirs = list(scan_input_directions or [0] * m)
     out_dirs = list(scan_output_directions or [0] * n_out)
     out_axes = list(scan_output_axes or [0] * n_out)
-    return _name_outputs(ctx, _scan_once(ctx, body, states, scan_inputs, in_axes, in_dirs,
+    return name_outputs(ctx, _scan_once(ctx, body, states, scan_inputs, in_axes, in_dirs,
                                          out_axes, out_dirs, ctx.node_name))
 
 
@@ -299,7 +299,7 @@ def _scan8(ctx, inputs, body, m: int, directions):
         known = ctx.try_static(lens)
         full = scan_inputs[0].shape[1] if scan_inputs else 0
         if known is None or np.any(known != full):
-            raise _unsupported(ctx, "Scan-8 with sequence_lens shorter than the sequence")
+            raise unsupported_error(ctx, "Scan-8 with sequence_lens shorter than the sequence")
     dirs = list(directions or [0] * m)
     n_out = len(body.output) - len(states)
     results = []
@@ -308,6 +308,6 @@ def _scan8(ctx, inputs, body, m: int, directions):
                          [_take(ctx, x, 0, b) for x in scan_inputs], [0] * m, dirs,
                          [0] * n_out, [0] * n_out, f"{ctx.node_name}/b{b}")
         results.append(per)
-    return _name_outputs(ctx, [_stack(ctx, [r[k] for r in results], 0)
+    return name_outputs(ctx, [_stack(ctx, [r[k] for r in results], 0)
                                for k in range(len(results[0]))])
 

@@ -27,7 +27,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ...te.ops.frames import frame_taps, frame_taps_shape
 from ..ir import OpClass
-from .core import _unsupported
+from .core import unsupported_error
 from .pool3d import _pads_nd
 from ..ops.more import define
 
@@ -98,7 +98,7 @@ def conv_3d(original):
             raise ModelFormatError(f"node '{ctx.node_name}' (Conv): a 3-D input "
                                    f"{list(x.shape)} needs a 5-D weight, got {list(w.shape)}")
         if not all(isinstance(v, int) for v in x.shape + w.shape):
-            raise _unsupported(ctx, f"a 3-D conv over a dynamic shape {list(x.shape)}")
+            raise unsupported_error(ctx, f"a 3-D conv over a dynamic shape {list(x.shape)}")
         n, c, d, h, wd = x.shape
         o, cg, kd, kh, kw = w.shape
         if kernel_shape is not None and tuple(kernel_shape) != (kd, kh, kw):

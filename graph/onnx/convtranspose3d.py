@@ -13,7 +13,7 @@ through unchanged."""
 from __future__ import annotations
 
 from ...te.errors import ModelFormatError
-from .core import _split_pad, _unsupported, transpose_kernel
+from .core import _split_pad, unsupported_error, transpose_kernel
 from .registry import CONVERTERS
 from .conv3d import _triple
 
@@ -62,7 +62,8 @@ def conv_transpose_3d(original):
                             kernel_shape=kernel_shape, output_padding=output_padding,
                             output_shape=output_shape, pads=pads, strides=strides)
         if not all(isinstance(v, int) for v in x.shape + w.shape):
-            raise _unsupported(ctx, f"a 3-D ConvTranspose over a dynamic shape {list(x.shape)}")
+            raise unsupported_error(
+                ctx, f"a 3-D ConvTranspose over a dynamic shape {list(x.shape)}")
         n, c, *sizes = x.shape
         group = int(group)
         kernel = transpose_kernel(ctx, x, w, group, kernel_shape)

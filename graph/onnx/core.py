@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 Converter = Callable[..., "Value | tuple[Value, ...]"]
 
 
-def _axis(ctx: ConvertContext, axis: int, rank: int) -> int:
+def checked_axis(ctx: ConvertContext, axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): axis {axis} is out "
                                f"of range for rank {rank}")
@@ -42,7 +42,7 @@ def _insert_axis(ctx: ConvertContext, axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _unsupported(ctx: ConvertContext, what: str) -> UnsupportedOperatorError:
+def unsupported_error(ctx: ConvertContext, what: str) -> UnsupportedOperatorError:
     return UnsupportedOperatorError(
         f"node '{ctx.node_name}' ({ctx.op_type}, opset {ctx.opset}): {what} is not supported by "
         "Kiln; re-export the model without it.")
@@ -66,7 +66,7 @@ def _make_unary(op: str) -> Converter:
 def _make_binary(op: str) -> Converter:
     def conv(ctx, a, b, broadcast=None, axis=None):
         if broadcast and axis is not None:
-            raise _unsupported(ctx, "legacy broadcast with axis (opset < 7)")
+            raise unsupported_error(ctx, "legacy broadcast with axis (opset < 7)")
         return ctx.emit(op, [a, b], final=True)
     return conv
 
@@ -138,7 +138,7 @@ def _dropout(ctx, x, ratio=None, training_mode=None, seed=None, is_test=None):
     if training_mode is not None and bool(ctx.static(training_mode, "training_mode")):
         # training with ratio 0 drops nothing: the inference form; else the output is random
         if ratio is None or float(ctx.static(ratio, "ratio")) != 0.0:
-            raise _unsupported(ctx, "Dropout in training mode with a ratio other than 0 (a "
+            raise unsupported_error(ctx, "Dropout in training mode with a ratio other than 0 (a "
                                     "random mask)")
     y = ctx.emit("identity", [x], final=True)
     if len(ctx.output_names) > 1 and ctx.output_names[1]:
@@ -174,7 +174,7 @@ def _explicit_pads(ctx, auto_pad: str, pads, in_hw, kernel, strides, dilations):
 
 def _require_2d(ctx, x: Value) -> None:
     if len(x.shape) != 4:
-        raise _unsupported(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)})")
+        raise unsupported_error(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)})")
 
 
 def convert_conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
@@ -330,17 +330,17 @@ def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=
 def convert_batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0,
                 spatial=1, is_test=None, consumed_inputs=None):
     if training_mode or sum(1 for n in ctx.output_names if n) > 1:
-        raise _unsupported(ctx, "BatchNormalization in training mode (running statistics)")
+        raise unsupported_error(ctx, "BatchNormalization in training mode (running statistics)")
     if not spatial:
-        raise _unsupported(ctx, "BatchNormalization with spatial=0")
+        raise unsupported_error(ctx, "BatchNormalization with spatial=0")
     return ctx.emit("batch_norm", [x, scale, bias, mean, var], {"epsilon": float(epsilon)},
                     final=True)
 
 
 def convert_layer_norm(ctx, x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
     if sum(1 for n in ctx.output_names if n) > 1:
-        raise _unsupported(ctx, "LayerNormalization's Mean/InvStdDev outputs")
-    attrs = {"axis": _axis(ctx, axis, len(x.shape)), "epsilon": float(epsilon),
+        raise unsupported_error(ctx, "LayerNormalization's Mean/InvStdDev outputs")
+    attrs = {"axis": checked_axis(ctx, axis, len(x.shape)), "epsilon": float(epsilon),
              "stash_type": int(stash_type)}
     return ctx.emit("layer_norm", [x, scale, bias], attrs, final=True)
 
@@ -349,9 +349,9 @@ def _softmax_like(op: str) -> Converter:
     def conv(ctx, x, axis=None):
         rank = len(x.shape)
         if ctx.opset >= 13:
-            return ctx.emit(op, [x], {"axis": _axis(ctx, -1 if axis is None else axis, rank)},
-                            final=True)
-        axis = _axis(ctx, 1 if axis is None else axis, rank)  # old: coerce to 2-D at axis
+            axis = checked_axis(ctx, -1 if axis is None else axis, rank)
+            return ctx.emit(op, [x], {"axis": axis}, final=True)
+        axis = checked_axis(ctx, 1 if axis is None else axis, rank)  # old: coerce to 2-D at axis
         if axis == rank - 1:
             return ctx.emit(op, [x], {"axis": axis}, final=True)
         rows = int(np.prod(x.shape[:axis], dtype=np.int64))
@@ -371,7 +371,7 @@ def convert_max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, ker
               pads=None, storage_order=0, strides=None):
     _require_2d(ctx, x)
     if len(ctx.output_names) > 1 and ctx.output_names[1]:
-        raise _unsupported(ctx, "MaxPool's Indices output")
+        raise unsupported_error(ctx, "MaxPool's Indices output")
     return ctx.emit("max_pool2d", [x], _pool_attrs(ctx, x, auto_pad, ceil_mode, dilations,
                                                    kernel_shape, pads, strides), final=True)
 
@@ -418,7 +418,7 @@ def _reduce(ctx, x, axes_in=None, axes=None, keepdims=1, noop_with_empty_axes=0)
         if noop_with_empty_axes:
             return ctx.emit("identity", [x], final=True)
         axes = range(rank)
-    norm = tuple(sorted({_axis(ctx, int(a), rank) for a in axes}))
+    norm = tuple(sorted({checked_axis(ctx, int(a), rank) for a in axes}))
     return ctx.emit(_REDUCE[ctx.op_type], [x], {"axes": norm, "keepdims": int(keepdims)},
                     final=True)
 
@@ -465,7 +465,7 @@ def _squeeze(ctx, x, axes_in=None, axes=None):
     if ctx.opset >= 13:
         axes = None if axes_in is None else ctx.static(axes_in, "axes").tolist()
     rank = len(x.shape)
-    drop = ({_axis(ctx, int(a), rank) for a in axes} if axes is not None
+    drop = ({checked_axis(ctx, int(a), rank) for a in axes} if axes is not None
             else {k for k, d in enumerate(x.shape) if d == 1})
     bad = [k for k in drop if x.shape[k] != 1]
     if bad:
@@ -479,7 +479,7 @@ def _unsqueeze(ctx, x, axes_in=None, axes=None):
     if ctx.opset >= 13:
         axes = ctx.static(axes_in, "axes").reshape(-1).tolist()   # a 0-d axes is one axis
     rank = len(x.shape) + len(axes)
-    new = {_axis(ctx, int(a), rank) for a in axes}
+    new = {checked_axis(ctx, int(a), rank) for a in axes}
     it = iter(x.shape)
     return _reshape_to(ctx, x, [1 if k in new else next(it) for k in range(rank)])
 
@@ -500,13 +500,13 @@ def _expand(ctx, x, shape):
 @converter("Concat")
 def _concat(ctx, *xs, axis):
     given = [x for x in xs if x is not None]
-    a = _axis(ctx, axis, len(given[0].shape))
+    a = checked_axis(ctx, axis, len(given[0].shape))
     shape = tuple(sum(x.shape[a] for x in given) if d == a else n
                   for d, n in enumerate(given[0].shape))
     if 0 in shape:   # empty slices still add their length along the axis
         return ctx.const(np.zeros(shape, np.dtype(given[0].dtype)), name=ctx.output_names[0])
     xs = [x for x in given if x.size > 0] or [given[0]]
-    axis = _axis(ctx, axis, len(xs[0].shape))
+    axis = checked_axis(ctx, axis, len(xs[0].shape))
     if len(xs) == 1:
         return ctx.emit("identity", xs, final=True)
     return ctx.emit("concat", xs, {"axis": axis}, final=True)
@@ -514,7 +514,7 @@ def _concat(ctx, *xs, axis):
 
 @converter("Split")
 def _split(ctx, x, split_in=None, axis=0, split=None, num_outputs=None):
-    axis = _axis(ctx, axis, len(x.shape))
+    axis = checked_axis(ctx, axis, len(x.shape))
     if ctx.opset >= 13:
         split = None if split_in is None else ctx.static(split_in, "split").tolist()
     n = len(ctx.output_names)
@@ -538,7 +538,7 @@ def _slice(ctx, x, starts_in=None, ends_in=None, axes_in=None, steps_in=None, st
     else:
         steps = None
     rank = len(x.shape)
-    axes = list(range(len(starts))) if axes is None else [_axis(ctx, a, rank) for a in axes]
+    axes = list(range(len(starts))) if axes is None else [checked_axis(ctx, a, rank) for a in axes]
     steps = steps or [1] * len(starts)
     b_all, e_all, s_all = [0] * rank, list(x.shape), [1] * rank
     for a, b, e, s in zip(axes, starts, ends, steps):
@@ -558,7 +558,7 @@ def _slice(ctx, x, starts_in=None, ends_in=None, axes_in=None, steps_in=None, st
 
 @converter("Gather")
 def _gather(ctx, data, indices, axis=0):
-    return ctx.emit("gather", [data, indices], {"axis": _axis(ctx, axis, len(data.shape))},
+    return ctx.emit("gather", [data, indices], {"axis": checked_axis(ctx, axis, len(data.shape))},
                     final=True)
 
 
@@ -580,13 +580,13 @@ def convert_pad(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="constan
             inputs.append(value_in if value_in.shape == () else
                           ctx.emit("reshape", [value_in], {"shape": ()}))
         if axes_in is not None:
-            axes = [_axis(ctx, a, rank) for a in ctx.static(axes_in, "axes").tolist()]
+            axes = [checked_axis(ctx, a, rank) for a in ctx.static(axes_in, "axes").tolist()]
             full = [0] * (2 * rank)
             for k, a in enumerate(axes):
                 full[a], full[a + rank] = pads[k], pads[k + len(axes)]
             pads = full
     if mode not in ("constant", "reflect", "edge"):
-        raise _unsupported(ctx, f"Pad mode {mode!r}")
+        raise unsupported_error(ctx, f"Pad mode {mode!r}")
     if len(pads) != 2 * rank:
         raise ModelFormatError(f"node '{ctx.node_name}' (Pad): {len(pads)} pads for rank {rank}")
     return ctx.emit("pad", inputs, {"pads": tuple(int(p) for p in pads), "mode": mode,
@@ -610,7 +610,7 @@ def _constant(ctx, value=None, value_float=None, value_floats=None, value_int=No
                   (value_int, np.int64), (value_ints, np.int64)):
         if v is not None:
             return ctx.const(np.array(v, dtype=dt), final=True)
-    raise _unsupported(ctx, "a string or sparse Constant")
+    raise unsupported_error(ctx, "a string or sparse Constant")
 
 
 @converter("ConstantOfShape")

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ops import datadep as ops_datadep  # noqa: F401 - registers the graph ops emitted here
-from .core import _axis, _unsupported, converter
+from .core import checked_axis, unsupported_error, converter
 
 DOMAIN = "kiln.datadep"
 OP_TYPES = ("NonZero", "Unique", "NonMaxSuppression")
@@ -27,7 +27,7 @@ def _empty_result(ctx, arrays) -> tuple:
 @converter(f"{DOMAIN}.NonZero")
 def _nonzero(ctx, x):
     if not x.shape:
-        raise _unsupported(ctx, "NonZero of a rank-0 tensor")
+        raise unsupported_error(ctx, "NonZero of a rank-0 tensor")
     if _numel(x.shape) == 0:
         return _empty_result(ctx, [np.zeros((len(x.shape), 0), np.int64)])
     return ctx.emit("nonzero_padded", [x], n_out=2, final=True)
@@ -35,17 +35,17 @@ def _nonzero(ctx, x):
 
 @converter(f"{DOMAIN}.Unique")
 def _unique(ctx, x, axis=None, sorted=1):  # noqa: A002 (ONNX's name)
-    a = None if axis is None else _axis(ctx, int(axis), len(x.shape))
+    a = None if axis is None else checked_axis(ctx, int(axis), len(x.shape))
     if a is None and not x.shape:
         x = ctx.emit("reshape", [x], {"shape": (1,)})
     if x.dtype == "bool":
-        raise _unsupported(ctx, "Unique of a bool tensor")
+        raise unsupported_error(ctx, "Unique of a bool tensor")
     n = _numel(x.shape) if a is None else x.shape[a]
     if n == 0:
         y = np.zeros((0,) if a is None else x.shape, np.dtype(x.dtype))
         return _empty_result(ctx, [y] + [np.zeros((0,), np.int64)] * 3)
     if _numel(x.shape) == 0:
-        raise _unsupported(ctx, "Unique along an axis of empty slices")
+        raise unsupported_error(ctx, "Unique along an axis of empty slices")
     return ctx.emit("unique_padded", [x], {"axis": a, "sorted": int(bool(sorted))}, n_out=5,
                     final=True)
 

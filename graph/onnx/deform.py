@@ -9,7 +9,7 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 
 
 def _channels(ctx, x: Value, start: int, stop: int) -> Value:
@@ -23,9 +23,9 @@ def _channels(ctx, x: Value, start: int, stop: int) -> Value:
 def _deform_conv(ctx, x, w, offset, b=None, mask=None, dilations=None, group=1,
                  kernel_shape=None, offset_group=1, pads=None, strides=None):
     if len(x.shape) != 4:
-        raise _unsupported(ctx, f"a {len(x.shape) - 2}-D DeformConv (only 2-D)")
+        raise unsupported_error(ctx, f"a {len(x.shape) - 2}-D DeformConv (only 2-D)")
     if int(group) != 1:
-        raise _unsupported(ctx, f"DeformConv with group={group}")
+        raise unsupported_error(ctx, f"DeformConv with group={group}")
     n, ic, height, width = x.shape
     oc, icg, kh, kw = w.shape
     taps, groups = kh * kw, int(offset_group)
@@ -36,7 +36,7 @@ def _deform_conv(ctx, x, w, offset, b=None, mask=None, dilations=None, group=1,
                                f"{list(w.shape)}, offset {list(offset.shape)} and offset_group "
                                f"{groups} do not fit together")
     if height < 2 or width < 2:
-        raise _unsupported(ctx, "DeformConv over an image of height or width 1")
+        raise unsupported_error(ctx, "DeformConv over an image of height or width 1")
     sh, sw = strides or (1, 1)
     dh, dw = dilations or (1, 1)
     ph, pw, ph_end, pw_end = pads or (0, 0, 0, 0)

@@ -13,9 +13,9 @@ import onnx
 from onnx import helper
 
 from ..ir import Value
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 from .functions import attribute_values, function_body, resolve_reference
-from .control import _name_outputs, inline_graph, subgraphs
+from .control import name_outputs, inline_graph, subgraphs
 
 # ops in the default domain converted by expanding their schema's function
 FUNCTION_OPS = ("AffineGrid", "CenterCropPad", "HannWindow", "HammingWindow", "BlackmanWindow")
@@ -31,7 +31,7 @@ def _function(ctx, inputs: list[Value | None]) -> onnx.FunctionProto:
         for name, v in zip(node.input, inputs) if name and v is not None}
     body = function_body(schema, node, ctx.opset, types)
     if body is None:
-        raise _unsupported(ctx, f"{node.op_type} at opset {ctx.opset} (no function body)")
+        raise unsupported_error(ctx, f"{node.op_type} at opset {ctx.opset} (no function body)")
     return body
 
 
@@ -65,7 +65,7 @@ def _expand(ctx, *inputs, **attrs):
         outs = inline_graph(ctx, body, inputs, ctx.node_name)
     finally:
         ctx.opset = saved
-    named = _name_outputs(ctx, outs[:len(node.output)])
+    named = name_outputs(ctx, outs[:len(node.output)])
     return named if len(named) > 1 else named[0]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops import lowbit
 from ..ir import Value
-from .core import _unsupported, convert_cast
+from .core import unsupported_error, convert_cast
 from .more import convert_cast_like, convert_is_inf, convert_is_nan
 from .quant import (MS, _check_axis_len, _per_axis, convert_dequantize_linear,
                     convert_quantize_linear)
@@ -117,7 +117,7 @@ def _quantize_any(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_size
     if fmt in ("uint8", "int8") and not block_size and not precision:
         return _quantize(ctx, x, scale, zero_point, axis, saturate, block_size, output_dtype)
     if fmt not in lowbit.INT_RANGES and fmt not in lowbit.L.FLOAT_FORMATS:
-        raise _unsupported(ctx, f"quantization to {fmt}")
+        raise unsupported_error(ctx, f"quantization to {fmt}")
     if precision:
         x = ctx.emit("cast", [x], {"to": ctx.onnx_dtype(precision)})
     s, zp = _params(ctx, x, scale, zero_point, axis, block_size)
@@ -132,7 +132,7 @@ def _dequantize_any(ctx, x, scale, zero_point=None, axis=1, block_size=0, output
         return _dequantize(ctx, x, scale, zero_point, axis, block_size)
     if fmt not in lowbit.INT_RANGES and fmt not in lowbit.L.FLOAT_FORMATS and \
             fmt != "int32":
-        raise _unsupported(ctx, f"dequantizing {fmt}")
+        raise unsupported_error(ctx, f"dequantizing {fmt}")
     dtype = ctx.onnx_dtype(output_dtype) if output_dtype else scale.dtype
     if fmt in lowbit.L.FLOAT_FORMATS:
         zero_point = None       # 0 for float8 by the spec; ignored for FLOAT4E2M1 (reference)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...te.errors import ModelFormatError
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 
 
 @converter("ai.onnx.ml.Binarizer")
@@ -40,7 +40,7 @@ def _tree_ensemble(ctx, x, *, leaf_targetids, leaf_weights, nodes_falseleafs,
     splits (each node compared once), and the output column of each target the aggregate
     of its leaves' weights where their path holds."""
     if post_transform != 0:
-        raise _unsupported(ctx, f"TreeEnsemble with post_transform={post_transform}")
+        raise unsupported_error(ctx, f"TreeEnsemble with post_transform={post_transform}")
     if aggregate_function not in (0, 1, 2, 3) or len(x.shape) != 2:
         raise ModelFormatError(f"node '{ctx.node_name}' (TreeEnsemble): aggregate_function "
                                f"{aggregate_function} (expected 0-3), input {list(x.shape)} "

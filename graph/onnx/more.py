@@ -12,7 +12,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops import more as ops_more  # noqa: F401 - registers the graph ops these converters emit
 from ..ir import Value
-from .core import _axis, _make_unary, _unsupported
+from .core import checked_axis, _make_unary, unsupported_error
 from .registry import converter, register
 
 # -- elementwise -------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def _reduce_axes(ctx, x: Value, axes_in, axes, noop_with_empty_axes, since: int)
         if noop_with_empty_axes:
             return None
         axes = range(rank)
-    return tuple(sorted({_axis(ctx, int(a), rank) for a in axes}))
+    return tuple(sorted({checked_axis(ctx, int(a), rank) for a in axes}))
 
 
 @converter("ReduceL1", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd")
@@ -157,14 +157,14 @@ def _reduce_more(ctx, x, axes_in=None, axes=None, keepdims=1, noop_with_empty_ax
 
 @converter("ArgMax", "ArgMin")
 def _arg(ctx, x, axis=0, keepdims=1, select_last_index=0):
-    attrs = {"axis": _axis(ctx, axis, len(x.shape)), "keepdims": int(keepdims),
+    attrs = {"axis": checked_axis(ctx, axis, len(x.shape)), "keepdims": int(keepdims),
              "select_last_index": int(select_last_index)}
     return ctx.emit("argmax" if ctx.op_type == "ArgMax" else "argmin", [x], attrs, final=True)
 
 
 @converter("CumSum")
 def _cumsum(ctx, x, axis, exclusive=0, reverse=0):
-    a = _axis(ctx, int(ctx.static(axis, "axis").reshape(-1)[0]), len(x.shape))
+    a = checked_axis(ctx, int(ctx.static(axis, "axis").reshape(-1)[0]), len(x.shape))
     return ctx.emit("cumsum", [x], {"axis": a, "exclusive": int(exclusive),
                                     "reverse": int(reverse)}, final=True)
 
@@ -173,8 +173,8 @@ def _cumsum(ctx, x, axis, exclusive=0, reverse=0):
 def _hardmax(ctx, x, axis=None):
     rank = len(x.shape)
     if ctx.opset >= 13:
-        return _hardmax_along(ctx, x, _axis(ctx, -1 if axis is None else axis, rank), True)
-    axis = _axis(ctx, 1 if axis is None else axis, rank)   # old: coerced to 2-D at axis
+        return _hardmax_along(ctx, x, checked_axis(ctx, -1 if axis is None else axis, rank), True)
+    axis = checked_axis(ctx, 1 if axis is None else axis, rank)   # old: coerced to 2-D at axis
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
     flat = ctx.emit("reshape", [x], {"shape": (rows, x.size // max(rows, 1))})
     y = _hardmax_along(ctx, flat, 1, False)
@@ -205,7 +205,7 @@ def _gather_elements(ctx, data, indices, axis=0):
                                f"{list(indices.shape)} and data {list(data.shape)} must have "
                                "the same rank")
     return ctx.emit("gather_elements", [data, indices],
-                    {"axis": _axis(ctx, axis, len(data.shape))}, final=True)
+                    {"axis": checked_axis(ctx, axis, len(data.shape))}, final=True)
 
 
 @converter("ScatterElements", "Scatter")
@@ -214,7 +214,7 @@ def _scatter_elements(ctx, data, indices, updates, axis=0, reduction="none"):
         raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): reduction "
                                f"{reduction!r}; expected none, add, mul, max or min")
     return ctx.emit("scatter_elements", [data, indices, updates],
-                    {"axis": _axis(ctx, axis, len(data.shape)), "reduction": reduction},
+                    {"axis": checked_axis(ctx, axis, len(data.shape)), "reduction": reduction},
                     final=True)
 
 
@@ -310,7 +310,7 @@ def _nchw(ctx, x: Value) -> tuple[int, int, int, int]:
 def _one_hot(ctx, indices, depth, values, axis=-1):
     d = int(ctx.static(depth, "depth").reshape(-1)[0])
     rank = len(indices.shape) + 1
-    a = _axis(ctx, axis, rank)
+    a = checked_axis(ctx, axis, rank)
     idx = ctx.emit("reshape", [indices], {"shape": indices.shape[:a] + (1,) + indices.shape[a:]})
     # negative indices count from the end: idx + depth * (idx < 0)
     zero = ctx.const(np.zeros((), dtype=indices.dtype))
@@ -350,7 +350,7 @@ def _einsum_terms(ctx, equation: str, ranks: list[int]) -> tuple[list[str], str]
         out = fill + "".join(sorted(c for c, k in counts.items() if k == 1 and c.islower()))
     for t, r in zip(out_terms, ranks):
         if len(t) != r:
-            raise _unsupported(ctx, f"Einsum term {t!r} on a rank-{r} input")
+            raise unsupported_error(ctx, f"Einsum term {t!r} on a rank-{r} input")
     return out_terms, out
 
 
@@ -491,7 +491,7 @@ def _reverse_sequence(ctx, x, sequence_lens, batch_axis=1, time_axis=0):
     """A gather along the time axis at where(t < len[b], len[b] - 1 - t, t); the lengths
     stay a run-time argument."""
     rank = len(x.shape)
-    ba, ta = _axis(ctx, batch_axis, rank), _axis(ctx, time_axis, rank)
+    ba, ta = checked_axis(ctx, batch_axis, rank), checked_axis(ctx, time_axis, rank)
     if {ba, ta} != {0, 1}:
         raise ModelFormatError(f"node '{ctx.node_name}' (ReverseSequence): batch_axis and "
                                "time_axis must be 0 and 1")

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _axis, _unsupported, convert_layer_norm
+from .core import checked_axis, unsupported_error, convert_layer_norm
 from .registry import converter
 
 # -- normalisation -----------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def _layer_norm(ctx, x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
     if sum(1 for n in ctx.output_names if n) == 1 and x.dtype not in ("float16", "bfloat16"):
         return _LAYER_NORM(ctx, x, scale, bias, axis=axis, epsilon=epsilon,
                            stash_type=stash_type)
-    a = _axis(ctx, axis, len(x.shape))
+    a = checked_axis(ctx, axis, len(x.shape))
     xs = _stash(ctx, x, int(stash_type))
     y, mean, inv = _normalize(ctx, xs, tuple(range(a, len(x.shape))), float(epsilon))
     y = _affine(ctx, ctx.emit("cast", [y], {"to": x.dtype}) if xs is not x else y, scale, bias,
@@ -59,7 +59,7 @@ def _affine(ctx, y: Value, scale: Value | None, bias: Value | None, final: bool)
 
 @converter("RMSNormalization")
 def _rms_norm(ctx, x, scale, axis=-1, epsilon=1e-5, stash_type=1):
-    a = _axis(ctx, axis, len(x.shape))
+    a = checked_axis(ctx, axis, len(x.shape))
     xs = _stash(ctx, x, int(stash_type))
     y, _, _ = _normalize(ctx, xs, tuple(range(a, len(x.shape))), float(epsilon), center=False)
     if xs is not x:
@@ -110,21 +110,21 @@ def _group_norm(ctx, x, scale, bias, num_groups, epsilon=1e-5, stash_type=1):
 
 @converter("MeanVarianceNormalization")
 def _mvn(ctx, x, axes=(0, 2, 3)):
-    norm = tuple(sorted({_axis(ctx, int(a), len(x.shape)) for a in axes}))
+    norm = tuple(sorted({checked_axis(ctx, int(a), len(x.shape)) for a in axes}))
     y, _, _ = _normalize(ctx, x, norm, 1e-9, final=True)
     return y
 
 
 @converter("LpNormalization")
 def _lp_norm(ctx, x, axis=-1, p=2):
-    a = _axis(ctx, axis, len(x.shape))
+    a = checked_axis(ctx, axis, len(x.shape))
     keep = {"axes": (a,), "keepdims": 1}
     if p == 1:
         norm = ctx.emit("reduce_sum", [ctx.emit("abs", [x])], keep)
     elif p == 2:
         norm = ctx.emit("sqrt", [ctx.emit("reduce_sum", [ctx.emit("mul", [x, x])], keep)])
     else:
-        raise _unsupported(ctx, f"LpNormalization with p={p} (ONNX allows 1 or 2)")
+        raise unsupported_error(ctx, f"LpNormalization with p={p} (ONNX allows 1 or 2)")
     zero = ctx.const(np.array(0, dtype=x.dtype))
     ratio = ctx.emit("div", [x, norm])   # an all-zero slice gives 0, not 0/0
     return ctx.emit("where", [ctx.emit("equal", [norm, zero]), zero, ratio], final=True)

@@ -9,14 +9,14 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ...te.ops.ordering import MAX_DET_ORDER
 from ..ops import ordering as ops_ordering  # noqa: F401 - registers the graph ops emitted here
-from .core import _axis, _unsupported, convert_max_pool, convert_pad
+from .core import checked_axis, unsupported_error, convert_max_pool, convert_pad
 from .registry import converter
 from .spatial import asymmetric_resize, windowed_1d
 
 
 @converter("CumProd")
 def _cumprod(ctx, x, axis, exclusive=0, reverse=0):
-    a = _axis(ctx, int(ctx.static(axis, "axis").reshape(-1)[0]), len(x.shape))
+    a = checked_axis(ctx, int(ctx.static(axis, "axis").reshape(-1)[0]), len(x.shape))
     return ctx.emit("cumprod", [x], {"axis": a, "exclusive": int(exclusive),
                                      "reverse": int(reverse)}, final=True)
 
@@ -31,7 +31,7 @@ def _topk(ctx, x, k_in=None, axis=-1, k=None, largest=1, sorted=1):  # noqa: A00
         k = k[0]
     if k is None:
         raise ModelFormatError(f"node '{ctx.node_name}' (TopK) has no k")
-    a = _axis(ctx, axis, len(x.shape))
+    a = checked_axis(ctx, axis, len(x.shape))
     if not 0 <= int(k) <= x.shape[a]:
         raise ModelFormatError(f"node '{ctx.node_name}' (TopK): k={int(k)} is out of range "
                                f"for axis {a} of {list(x.shape)}")
@@ -52,12 +52,12 @@ def _compress(ctx, x, condition, axis=None):
         x = ctx.emit("reshape", [x], {"shape": (x.size,)})
         a = 0
     else:
-        a = _axis(ctx, axis, len(x.shape))
+        a = checked_axis(ctx, axis, len(x.shape))
     if keep.size and keep[-1] >= x.shape[a]:
         raise ModelFormatError(f"node '{ctx.node_name}' (Compress): the condition selects "
                                f"position {keep[-1]} of an axis of {x.shape[a]}")
     if keep.size == 0:
-        raise _unsupported(ctx, "a Compress that keeps nothing (an empty output)")
+        raise unsupported_error(ctx, "a Compress that keeps nothing (an empty output)")
     return ctx.emit("gather", [x, ctx.const(keep)], {"axis": a}, final=True)
 
 
@@ -117,7 +117,7 @@ def _det(ctx, x):
         raise ModelFormatError(f"node '{ctx.node_name}' (Det): input {list(x.shape)} must be "
                                "[..., n, n]")
     if x.shape[-1] > MAX_DET_ORDER:
-        raise _unsupported(ctx, f"Det of {x.shape[-1]}x{x.shape[-1]} matrices (Kiln's Det "
+        raise unsupported_error(ctx, f"Det of {x.shape[-1]}x{x.shape[-1]} matrices (Kiln's Det "
                                 f"is built for n <= {MAX_DET_ORDER})")
     return ctx.emit("det", [x], final=True)
 
@@ -151,7 +151,7 @@ def _pad_with_wrap(ctx, x, pads_in=None, value_in=None, axes_in=None, mode="cons
     rank = len(x.shape)
     pads = [int(p) for p in ctx.static(pads_in, "pads").reshape(-1)]
     if axes_in is not None:
-        axes = [_axis(ctx, int(a), rank) for a in ctx.static(axes_in, "axes").reshape(-1)]
+        axes = [checked_axis(ctx, int(a), rank) for a in ctx.static(axes_in, "axes").reshape(-1)]
         full = [0] * (2 * rank)
         for k, a in enumerate(axes):
             full[a], full[a + rank] = pads[k], pads[k + len(axes)]
@@ -213,7 +213,7 @@ def _tfidf(ctx, x, max_gram_length, max_skip_count, min_gram_length, mode, ngram
     """The pool's grams of the lengths asked for, counted by one kernel (ngram_counts); the
     IDF/TFIDF weighting is elementwise."""
     if pool_int64s is None:
-        raise _unsupported(ctx, "TfIdfVectorizer over strings (pool_strings)")
+        raise unsupported_error(ctx, "TfIdfVectorizer over strings (pool_strings)")
     if mode not in ("TF", "IDF", "TFIDF"):
         raise ModelFormatError(f"node '{ctx.node_name}' (TfIdfVectorizer): mode {mode!r}; "
                                "expected TF, IDF or TFIDF")

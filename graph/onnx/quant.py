@@ -21,7 +21,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops.int8 import core as quant_ops  # noqa: F401 - registers the quantized graph ops
 from ..ir import Value
-from .core import _explicit_pads, _require_2d, _unsupported
+from .core import _explicit_pads, _require_2d, unsupported_error
 from .registry import converter, register
 
 MS = "com.microsoft."
@@ -39,7 +39,7 @@ def _per_axis(ctx, v: Value | None, axis: int, rank: int, what: str) -> Value | 
     if v is None or v.size == 1 and len(v.shape) <= 1:
         return v if v is None or v.shape == () else ctx.emit("reshape", [v], {"shape": ()})
     if len(v.shape) != 1:
-        raise _unsupported(ctx, f"a {len(v.shape)}-D {what} {list(v.shape)} (blocked "
+        raise unsupported_error(ctx, f"a {len(v.shape)}-D {what} {list(v.shape)} (blocked "
                                 "quantization)")
     axis = axis % rank
     shape = [1] * (rank - axis)
@@ -58,11 +58,11 @@ def _check_axis_len(ctx, x: Value, v: Value | None, axis: int, what: str) -> Non
 def convert_quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_size=0,
                      output_dtype=0, precision=0):
     if block_size:
-        raise _unsupported(ctx, "blocked quantization (block_size)")
+        raise unsupported_error(ctx, "blocked quantization (block_size)")
     dtype = zero_point.dtype if zero_point is not None else (
         ctx.onnx_dtype(output_dtype) if output_dtype else "uint8")
     if dtype not in quant_ops.QUANT_DTYPES:
-        raise _unsupported(ctx, f"quantization to {dtype} (only uint8 and int8)")
+        raise unsupported_error(ctx, f"quantization to {dtype} (only uint8 and int8)")
     _check_axis_len(ctx, x, scale, axis, "the scale")
     rank = max(len(x.shape), 1)
     s = _per_axis(ctx, scale, axis, rank, "scale")
@@ -73,9 +73,9 @@ def convert_quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, 
 def convert_dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size=0,
                        output_dtype=0):
     if block_size:
-        raise _unsupported(ctx, "blocked quantization (block_size)")
+        raise unsupported_error(ctx, "blocked quantization (block_size)")
     if x.dtype not in quant_ops.QUANT_DTYPES + ("int32",):
-        raise _unsupported(ctx, f"dequantizing {x.dtype} (only uint8, int8 and int32)")
+        raise unsupported_error(ctx, f"dequantizing {x.dtype} (only uint8, int8 and int32)")
     _check_axis_len(ctx, x, scale, axis, "the scale")
     rank = max(len(x.shape), 1)
     s = _per_axis(ctx, scale, axis, rank, "scale")
@@ -105,7 +105,7 @@ def _integer_matmul(ctx, a: Value, b: Value, a_zp: Value | None, b_zp: Value | N
     """int32 sum_k (a - a_zp)(b - b_zp): a_zp scalar or per row (M), b_zp scalar or per
     column (N)."""
     if len(a.shape) < 2 or len(b.shape) < 2:
-        raise _unsupported(ctx, f"an integer matmul of rank {len(a.shape)} x {len(b.shape)} "
+        raise unsupported_error(ctx, f"an integer matmul of rank {len(a.shape)} x {len(b.shape)} "
                                 "(rank >= 2 only)")
     k = a.shape[-1]
     acc = ctx.emit("matmul_integer", [a, b], final=final and _is_zero(ctx, a_zp) and
@@ -139,7 +139,7 @@ def _integer_conv(ctx, x, w, x_zp, w_zp, auto_pad, dilations, group, pads, strid
     per output channel."""
     _require_2d(ctx, x)
     if x_zp is not None and x_zp.size != 1:
-        raise _unsupported(ctx, f"a per-channel activation zero point {list(x_zp.shape)}")
+        raise unsupported_error(ctx, f"a per-channel activation zero point {list(x_zp.shape)}")
     kernel = tuple(w.shape[2:])
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))

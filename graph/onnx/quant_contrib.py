@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Value
-from .core import _axis, _require_2d, _unsupported
+from .core import checked_axis, _require_2d, unsupported_error
 from .registry import CONVERTERS, converter, register
 from .quant import MS, _dq, _i32, _integer_matmul, _per_axis, _q, \
     _requantize
@@ -38,7 +38,7 @@ def _qgemm(ctx, a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=N
     """alpha * a_scale * b_scale * (sum_k (A - za)(B - zb) + C), C an int32 bias at the
     accumulator's scale; requantized to y_scale/y_zp when they are given, else float32."""
     if len(a.shape) != 2 or len(b.shape) != 2:
-        raise _unsupported(ctx, f"QGemm of rank {len(a.shape)} x {len(b.shape)} (2-D only)")
+        raise unsupported_error(ctx, f"QGemm of rank {len(a.shape)} x {len(b.shape)} (2-D only)")
     if transA:
         a = ctx.emit("transpose", [a], {"perm": (1, 0)})
     if transB:                          # per-column zero points stay per column (N)
@@ -85,7 +85,7 @@ def _qlinear_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_la
 def _qlinear_softmax(ctx, x, x_scale, x_zp, y_scale, y_zp=None, axis=-1, opset=13):
     """`opset` is the Softmax the quantizer replaced: before 13, softmax over the input
     flattened to 2-D at `axis`."""
-    _axis(ctx, axis, len(x.shape))
+    checked_axis(ctx, axis, len(x.shape))
     y = _as_intermediate(ctx, CONVERTERS["Softmax"], _dq(ctx, x, x_scale, x_zp), axis=axis,
                          opset=int(opset))
     return _q(ctx, y, y_scale, y_zp, x.dtype)

@@ -13,8 +13,8 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _unsupported, converter
-from .control import _name_outputs, _stack, _take
+from .core import unsupported_error, converter
+from .control import name_outputs, _stack, _take
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
@@ -38,7 +38,7 @@ def _activations(ctx, kind: str, names, alphas, betas, dirs: int) -> list[list]:
     for name in names:
         key = next((k for k in _ACTIVATION_PARAMS if k.lower() == str(name).lower()), None)
         if key is None:
-            raise _unsupported(ctx, f"the activation {name!r}")
+            raise unsupported_error(ctx, f"the activation {name!r}")
         params = list(_ACTIVATION_PARAMS[key])
         if params:
             params[0] = alphas.pop(0) if alphas else params[0]
@@ -208,7 +208,7 @@ def _recurrent(ctx, x, w, r, b=None, seq_lens=None, init_h=None, init_c=None, pe
         y = ctx.emit("transpose", [y], {"perm": (2, 0, 1, 3)})
         states = [ctx.emit("transpose", [s], {"perm": (1, 0, 2)}) for s in states]
     results = [y] + states
-    return _name_outputs(ctx, results[:len(ctx.output_names)])
+    return name_outputs(ctx, results[:len(ctx.output_names)])
 
 
 converter("RNN", "GRU", "LSTM")(_recurrent)

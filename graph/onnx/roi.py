@@ -16,7 +16,7 @@ from ...te.errors import ModelFormatError
 from ...te.ops import tags
 from ...te.tensor import compute, reduce_axis
 from ..ir import OpClass
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 from ..ops.more import define
 
 
@@ -121,7 +121,7 @@ def _roi_align(ctx, x, rois, batch_indices, coordinate_transformation_mode="half
         raise ModelFormatError(f"node '{ctx.node_name}' (RoiAlign): X {list(x.shape)} must be "
                                f"[N, C, H, W] and rois {list(rois.shape)} [R, 4]")
     if int(sampling_ratio) <= 0:
-        raise _unsupported(ctx, "sampling_ratio 0 (a sampling grid sized per box at run time)")
+        raise unsupported_error(ctx, "sampling_ratio 0 (a sampling grid sized per box at run time)")
     if mode not in ("avg", "max") or coordinate_transformation_mode not in (
             "half_pixel", "output_half_pixel"):
         raise ModelFormatError(f"node '{ctx.node_name}' (RoiAlign): mode {mode!r} / "

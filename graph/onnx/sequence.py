@@ -23,7 +23,7 @@ import onnx
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _unsupported, converter
+from .core import unsupported_error, converter
 
 
 class _Empty:
@@ -61,7 +61,7 @@ def check_inputs(ctx, key: str, inputs: Sequence[Any]) -> None:
         return
     for k, v in enumerate(inputs):
         if is_structured(v):
-            raise _unsupported(ctx, f"input {k} being {describe(v)} (sequences and optionals "
+            raise unsupported_error(ctx, f"input {k} being {describe(v)} (sequences and optionals "
                                     "are taken only by the Sequence*/Optional* ops, Identity, "
                                     "If and Loop)")
 
@@ -335,7 +335,7 @@ def _sequence_map(ctx, seq, *extra, body):
         args = [item] + [e[i] if isinstance(e, list) else e for e in extra]
         for k, v in enumerate(inline_graph(ctx, body, args, f"{ctx.node_name}/{i}")):
             if is_structured(v):
-                raise _unsupported(ctx, "a SequenceMap body whose outputs are sequences")
+                raise unsupported_error(ctx, "a SequenceMap body whose outputs are sequences")
             outs[k].append(v)
     return tuple(outs)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...te.errors import ModelFormatError
 from ..ir import Value
-from .core import _axis, _unsupported, converter
+from .core import checked_axis, unsupported_error, converter
 
 
 def _take_last(ctx, x: Value, index: int) -> Value:
@@ -88,9 +88,9 @@ def _dft(ctx, x, dft_length=None, axis_in=None, axis=None, inverse=0, onesided=0
                                "in 1 (real) or 2 (complex)")
     if ctx.opset >= 20:
         where = -2 if axis_in is None else int(ctx.static(axis_in, "axis"))
-        where = _axis(ctx, where, rank)
+        where = checked_axis(ctx, where, rank)
     else:
-        where = _axis(ctx, 1 if axis is None else int(axis), rank - 1)
+        where = checked_axis(ctx, 1 if axis is None else int(axis), rank - 1)
     if where == rank - 1:
         raise ModelFormatError(f"node '{ctx.node_name}' (DFT): axis {where} is the complex "
                                "axis; it must be a signal axis")
@@ -98,7 +98,7 @@ def _dft(ctx, x, dft_length=None, axis_in=None, axis=None, inverse=0, onesided=0
         # computable like the others, but onnx's reference (numpy's float32 FFT) leaves
         # rounding noise of ~2e-7 where the exact result is 0, beyond its tests' atol of 1e-7
         # (test_dft_inverse: 10 of 200 outputs); refused until that can be matched
-        raise _unsupported(ctx, "an inverse DFT that is not one-sided")
+        raise unsupported_error(ctx, "an inverse DFT that is not one-sided")
     n = x.shape[where]
     if dft_length is not None:
         length = int(ctx.static(dft_length, "dft_length"))

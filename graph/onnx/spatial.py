@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...te.errors import ModelFormatError
-from .core import _axis, _unsupported
+from .core import checked_axis, unsupported_error
 from .registry import CONVERTERS, converter
 
 # -- 1-D windows as 2-D ones -----------------------------------------------------------------------
@@ -100,7 +100,7 @@ def _grid_sample(ctx, x, grid, align_corners=0, mode=None, padding_mode="zeros")
                                f"padding_mode {padding_mode!r}; expected nearest/linear/cubic "
                                "and zeros/border/reflection")
     if len(x.shape) not in (4, 5):
-        raise _unsupported(ctx, f"GridSample over {len(x.shape) - 2} spatial axes")
+        raise unsupported_error(ctx, f"GridSample over {len(x.shape) - 2} spatial axes")
     return ctx.emit("grid_sample", [x, grid], {"mode": mode, "padding_mode": padding_mode,
                                                "align_corners": int(align_corners)},
                     final=True)
@@ -150,10 +150,10 @@ def _resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
         return _resize_10(ctx, x, roi, mode)
     if antialias and (mode == "nearest" or
                       coordinate_transformation_mode == "tf_crop_and_resize"):
-        raise _unsupported(ctx, f"Resize with antialias=1 in {mode} mode / "
+        raise unsupported_error(ctx, f"Resize with antialias=1 in {mode} mode / "
                                 f"{coordinate_transformation_mode}")
     rank = len(x.shape)
-    ax = list(range(rank)) if axes is None else [_axis(ctx, int(a), rank) for a in axes]
+    ax = list(range(rank)) if axes is None else [checked_axis(ctx, int(a), rank) for a in axes]
     full_scales = [1.0] * rank
     out = list(x.shape)
     if sizes is not None:

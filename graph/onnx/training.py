@@ -11,7 +11,7 @@ from ...te.errors import ModelFormatError
 from ..ir import Value
 from .core import convert_batch_norm
 from .registry import converter
-from .control import _name_outputs
+from .control import name_outputs
 
 _DOMAIN = "ai.onnx.preview.training."
 
@@ -62,7 +62,7 @@ def _adagrad(ctx, r, t, *tensors, decay_factor=0.0, epsilon=0.0, norm_coefficien
         scale = rule("add", rule("sqrt", h2), rule.c(epsilon))
         new_x.append(rule("sub", x, rule("div", rule("mul", rate, g), scale)))
         new_h.append(h2)
-    return _name_outputs(ctx, new_x + new_h)
+    return name_outputs(ctx, new_x + new_h)
 
 
 @converter(_DOMAIN + "Adam")
@@ -89,7 +89,7 @@ def _adam(ctx, r, t, *tensors, alpha=0.9, beta=0.999, epsilon=0.0, norm_coeffici
         new_x.append(rule("mul", rule.c(1.0 - norm_coefficient_post), x2))
         new_v.append(v2)
         new_h.append(h2)
-    return _name_outputs(ctx, new_x + new_v + new_h)
+    return name_outputs(ctx, new_x + new_v + new_h)
 
 
 @converter(_DOMAIN + "Momentum")
@@ -107,7 +107,7 @@ def _momentum(ctx, r, t, *tensors, alpha, beta, mode, norm_coefficient):
         step = v2 if mode == "standard" else rule("add", g, rule("mul", rule.c(alpha), v2))
         new_x.append(rule("sub", x, rule("mul", rule.r, step)))
         new_v.append(v2)
-    return _name_outputs(ctx, new_x + new_v)
+    return name_outputs(ctx, new_x + new_v)
 
 
 _batch_norm = convert_batch_norm
@@ -146,4 +146,4 @@ def _batch_norm_training(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=
                             emit("mul", [flat, c(1.0 - float(momentum))])])
 
     results = [y, running(mean, batch_mean), running(var, batch_var)]
-    return _name_outputs(ctx, results[:max(len(ctx.output_names), 1)])
+    return name_outputs(ctx, results[:max(len(ctx.output_names), 1)])

@@ -34,7 +34,7 @@ from ..ir import BufferLoad, For, ForKind, IfThenElse, Stmt, Store, ir_node
 from ..simplify import simplify
 from ..visitor import StmtMutator
 from ...te import expr as E
-from ...te.visit import ExprMutator, _children, substitute, walk
+from ...te.visit import ExprMutator, child_exprs, substitute, walk
 from ..analysis import free_vars as _free_vars
 from ..analysis import lane_stride
 
@@ -145,7 +145,7 @@ def _first_uniform_select(e: E.Expr, loop: For):
         if isinstance(node, E.Select) and loop.loop_var in _free_vars(node.cond) and \
                 is_lane_uniform(node.cond, loop):
             return node
-        stack.extend(reversed(list(_children(node))))
+        stack.extend(reversed(list(child_exprs(node))))
     return None
 
 
