@@ -6,7 +6,7 @@ from .features import FEATURE_NAMES, N_FEATURES, extract_features
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from .scheduler import TaskReport, tune_tasks
 from .search import GridSearch, ModelSearch, RandomSearch, SearchConfig
-from .space import Knob, SearchSpace
+from .space.rules import Knob, SearchSpace
 from .task import Task
 from .tuner import (Progress, TaskTuner, TuneResult, apply_best, build_best, canonical_target,
                     tune_task)

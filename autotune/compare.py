@@ -24,7 +24,8 @@ import numpy as np
 from .. import codegen
 from ..schedule.lower import lower
 from ..te.errors import KilnError, ScheduleError
-from .measure import MeasureResult, MeasureStatus, _compare, _held_task, _poisoned, kernel_clock
+from .measure import (MeasureResult, MeasureStatus, compare_outputs, held_entry, kernel_clock,
+                      poisoned)
 
 # bytes of argument copies the calls cycle through: past a 0.5-2 MB L2, inside L3
 ROTATE_BYTES = 8 << 20
@@ -35,10 +36,10 @@ BATCH_SECONDS = 0.004       # one kernel's share of a round
 def compare_payload(payload: dict, held: dict | None = None) -> list[MeasureResult]:
     """Build, check and time `payload["configs"]` of the payload's task side by side; one
     MeasureResult per config, in order (the OK ones carry one cost per round)."""
-    entry = _held_task(payload, held)
+    entry = held_entry(payload, held)
     task, options = entry.task, payload["options"]
     if entry.space is None:
-        from .space import SearchSpace
+        from .space.rules import SearchSpace
         entry.space = SearchSpace(task)
     results: list[MeasureResult | None] = []
     kernels = {}
@@ -72,14 +73,14 @@ def _build_checked(entry, config: dict, target: str, options):
         kernel(*arrays)
     except Exception:  # noqa: BLE001 - the kernel raised
         return MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc()), None
-    wrong = _compare(task, arrays, entry.expected, options)
+    wrong = compare_outputs(task, arrays, entry.expected, options)
     if wrong:
         return MeasureResult(MeasureStatus.WRONG_ANSWER, error_text=wrong), None
     return None, kernel
 
 
 def _arguments(entry) -> list[np.ndarray]:
-    return [a.copy() if a is not None else _poisoned(t)
+    return [a.copy() if a is not None else poisoned(t)
             for a, t in zip(entry.inputs, entry.task.args)]
 
 

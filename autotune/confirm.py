@@ -31,7 +31,7 @@ from .dispatch import canonical_target
 from .features import FEATURE_VERSION
 from .measure import MeasureStatus, Runner, TaskData
 from .search import Featurizer
-from .space import SearchSpace
+from .space.rules import SearchSpace
 from .task import Task
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from ..schedule import lower
 from ..schedule.schedule import Schedule
 from .database import Choice, Database, Record
 from .migrate import legacy_knob_names, rename_config
-from .space import SearchSpace
+from .space.rules import SearchSpace
 from .task import Task
 from .zero_shot import ZERO_SHOT_SOURCE, cached_pick
 

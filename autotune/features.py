@@ -175,11 +175,11 @@ def _scan(value: E.Expr) -> tuple[list[int], list[BufferLoad], tuple[int, int]]:
         elif t is E.Call and node.name in _DOT_MACS:
             dots += 1
             macs += _DOT_MACS[node.name]
-        stack.extend(reversed(_children(node, names)))
+        stack.extend(reversed(child_exprs(node, names)))
     return counts, loads, (dots, macs)
 
 
-def _children(node: E.Expr, names: tuple[str, ...]) -> list[E.Expr]:
+def child_exprs(node: E.Expr, names: tuple[str, ...]) -> list[E.Expr]:
     out = []
     for field_name in names:
         child = getattr(node, field_name)
@@ -200,7 +200,7 @@ def _vars_of(index: E.Expr) -> frozenset:
         if t is E.Var:
             found.add(node)
         elif t not in _LEAVES:
-            stack.extend(_children(node, _child_names(t)))
+            stack.extend(child_exprs(node, _child_names(t)))
     return frozenset(found)
 
 

@@ -36,7 +36,7 @@ from ..te.errors import InternalError, KilnError, ScheduleError
 from ..te.reference import evaluate
 from ..te.workload import topo_ops
 from .features import extract_features
-from .space import SearchSpace
+from .space.rules import SearchSpace
 from .task import Task
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class _HeldTask:
     space: SearchSpace | None = None
 
 
-def _held_task(payload: dict, held: dict[int, _HeldTask] | None) -> _HeldTask:
+def held_entry(payload: dict, held: dict[int, _HeldTask] | None) -> _HeldTask:
     """The payload's task: unpickled when the payload carries it (and then kept in `held`
     under the payload's token), else the one kept earlier under that token."""
     token = payload.get("token")
@@ -203,7 +203,7 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
     must carry the pickled task and its data.
     """
     clock = _PhaseClock()
-    entry = _held_task(payload, held)
+    entry = held_entry(payload, held)
     task = entry.task
     options: MeasureOptions = payload["options"]
     _fault(payload.get("test_fault"))
@@ -221,13 +221,13 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
         clock.lap("compile")
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
         return clock.result(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
-    arrays = [a.copy() if a is not None else _poisoned(t) for a, t in
+    arrays = [a.copy() if a is not None else poisoned(t) for a, t in
               zip(entry.inputs, task.args)]
     try:
         kernel(*arrays)
     except Exception:  # noqa: BLE001 - the kernel raised: record the traceback
         return clock.result(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
-    wrong = _compare(task, arrays, entry.expected, options)
+    wrong = compare_outputs(task, arrays, entry.expected, options)
     clock.lap("check")
     if wrong:
         return clock.result(MeasureStatus.WRONG_ANSWER, error_text=wrong)
@@ -243,7 +243,7 @@ def features_payload(payload: dict, held: dict[int, _HeldTask] | None = None) ->
     """Feature vectors of the payload's configs (None for a config that cannot be lowered),
     computed the way the parent's Featurizer does: apply, lower, extract. The worker runs
     this while the parent proposes, when it would otherwise sit idle."""
-    entry = _held_task(payload, held)
+    entry = held_entry(payload, held)
     out: list[np.ndarray | None] = []
     for config in payload["configs"]:
         try:
@@ -273,7 +273,7 @@ class _PhaseClock:
         return MeasureResult(status, tuple(costs), error_text, build, dict(self.phases))
 
 
-def _poisoned(tensor) -> np.ndarray:
+def poisoned(tensor) -> np.ndarray:
     if dt.is_float(tensor.dtype):
         return np.full(tensor.shape, np.nan, dtype=tensor.dtype)
     return np.full(tensor.shape, 123, dtype=tensor.dtype)
@@ -281,13 +281,13 @@ def _poisoned(tensor) -> np.ndarray:
 
 # An integer output computed through float math (a requantization: scale, round, saturate)
 # may land one step off at a near-tie, where the kernel fuses a multiply-add that the numpy
-# reference rounds twice (graph/passes/quantized_add.py). At most this share of its points
+# reference rounds twice (graph/passes/int8/add.py). At most this share of its points
 # (at least one) may differ, by one; any larger or more frequent difference is a wrong answer.
 # Integer outputs of integer-only DAGs (the dot-product accumulators) must match exactly.
 ROUNDING_TIE_SHARE = 1e-3
 
 
-def _compare(task: Task, arrays, expected, options: MeasureOptions) -> str:
+def compare_outputs(task: Task, arrays, expected, options: MeasureOptions) -> str:
     through_float = None
     for position, want in zip(task.output_positions, expected):
         got = arrays[position]
@@ -315,37 +315,6 @@ def _compare(task: Task, arrays, expected, options: MeasureOptions) -> str:
 def _has_float_stage(task: Task) -> bool:
     """Whether any tensor of the task's DAG is a float one."""
     return any(dt.is_float(op.dtype) for op in topo_ops(list(task.outputs)))
-
-
-def serve(read_fd: int, write_fd: int) -> None:
-    """The worker loop: receive a payload, answer with a MeasureResult, until told to stop.
-
-    Runs in a fresh interpreter started by Runner (not multiprocessing's spawn, which would
-    re-import the user's __main__ module).
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-    inbox = Connection(read_fd, writable=False)
-    outbox = Connection(write_fd, readable=False)
-    outbox.send("ready")
-    held: dict[int, _HeldTask] = {}
-    while True:
-        try:
-            payload = inbox.recv()
-        except EOFError:
-            return
-        if payload is None:
-            return
-        try:
-            if payload.get("kind") == "features":
-                result = features_payload(payload, held)
-            elif payload.get("kind") == "compare":
-                from .compare import run_compare
-                result = run_compare(payload, held)
-            else:
-                result = run_payload(payload, held)
-        except Exception:  # noqa: BLE001 - never let one candidate kill the worker loop
-            result = MeasureResult(MeasureStatus.RUNTIME_ERROR, error_text=traceback.format_exc())
-        outbox.send(result)
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -383,7 +352,7 @@ class Runner:
                             "must be >= 1 (None: KILN_NUM_THREADS, else every core)")
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
-        code = ("import sys; from kiln.autotune.measure import serve; "
+        code = ("import sys; from kiln.autotune.worker import serve; "
                 "serve(int(sys.argv[1]), int(sys.argv[2]))")
         process = subprocess.Popen([sys.executable, "-c", code, str(to_child_r),
                                     str(to_parent_w)], pass_fds=(to_child_r, to_parent_w),

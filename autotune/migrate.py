@@ -14,7 +14,7 @@ schema 1, where `Database.best` never returns it.
 """
 from __future__ import annotations
 
-from .space import SearchSpace
+from .space.rules import SearchSpace
 
 FROM_VERSION = 1
 

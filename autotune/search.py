@@ -21,7 +21,7 @@ from ..te.errors import KilnError
 from .cost_model import CostModelPool, XGBCostModel, normalize_throughput
 from .database import config_key
 from .features import N_FEATURES, extract_features
-from .space import SearchSpace
+from .space.rules import SearchSpace
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from .search import Featurizer, SearchConfig, make_search
-from .space import SearchSpace
+from .space.rules import SearchSpace
 from .task import Task
 from .timing import TrialTimer
 from .transfer import load_prior

@@ -29,7 +29,7 @@ mutations of the default (one or two knobs moved), each applied, lowered and fea
 cost: ~10-20 ms a config); an illegal candidate drops out. The best-predicted one is the
 task's schedule if its predicted speedup over the default is at least PICK_MARGIN; otherwise
 the default stays. The compile checks the choice builds and falls back to the default if
-not (graph/compile.py).
+not (graph/compile/model.py).
 
 Ranking costs ~13 ms a config (0.1-0.3 s a task), so a compile ranks within a budget
 (`rank_plan`: RANK_BUDGET configs, the tasks with the most FLOPs first; the others keep their
@@ -58,7 +58,7 @@ from .database import Database, _vector_isa, config_key
 from .default_db import shipped_db_path
 from .features import FEATURE_VERSION
 from .search import Featurizer
-from .space import SearchSpace, _freeze, _json
+from .space.rules import SearchSpace, _freeze, _json
 from .task import Task
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@
                                        [--repeat 15] [--threads 1] [--profile 8]
     python benchmarks/architectures.py --onnx /tmp/kiln_tv [--models resnet18,googlenet] [--cpu]
 
-The models (graph/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
+The models (tests/models_zoo.py, random weights, batch 1) are RegNet-X-like (grouped 3x3
 convs), ReXNet-like (depthwise + squeeze-excite + SiLU), MobileNetV3-like (HardSwish,
 squeeze-excite), ViT-Tiny-like (patch conv, batched MatMul attention + Softmax, LayerNorm,
 GELU) and DenseNet-like (concat-heavy). Each is compiled with no database (`db=None`: default
@@ -40,11 +40,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
                     print_table)
 
 import kiln  # noqa: E402
-from kiln.graph.models_zoo import ARCHITECTURES  # noqa: E402
+from tests.models_zoo import ARCHITECTURES  # noqa: E402
 
 
 def load(name: str, onnx_dir: str | None):
@@ -120,7 +121,7 @@ def measure(name: str, threads: int, rounds: int, repeat: int, profile: int,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None,
-                        help="comma-separated names (default: all of graph/models_zoo.py, "
+                        help="comma-separated names (default: all of tests/models_zoo.py, "
                              "or every .onnx file of --onnx)")
     parser.add_argument("--onnx", default=None, metavar="DIR",
                         help="benchmark the DIR/*.onnx files instead of the built-in models")

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json  # noqa: E402
 
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.codegen.build import DEFAULT_FASTMATH  # noqa: E402
 from kiln.codegen.emit_module import emit_module, fastmath_flags  # noqa: E402

@@ -32,14 +32,14 @@ sys.path.insert(0, str(HERE.parent))
 def _dump(model_name: str, image: int, out: str) -> None:
     """(In the side's own Python) lower and emit every kernel; write {name: [text, phases]}."""
     from kiln.autotune.dispatch import Selection, apply_selection, canonical_target
-    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.space.rules import SearchSpace
     from kiln.codegen import Target
     from kiln.codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
     from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name
     from kiln.codegen.pyentry import add_python_entry
     from kiln.graph import models
-    from kiln.graph.compile import prepare_graph
-    from kiln.graph.tasks import extract_tasks
+    from kiln.graph.compile.model import prepare_graph
+    from kiln.graph.compile.tasks import extract_tasks
     from kiln.schedule import lower
 
     clock = time.process_time

@@ -39,7 +39,7 @@ from kiln.codegen.target import Target  # noqa: E402
 jit = importlib.import_module("kiln.codegen.jit")
 build_mod = importlib.import_module("kiln.codegen.build")
 cache_mod = importlib.import_module("kiln.codegen.cache")
-graph_compile = importlib.import_module("kiln.graph.compile")
+graph_compile = importlib.import_module("kiln.graph.compile.model")
 
 
 def _feeds(path: str, tmp: str) -> dict:

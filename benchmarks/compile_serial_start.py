@@ -21,7 +21,7 @@ import tempfile
 CHILD = r"""
 import json, os, resource, sys, time
 import kiln
-from kiln.graph import parallel_build as pb
+from kiln.graph.compile import parallel_build as pb
 mark = {}
 def note():
     mark.setdefault("first", (time.perf_counter() - t0, time.process_time() - c0))

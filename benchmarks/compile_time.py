@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.graph import models  # noqa: E402
-from kiln.graph.compile import compile_model  # noqa: E402
+from kiln.graph.compile.model import compile_model  # noqa: E402
 
 FULL = {
     "default_cnn": lambda: models.default_cnn(),

@@ -43,7 +43,7 @@ VOCAB = 128
 
 
 def _bundled():
-    from kiln.graph.task_catalog import BENCHMARK_MODELS
+    from tests.task_catalog import BENCHMARK_MODELS
     return BENCHMARK_MODELS
 
 

@@ -2,7 +2,7 @@
 
     KILN_CACHE_DIR=off python benchmarks/concat_ab.py [--rounds 5] [--models googlenet ...]
 
-codegen/uniform_select.py turns a concat's select chain into branches (and masked loads
+schedule/passes/uniform_select.py turns a concat's select chain into branches (and masked loads
 where a boundary falls inside a vector), so its inputs are read with vector loads instead of
 a load per lane. Both sides are built in this process, alternating (the machine is shared):
 kernels: compile CPU seconds (thread time: emit + LLVM) and run time (thread CPU time per
@@ -25,11 +25,12 @@ import numpy as np
 os.environ.setdefault("KILN_CACHE_DIR", "off")
 
 from kiln import te  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
-from kiln.codegen import build, uniform_select  # noqa: E402
+from kiln.codegen import build  # noqa: E402
+from kiln.schedule.passes import uniform_select  # noqa: E402
 from kiln.schedule.lower import lower  # noqa: E402
-from kiln.te.ops.quantized import quantize  # noqa: E402
+from kiln.te.ops.int8.core import quantize  # noqa: E402
 from kiln.te.ops.transform import concatenate  # noqa: E402
 
 # (name, input shapes, concat axis, quantize after, forced vector width or None)
@@ -111,7 +112,7 @@ def bench_kernels(rounds: int) -> list[dict]:
 
 def bench_models(names: list[str], model_dir: Path, rounds: int,
                  compile_reps: int) -> list[dict]:
-    from kiln.graph.compile import compile_model
+    from kiln.graph.compile.model import compile_model
     rows = []
     for name in names:
         path = next(model_dir.glob(f"{name}*.static.onnx"))

@@ -2,7 +2,7 @@
 
     python benchmarks/confirm_ab.py --db TUNED.db [--image-size 96] [--rounds 7] [--repeat 30]
 
-TUNED.db is a tuning log of the RegNet-X-like model (graph/models_zoo.py) at 1 thread, e.g. the
+TUNED.db is a tuning log of the RegNet-X-like model (tests/models_zoo.py) at 1 thread, e.g. the
 one `benchmarks/tune_budget.py --db PATH` leaves. It is copied; on the copy every task's
 default and 3 fastest records are timed again side by side (autotune/confirm.py) and the
 choices stored. Then three compiles of the model are timed in interleaved rounds, by the
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import (emit_json, kiln_threads, median_seconds, ort_session,  # noqa: E402
                     print_table)
 
@@ -33,8 +34,8 @@ from kiln.autotune.confirm import confirm_tasks  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.autotune.measure import MeasureOptions, Runner  # noqa: E402
-from kiln.graph.compile import model_tasks  # noqa: E402
-from kiln.graph.models_zoo import regnetx_like  # noqa: E402
+from kiln.graph.compile.model import model_tasks  # noqa: E402
+from tests.models_zoo import regnetx_like  # noqa: E402
 
 
 def main(argv=None) -> int:

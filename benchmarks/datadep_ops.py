@@ -1,4 +1,4 @@
-"""NonZero, Unique and NonMaxSuppression (graph/staged.py): Kiln-compiled staged models
+"""NonZero, Unique and NonMaxSuppression (graph/runtime/staged.py): Kiln-compiled staged models
 against onnxruntime (1 intra-op thread), interleaved rounds, medians; outputs must be equal.
 Also the compile time of each (no tuning database). Prints a table and, last, one JSON object.
 

@@ -5,7 +5,7 @@
 
 Each model is compiled twice with no database (`db=None`, `KILN_CACHE_DIR=off` so both really
 compile): "old" with the rules named by --old switched back to what they were before they
-were added, "new" as the code stands. The rules (autotune/space_defaults.py):
+were added, "new" as the code stands. The rules (autotune/space/defaults.py):
 
 - `blocks`: a register tile over output-channel blocks x pixels for blocked convs whose
   channel block is one vector (`_block_axis`, `_blocks_rows_tile`); old: pixels only.
@@ -48,7 +48,7 @@ from architectures import example_feeds  # noqa: E402
 from common import emit_json, median_seconds, ort_session  # noqa: E402
 
 import kiln  # noqa: E402
-from kiln.autotune import space_defaults as sd  # noqa: E402
+from kiln.autotune.space import defaults as sd  # noqa: E402
 
 OLD_RULES = {
     "blocks": ("_block_axis", lambda op, rows: None),

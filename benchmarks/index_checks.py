@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kiln  # noqa: E402
-from kiln.graph import compile as compile_module  # noqa: E402
+from kiln.graph.compile import model as compile_module  # noqa: E402
 from common import emit_json, interleaved_medians, print_table  # noqa: E402
 
 

@@ -12,7 +12,7 @@
 - gemm: 1024^3 u8 x s8 -> s32 with Kiln's packed dot4 kernel (matmul_int8x4, the search
   space's default schedule or the database's best) vs onnxruntime's MatMulInteger, same run;
   Kiln in each weight form of --int8-forms: "pairs" (what the target gets: int16 weight pairs
-  and vpmaddwd where it lacks VNNI, graph/passes/int8_widen.py) and "bytes" (the byte words
+  and vpmaddwd where it lacks VNNI, graph/passes/int8/widen.py) and "bytes" (the byte words
   and dot4_u8s8 / dot4_u8s8sym, as before that pass);
   with int8 weights over the full range and symmetric ones ([-127, 127], onnxruntime's
   quantizer's), which Kiln's AVX2 lowering does with half the split's multiplies.
@@ -45,15 +45,16 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, kiln_threads, print_table  # noqa: E402
 
-from kiln.autotune import space_defaults  # noqa: E402
+from kiln.autotune.space import defaults as space_defaults  # noqa: E402
 from kiln.codegen import Target  # noqa: E402
 from kiln.codegen import emit_expr  # noqa: E402
 from kiln.codegen.dot4 import dot4_strategies, target_features  # noqa: E402
 from kiln.codegen.jit import compile_module  # noqa: E402
 from kiln.graph import models  # noqa: E402
-from kiln.graph.compile import compile_model  # noqa: E402
-from kiln.graph import onnx_quant_ops, passes  # noqa: E402
-from kiln.graph.passes import int8_widen  # noqa: E402
+from kiln.graph.compile.model import compile_model  # noqa: E402
+from kiln.graph.onnx import quant as onnx_quant_ops  # noqa: E402
+from kiln.graph import passes  # noqa: E402
+from kiln.graph.passes.int8 import widen as int8_widen  # noqa: E402
 from kiln.quantize import quantize_model, random_inputs  # noqa: E402
 
 CHAINS = 12
@@ -214,23 +215,23 @@ def _matmul_integer_model(n: int, low: int = -128) -> onnx.ModelProto:
 def _int8_form(form: str):
     """Compile int8 kernels with weights as "pairs" (the target's choice), "bytes" (the
     widening pass off), "nchw" (pairs, but the convs in NCHW: the pixel-major pass off,
-    graph/passes/int8_nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
-    its activation bytes in the inner loop, graph/passes/int8_pairs.py off) or "noperm"
-    (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8_perm.py: every
+    graph/passes/int8/nhwc.py) or "dot4" (pairs, but no activation pairs: every GEMM splits
+    its activation bytes in the inner loop, graph/passes/int8/pairs.py off) or "noperm"
+    (pairs without the saturation-safe vpmaddubsw GEMMs of graph/passes/int8/perm.py: every
     GEMM exact through vpmaddwd, as before that pass) or "noimplicit" (pairs with every
-    windowed conv through its im2col copy: graph/passes/int8_implicit.py off) or "noshortk"
-    (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space_int8.py
+    windowed conv through its im2col copy: graph/passes/int8/implicit.py off) or "noshortk"
+    (pairs with the short-K dot4 GEMMs tiled as longer ones, autotune/space/int8.py
     short_k_columns off); on a VNNI target also "nopanels" (matmul_int8x4 weights as
-    [K4, N] words, graph/passes/int8_panels.py off), "tallcache" (dot4 GEMM cache tiles of
+    [K4, N] words, graph/passes/int8/panels.py off), "tallcache" (dot4 GEMM cache tiles of
     up to 8 register tiles of rows, space_int8.py one_row_tile_per_cache_tile off) and
     "unfused" (vpdpbusd from zero plus a vpaddd, codegen/emit_expr.py _accumulated_dot off)
     and "noviews" (uint8 rows packed by a copy kernel, int8_panels.py view_int8_rows off),
     "novnniconv" (the conv GEMMs through im2col and row-major weights:
-    graph/passes/int8_vnni_conv.py off), "tallconvtile" (those convs with the prepacked
-    GEMM's cache tiles: autotune/space_int8_conv.py off) and "widedw" (depthwise register
+    graph/passes/int8/vnni_conv.py off), "tallconvtile" (those convs with the prepacked
+    GEMM's cache tiles: autotune/space/int8_conv.py off) and "widedw" (depthwise register
     tiles as wide as the accumulator budget: depthwise_register_rows off);
     "onereduce": DynamicQuantizeLinear's min and max each as one reduction over every axis
-    (graph/onnx_quant_ops.py _whole_reduce off);
+    (graph/onnx/quant.py _whole_reduce off);
     the model cache is off for all but the first: its key does not see the switch."""
     forms = ("pairs", "bytes", "nchw", "dot4", "noperm", "noimplicit", "noshortk",
              "nopanels", "tallcache", "unfused", "noviews", "onereduce", "novnniconv",
@@ -573,15 +574,15 @@ def main() -> None:
                         help="Kiln int8 weight forms to time side by side (the first is the "
                         "one the models' accuracy is checked for): pairs, bytes, nchw (pairs "
                         "with the convs in NCHW, as before the pixel-major pass), dot4 (pairs "
-                        "without the activation pairs of graph/passes/int8_pairs.py), noperm "
+                        "without the activation pairs of graph/passes/int8/pairs.py), noperm "
                         "(pairs without the saturation-safe vpmaddubsw GEMMs of "
-                        "graph/passes/int8_perm.py), noimplicit (pairs with the windowed convs "
-                        "through im2col, graph/passes/int8_implicit.py off), noshortk (pairs "
-                        "with the short-K GEMMs tiled as longer ones, autotune/space_int8.py "
+                        "graph/passes/int8/perm.py), noimplicit (pairs with the windowed convs "
+                        "through im2col, graph/passes/int8/implicit.py off), noshortk (pairs "
+                        "with the short-K GEMMs tiled as longer ones, autotune/space/int8.py "
                         "short_k_columns off), novnniconv (pairs with VNNI's conv GEMMs "
-                        "through im2col and row-major weights, graph/passes/int8_vnni_conv.py "
+                        "through im2col and row-major weights, graph/passes/int8/vnni_conv.py "
                         "off), tallconvtile (those convs with the GEMM's cache tiles, "
-                        "autotune/space_int8_conv.py off), widedw (the depthwise register "
+                        "autotune/space/int8_conv.py off), widedw (the depthwise register "
                         "tile cap off); join switches with + "
                         "(noimplicit+noshortk)")
     parser.add_argument("--repeat", type=int, default=15)

@@ -6,10 +6,10 @@ BERT shapes), the target's current rules against the rules before the VNNI work 
                                           [--rounds 7]
 
 Each shape M x K -> N is built from TE (no graph, no run() copies): "after" with its weight
-in the column panels graph/passes/int8_panels.py would give it (none when no panel divides
+in the column panels graph/passes/int8/panels.py would give it (none when no panel divides
 N) under today's rules; "before" with the [K4, N] words (packed into panels inside the
 kernel, as the default schedule does), the cache tiles of up to 8 register tiles of rows
-(autotune/space_int8.py one_row_tile_per_cache_tile off) and vpdpbusd from zero plus a
+(autotune/space/int8.py one_row_tile_per_cache_tile off) and vpdpbusd from zero plus a
 vpaddd (codegen/emit_expr.py _accumulated_dot off). Both are checked against numpy's
 integer product, then timed in turns at 1 thread by the thread's CPU time: a shape's
 figure is the median over rounds of each round's best of 3. Prints a table and, last, one
@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln import codegen  # noqa: E402
-from kiln.autotune import space_defaults  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space import defaults as space_defaults  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.codegen import emit_expr  # noqa: E402
-from kiln.graph.passes.int8_panels import panel_width  # noqa: E402
+from kiln.graph.passes.int8.panels import panel_width  # noqa: E402
 from kiln.schedule.lower import lower  # noqa: E402
-from kiln.te.ops.quantized import (matmul_int8x4, pack_weight_int8x4,  # noqa: E402
+from kiln.te.ops.int8.core import (matmul_int8x4, pack_weight_int8x4,  # noqa: E402
                                    panel_weight_words)
 from kiln.te.tensor import placeholder  # noqa: E402
 

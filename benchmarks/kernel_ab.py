@@ -42,12 +42,12 @@ def _serve(args) -> None:
 
     from kiln.autotune.database import Database
     from kiln.autotune.dispatch import Selection, apply_selection, canonical_target
-    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.space.rules import SearchSpace
     from kiln.autotune.task import Task
     from kiln.codegen import build
     from kiln.graph import models
-    from kiln.graph.compile import prepare_graph
-    from kiln.graph.tasks import extract_tasks
+    from kiln.graph.compile.model import prepare_graph
+    from kiln.graph.compile.tasks import extract_tasks
     from kiln.schedule import lower
 
     target = canonical_target("native")

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.autotune.database import Database  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.codegen import Target, emit_expr, jit  # noqa: E402
 from kiln.codegen.build import DEFAULT_FASTMATH, param_specs  # noqa: E402
-from kiln.codegen import emit_module as emit_module_mod  # noqa: E402
+from kiln.schedule import passes as passes_mod  # noqa: E402 - the unit-loop pass, swapped by _Before
 from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name  # noqa: E402
 from kiln.codegen.kernel import Kernel  # noqa: E402
 from kiln.codegen.emit_module import threads_symbol  # noqa: E402
@@ -64,12 +64,12 @@ class _Before:
     LLVM loop, free variables walked afresh on every question (variant name "before")."""
 
     def __enter__(self):
-        self.saved = emit_module_mod.remove_unit_loops, emit_expr._free_vars
-        emit_module_mod.remove_unit_loops = lambda stmt: stmt
+        self.saved = passes_mod.remove_unit_loops, emit_expr._free_vars
+        passes_mod.remove_unit_loops = lambda stmt: stmt
         emit_expr._free_vars = lambda e: free_vars(e)
 
     def __exit__(self, *exc):
-        emit_module_mod.remove_unit_loops, emit_expr._free_vars = self.saved
+        passes_mod.remove_unit_loops, emit_expr._free_vars = self.saved
 
 
 def _compile_phases(task: Task, db, target: Target, variant: str) -> tuple[dict, Kernel]:

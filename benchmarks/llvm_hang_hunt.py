@@ -30,8 +30,8 @@ from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name  #
 from kiln.codegen.jit import optimize  # noqa: E402
 from kiln.codegen.pyentry import add_python_entry  # noqa: E402
 from kiln.codegen.target import Target  # noqa: E402
-from kiln.graph.compile import _build_task, prepare_graph  # noqa: E402
-from kiln.graph.tasks import extract_tasks  # noqa: E402
+from kiln.graph.compile.model import _build_task, prepare_graph  # noqa: E402
+from kiln.graph.compile.tasks import extract_tasks  # noqa: E402
 from tests.graph.onnx_strategies import onnx_graphs  # noqa: E402
 from tests.graph.test_random_onnx_graphs import MIXES  # noqa: E402
 

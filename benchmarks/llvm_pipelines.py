@@ -17,13 +17,13 @@ import time
 import onnx
 import kiln
 from kiln.autotune.dispatch import Selection, apply_selection
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.codegen import Target, jit
 from kiln.codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
 from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from kiln.codegen.pyentry import add_python_entry
-from kiln.graph.compile import prepare_graph
-from kiln.graph.tasks import extract_tasks
+from kiln.graph.compile.model import prepare_graph
+from kiln.graph.compile.tasks import extract_tasks
 from kiln.schedule import lower
 from kiln.graph import models
 pipes = sys.argv[1].split(',')

@@ -24,15 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.autotune.dispatch import Selection, apply_selection, canonical_target  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.codegen import Target, jit  # noqa: E402
 from kiln.codegen.build import DEFAULT_FASTMATH, param_specs  # noqa: E402
 from kiln.codegen.emit_module import emit_module, fastmath_flags, symbol_name  # noqa: E402
 from kiln.codegen.pyentry import add_python_entry  # noqa: E402
 from kiln.codegen.runtime_config import num_threads_from_env  # noqa: E402
 from kiln.graph import models  # noqa: E402
-from kiln.graph.compile import prepare_graph  # noqa: E402
-from kiln.graph.tasks import extract_tasks  # noqa: E402
+from kiln.graph.compile.model import prepare_graph  # noqa: E402
+from kiln.graph.compile.tasks import extract_tasks  # noqa: E402
 from kiln.schedule import lower  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Low-bit element types (graph/lowbit.py): Kiln's compiled conversions against onnxruntime and
+"""Low-bit element types (graph/ops/lowbit.py): Kiln's compiled conversions against onnxruntime and
 ml_dtypes (numpy), one thread.
 
     python -m benchmarks.lowbit [--n 1048576]

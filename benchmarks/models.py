@@ -21,15 +21,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import (emit_json, median_seconds, numpy_threads, ort_session,  # noqa: E402
                     print_table)
 
-from kiln.graph.compile import compile_model  # noqa: E402
-from kiln.graph.frontend import load_onnx  # noqa: E402
+from kiln.graph.compile.model import compile_model  # noqa: E402
+from kiln.graph.onnx.load import load_onnx  # noqa: E402
 from kiln.graph.passes.fold_constants import fold_constants  # noqa: E402
 from kiln.graph.passes.simplify import simplify  # noqa: E402
 from kiln.graph.reference import run_reference  # noqa: E402
-from kiln.graph.task_catalog import BENCHMARK_MODELS  # noqa: E402
+from tests.task_catalog import BENCHMARK_MODELS  # noqa: E402
 
 # the bundled benchmark models, as the committed tuning log knows them
 MODELS = BENCHMARK_MODELS
@@ -43,7 +44,7 @@ def _inputs(graph) -> list[np.ndarray]:
 
 def tune_model_timed(model, db, trials: int, layout: str = "nchwc") -> dict:
     """Tune at 2 threads; the wall time and the records of the model's tasks afterwards."""
-    from kiln.graph.compile import tune_model
+    from kiln.graph.compile.model import tune_model
     old = os.environ.get("KILN_NUM_THREADS")
     os.environ["KILN_NUM_THREADS"] = "2"
     start = time.perf_counter()

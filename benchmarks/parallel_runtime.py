@@ -40,7 +40,7 @@ def child(model: str, threads: int, db: str | None, seconds: float, pause: float
     """Compile, warm up, time single runs (each after `pause` seconds idle); one JSON line."""
     import numpy as np
     from kiln.graph import models  # noqa: F401 - used by eval of MODELS
-    from kiln.graph.compile import compile_model
+    from kiln.graph.compile.model import compile_model
     graph = eval(MODELS[model])                      # noqa: S307 - our own table
     compiled = compile_model(graph, db=db, threads=threads)
     inputs = compiled._example_inputs()

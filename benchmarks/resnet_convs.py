@@ -36,9 +36,9 @@ from common import emit_json, kiln_threads, median_seconds, numpy_threads, print
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.measure import MeasureOptions  # noqa: E402
 from kiln.autotune.tuner import build_best, canonical_target, tune_task  # noqa: E402
-from kiln.graph.compile import prepare_graph  # noqa: E402
+from kiln.graph.compile.model import prepare_graph  # noqa: E402
 from kiln.graph.models import resnet18_like  # noqa: E402
-from kiln.graph.tasks import extract_tasks  # noqa: E402
+from kiln.graph.compile.tasks import extract_tasks  # noqa: E402
 from kiln.te.ops import (unpack_conv_weight, unpack_conv_weight_blocked,  # noqa: E402
                          )
 

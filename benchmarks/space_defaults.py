@@ -4,7 +4,7 @@ revision's, interleaved in one process (medians of many rounds; the machine is s
     python benchmarks/space_defaults.py [--baseline REV] [--threads 1,2] [--rounds 15]
                                         [--only dw,pool,gemv,conv,pad]
 
-The baseline default config comes from autotune/space.py at git revision REV (loaded as a
+The baseline default config comes from autotune/space/rules.py at git revision REV (loaded as a
 module); it is applied by the current space, which also checks that stored configs keep
 their meaning. Every kernel is checked against the TE reference first. Prints a table and,
 last, one JSON line.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit_json, print_table  # noqa: E402
 
 from kiln import codegen, te  # noqa: E402
-from kiln.autotune.space import SearchSpace  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.schedule import lower  # noqa: E402
 from kiln.te import ops  # noqa: E402
@@ -80,8 +80,8 @@ TASKS = {
 
 
 def baseline_space(rev: str):
-    """autotune/space.py at `rev`, imported inside the kiln.autotune package."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:autotune/space.py"],
+    """autotune/space/rules.py at `rev`, imported inside the kiln.autotune package."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:autotune/space/rules.py"],
                           check=True, capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / "space_baseline.py"
     path.write_text(text)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import (emit_json, interleaved_medians, kiln_threads, ort_session,  # noqa: E402
                     print_table)
 
@@ -34,7 +35,7 @@ import kiln  # noqa: E402
 from kiln.autotune.confirm import CONFIRM, ConfirmOptions  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.cli import parse_duration  # noqa: E402
-from kiln.graph.models_zoo import regnetx_like  # noqa: E402
+from tests.models_zoo import regnetx_like  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
                              f"default {CONFIRM.share})")
     parser.add_argument("--no-model-check", dest="model_check", action="store_false",
                         help="keep the confirmed choices without trying them inside the "
-                             "model (graph/model_check.py; on by default, as in kiln tune)")
+                             "model (graph/compile/model_check.py; on by default, as in kiln tune)")
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5,

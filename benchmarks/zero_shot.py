@@ -5,7 +5,7 @@
                                    [--neighbors 8] [--donors 4] [--budget 64]
 
 For each model M (a bundled benchmark model, graph/task_catalog.BENCHMARK_MODELS, or one of
-graph/models_zoo.py): a copy of the database without the records and confirmations of M's
+tests/models_zoo.py): a copy of the database without the records and confirmations of M's
 tasks (their workload keys; another model's identical task goes too) is the held-out
 database; the zero-shot model is trained on it (on this CPU's vector ISA, cached under
 KILN_CACHE_DIR like any compile's), so nothing measured on M informs its picks. M is then
@@ -26,6 +26,7 @@ import logging
 import math
 import shutil
 import sqlite3
+import os
 import sys
 import tempfile
 import time
@@ -34,15 +35,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import emit_json, median_seconds, ort_session, print_table  # noqa: E402
 from models import _inputs  # noqa: E402
 
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune import zero_shot as Z  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
-from kiln.graph.compile import compile_model, model_tasks, prepare_graph  # noqa: E402
-from kiln.graph import models_zoo  # noqa: E402
-from kiln.graph.task_catalog import BENCHMARK_MODELS  # noqa: E402
+from kiln.graph.compile.model import compile_model, model_tasks, prepare_graph  # noqa: E402
+from tests import models_zoo  # noqa: E402
+from tests.task_catalog import BENCHMARK_MODELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ("regnetx_like", "rexnet_like", "mobilenetv3_like", "vit_tiny_like", "densenet_like")

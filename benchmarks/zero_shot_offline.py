@@ -5,8 +5,8 @@
 
 benchmarks/zero_shot.py compiles and times whole models, which takes minutes and moves with
 the machine's load. This asks the question underneath it in seconds, with no timing at all:
-for each model M (a bundled benchmark model, graph/task_catalog.py, or one of
-graph/models_zoo.py), the zero-shot model is trained exactly as a compile trains it
+for each model M (a bundled benchmark model, tests/task_catalog.py, or one of
+tests/models_zoo.py), the zero-shot model is trained exactly as a compile trains it
 (autotune/zero_shot.py) on this CPU's vector ISA with every task of M left out, and then ranks
 the configs compared in the confirmation of each of M's tasks at --threads (`kiln confirm`:
 the default, leading records and mutations of the default, timed side by side). The pick
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -26,15 +27,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
 from common import emit_json, print_table  # noqa: E402
 
 from kiln.autotune import zero_shot as Z  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
 from kiln.autotune.features import FEATURE_VERSION  # noqa: E402
-from kiln.graph import models_zoo  # noqa: E402
-from kiln.graph.compile import model_tasks  # noqa: E402
-from kiln.graph.task_catalog import BENCHMARK_MODELS, catalog_tasks  # noqa: E402
+from tests import models_zoo  # noqa: E402
+from kiln.graph.compile.model import model_tasks  # noqa: E402
+from tests.task_catalog import BENCHMARK_MODELS, catalog_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

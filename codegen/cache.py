@@ -34,7 +34,7 @@ from .emit_module import pool_symbol, threads_symbol
 from .kernel import Kernel, ParamSpec
 from .pyentry import AVAILABLE as PYENTRY
 from .pyentry import entry_symbol, table_symbol
-from .target import Target, _init_llvm
+from .target import Target, init_llvm
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def load_objects(objects: list[CachedObject], target: Target,
     """Kernels of `objects` (object code of `target`), all in one MCJIT engine: relocation
     only, no LLVM passes or code generation."""
     start = time.perf_counter()
-    _init_llvm()
+    init_llvm()
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                         target.create_target_machine())
     for obj in objects:

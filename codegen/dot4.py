@@ -24,16 +24,16 @@ lowering is chosen from the Target's features, never assumed:
   tile computes it once per weight vector instead of once per (row, weight vector) (and
   the |a'| of a broadcast activation once per row).
 - dot4_u8s16 takes its weights widened to int16 pairs (b_even = (b_0, b_2), b_odd = (b_1,
-  b_3), packed at compile time: te/ops/quantized.py widen_weight_words). Viewed as int16
+  b_3), packed at compile time: te/ops/int8/core.py widen_weight_words). Viewed as int16
   lanes, the activation word splits into its even bytes (and 0x00ff) and odd bytes (a 16-bit
   logical shift right by 8), both zero-extended int16, and two `vpmaddwd` (SSE2, AVX2,
   AVX-512BW) multiply them with the pairs and add adjacent products into int32 exactly
   (|a b| <= 255 * 32768, a pair sum fits): 2 multiplies + 1 add per 8 lanes, no saturation
   to work around, and the split of a word is shared by every weight vector it meets (LLVM's
   GVN merges the identical and/shift of a broadcast row or of a vector column). Chosen by
-  the graph where the target lacks VNNI (graph/passes/int8_widen.py).
+  the graph where the target lacks VNNI (graph/passes/int8/widen.py).
 - dot2_s16 takes both operands as int16 pairs (the activations widened ahead of the GEMM,
-  graph/passes/int8_pairs.py): one `vpmaddwd` per native vector, nothing else, so a GEMM's
+  graph/passes/int8/pairs.py): one `vpmaddwd` per native vector, nothing else, so a GEMM's
   inner loop is a broadcast, the weight loads, and a vpmaddwd + add per accumulator.
 - dot2_s16s8 takes its weight pairs as int16 words of two int8 (half the weight bytes):
   one `vpmovsxbw` widens a weight vector (shared by every row of the register tile), then

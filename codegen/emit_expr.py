@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from ..schedule.analysis import free_vars as _free_vars
+from ..schedule.analysis import lane_stride
 from ..schedule.ir import Buffer, BufferLoad
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
-from ..te.visit import _children, substitute
+from ..te.visit import child_exprs, substitute
 from . import fold
 from . import llvm_types as T
 from .dot4 import (ACCUMULATING_INTRINSICS, MIXED_LANE_INTRINSICS, dot4_strategies,
@@ -49,39 +51,6 @@ class Lanes:
     var: E.Var
     base: E.Expr
     count: int
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _free_vars(e: E.Expr) -> frozenset:
-    """free_vars, remembered and built from the children's (a walk per node was quadratic on
-    the shared sub-expressions of a Winograd transform): every load and store asks it about
-    its index, lane_stride about each sub-index and emission-time sharing about every node.
-    Expressions hash once (cached), so the look-up is cheap."""
-    if isinstance(e, E.Var):
-        return frozenset((e,))
-    out = frozenset()
-    for c in _children(e):
-        out = out | _free_vars(c)
-    return out
-
-
-def lane_stride(index: E.Expr, var: E.Var) -> int | None:
-    """c when `index` is (terms free of var) + c*var, else None (a non-linear use)."""
-    if var not in _free_vars(index):
-        return 0
-    if isinstance(index, E.Var):
-        return 1
-    if isinstance(index, (E.Add, E.Sub)):
-        a, b = lane_stride(index.a, var), lane_stride(index.b, var)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(index, E.Add) else a - b
-    if isinstance(index, E.Mul):
-        for x, y in ((index.a, index.b), (index.b, index.a)):
-            if isinstance(y, E.IntImm):
-                s = lane_stride(x, var)
-                return None if s is None else s * y.value
-    return None
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -160,9 +129,9 @@ class ExprEmitter:
         ok = self._share_ok.get(e)
         if ok is None:
             if isinstance(e, BufferLoad):   # a GuardedLoad's mask and safe load too
-                ok = e.buffer in self.readonly and all(self._shareable(c) for c in _children(e))
+                ok = e.buffer in self.readonly and all(self._shareable(c) for c in child_exprs(e))
             else:
-                ok = all(self._shareable(c) for c in _children(e))
+                ok = all(self._shareable(c) for c in child_exprs(e))
             self._share_ok[e] = ok
         return ok
 
@@ -290,7 +259,7 @@ class ExprEmitter:
         return self._from_memory(e.buffer.dtype, out)
 
     def _emit_GuardedLoad(self, e):
-        """A masked contiguous vector load (codegen/uniform_select.py); its safe, clamped
+        """A masked contiguous vector load (schedule/passes/uniform_select.py); its safe, clamped
         load wherever it is not a stride-1 access of the vector loop."""
         lanes = self.lanes
         if (lanes is None or lane_stride(e.index, lanes.var) != 1

@@ -6,21 +6,15 @@ from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
-from ..schedule.ir import For, PrimFunc, Stmt, Store
-from ..schedule.simplify import simplify
-from ..schedule.visitor import StmtMutator, StmtVisitor
-from ..te import expr as E
+from ..schedule.ir import PrimFunc, Stmt, Store
+from ..schedule.visitor import StmtVisitor
 from ..te.errors import CodegenError
-from ..te.visit import substitute
 from . import llvm_types as T
 from . import loop_hints
 from .attributes import kernel_function_attributes
-from .emit_expr import _free_vars
 from .emit_stmt import FunctionEmitter
 from .index_width import check_index_width
-from .promote import promote_register_tiles
-from .tails import split_tails
-from .uniform_select import branch_uniform_selects
+from ..schedule.passes import CODEGEN, PassOptions, run_passes
 from .runtime import backend
 from .target import Target
 
@@ -102,53 +96,6 @@ def register_file_bytes(target: Target) -> int:
     return (32 if target.vector_bits >= 512 else 16) * target.vector_bits // 8
 
 
-class _UnitLoopRemover(StmtMutator):
-    """Inlines the body of every loop of extent 1, its variable bound to the loop's start.
-    Tiling leaves many such loops (a split by the whole extent, a fused axis of one point);
-    emitted as LLVM loops they deepen the nest that every SCEV-based loop pass
-    (IndVarSimplify, LICM, LoopIdiomRecognize, full unrolling) walks per level, for code that
-    runs once.
-
-    PARALLEL ones too: kept, such a loop became an outlined body looping over the runtime's
-    [begin, end) range, whose buffer pointers (loaded from the closure) carry no noalias. A
-    reduction of a whole small tensor (ReduceMax of 5x5 to 1x1, fully unrolled) then sat in
-    that loop as a chain of loop-invariant compare/select steps that LICM could not hoist
-    past the output's store, and LLVM's loop vectoriser (VPlan's vputils::isSingleScalar,
-    which revisits shared operands) walked it in time exponential in its length: 16 elements
-    0.8 s, 20 elements 22 s, 25 elements 25+ minutes (tests/codegen/test_compile_time.py)."""
-
-    def __init__(self):
-        self.mapping: dict[E.Var, E.Expr] = {}
-        # rewritten expressions under the current mapping (cleared when it changes): the
-        # same index expressions recur in every statement of a tile
-        self.done: dict[E.Expr, E.Expr] = {}
-
-    def visit_expr(self, expr: E.Expr) -> E.Expr:
-        if not self.mapping:
-            return expr
-        found = self.done.get(expr)
-        if found is not None:
-            return found
-        if self.mapping.keys().isdisjoint(_free_vars(expr)):
-            new = expr
-        else:
-            new = substitute(expr, self.mapping)
-            new = expr if new is expr else simplify(new)
-        self.done[expr] = new
-        return new
-
-    def visit_For(self, loop: For) -> Stmt:
-        if not isinstance(loop.extent, E.IntImm) or loop.extent.value != 1:
-            return self.generic_visit(loop)
-        self.mapping[loop.loop_var] = self.visit_expr(loop.min)
-        self.done = {}
-        try:
-            return self.visit(loop.body)
-        finally:
-            del self.mapping[loop.loop_var]
-            self.done = {}
-
-
 class _Stored(StmtVisitor):
     def __init__(self):
         self.buffers: set = set()
@@ -162,12 +109,6 @@ def _stored_buffers(stmt: Stmt) -> set:
     stored = _Stored()
     stored(stmt)
     return stored.buffers
-
-
-def remove_unit_loops(stmt: Stmt) -> Stmt:
-    """`stmt` without its loops of extent 1, of any kind (see _UnitLoopRemover);
-    the same object when it has none."""
-    return _UnitLoopRemover()(stmt)
 
 
 def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
@@ -202,8 +143,8 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("noalias")
         arg.add_attribute("captures(none)")
     kernel_function_attributes(fn)
-    body = promote_register_tiles(func.body, register_file_bytes(target))
-    body = branch_uniform_selects(remove_unit_loops(split_tails(body)))
+    # the CPU-specific loop-IR passes (schedule/passes), then translation only
+    body = run_passes(func, CODEGEN, PassOptions(register_file_bytes(target))).body
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     ctx.cold_loops = loop_hints.cold_loops(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))

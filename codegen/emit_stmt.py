@@ -16,7 +16,9 @@ from ..te.errors import CodegenError
 from ..te.visit import substitute
 from . import emit_expr, fold, loop_hints
 from . import llvm_types as T
-from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base, _free_vars, lane_stride
+from ..schedule.analysis import free_vars as _free_vars
+from ..schedule.analysis import lane_stride
+from .emit_expr import ADDRESS, ExprEmitter, Lanes, _at_lane_base
 from .parallel import emit_parallel
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..te.errors import CodegenError, InternalError
-from .target import Target, _init_llvm
+from .target import Target, init_llvm
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
     if pipeline not in PIPELINES:
         raise CodegenError(f"unknown LLVM pipeline {pipeline!r}; choose one of "
                            f"{', '.join(PIPELINES)}")
-    _init_llvm()
+    init_llvm()
     text = module if isinstance(module, str) else str(module)
     try:
         mod = llvm.parse_assembly(text)
@@ -173,13 +173,13 @@ def compile_object(module: ir.Module | str, target: Target) -> tuple[str, bytes,
 
 def assembly(optimized_ir: str, target: Target) -> str:
     """Assembly text of already-optimized IR."""
-    _init_llvm()
+    init_llvm()
     mod = llvm.parse_assembly(optimized_ir)
     return target.create_target_machine().emit_assembly(mod)
 
 
 def object_code(optimized_ir: str, target: Target) -> bytes:
     """A position-independent object file of already-optimized IR (for shared libraries)."""
-    _init_llvm()
+    init_llvm()
     mod = llvm.parse_assembly(optimized_ir)
     return target.create_target_machine(for_object=True).emit_object(mod)

@@ -1,6 +1,6 @@
 """The 256-entry byte table lookup (te.expr.lookup8) as LLVM IR.
 
-A quantized elementwise chain (DQ -> SiLU -> Q, graph/passes/int8_tables.py) becomes one
+A quantized elementwise chain (DQ -> SiLU -> Q, graph/passes/int8/tables.py) becomes one
 lookup per byte. With AVX-512 VBMI, 64 bytes are looked up at once: two `vpermi2b` each pick
 from 128 of the entries (index bits 0-6) and the index's sign bit selects between them, the
 four 64-byte table quarters being constant vectors the loop keeps in registers. Fewer lanes

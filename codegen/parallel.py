@@ -10,11 +10,8 @@ loop runs serially.
 """
 from __future__ import annotations
 
-import ctypes.util
 import logging
-from functools import cache
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..schedule.ir import BufferLoad, For, ForKind, Stmt, Store
@@ -27,22 +24,6 @@ from .attributes import kernel_function_attributes
 from .runtime import BODY_TYPE, ENTRY_TYPE, call_indirect
 
 log = logging.getLogger(__name__)
-
-
-@cache
-def gomp_available() -> bool:
-    """Load libgomp into the process once; False (with one warning) when it is missing."""
-    name = ctypes.util.find_library("gomp")
-    if name is None:
-        log.warning("libgomp not found: PARALLEL loops will run serially. Install libgomp1 "
-                    "(apt-get install libgomp1) for multi-threaded kernels.")
-        return False
-    try:
-        llvm.load_library_permanently(name)
-    except RuntimeError as exc:
-        log.warning("cannot load %s (%s): PARALLEL loops will run serially", name, exc)
-        return False
-    return True
 
 
 class _Uses(StmtVisitor):

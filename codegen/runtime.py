@@ -31,10 +31,12 @@ library - shares one pool.
 """
 from __future__ import annotations
 
+import ctypes.util
 import logging
 import os
 import platform
 import threading
+from functools import cache
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -71,6 +73,22 @@ BODY_TYPE = ir.FunctionType(ir.VoidType(), [T.PTR, I32, I32])   # body(closure, 
 ENTRY_TYPE = ir.FunctionType(ir.VoidType(), [T.PTR, T.PTR, I32, I32])
 
 
+@cache
+def gomp_available() -> bool:
+    """Load libgomp into the process once; False (with one warning) when it is missing."""
+    name = ctypes.util.find_library("gomp")
+    if name is None:
+        log.warning("libgomp not found: PARALLEL loops will run serially. Install libgomp1 "
+                    "(apt-get install libgomp1) for multi-threaded kernels.")
+        return False
+    try:
+        llvm.load_library_permanently(name)
+    except RuntimeError as exc:
+        log.warning("cannot load %s (%s): PARALLEL loops will run serially", name, exc)
+        return False
+    return True
+
+
 def backend() -> str:
     """How PARALLEL loops run: 'kiln' (this pool), 'gomp' (libgomp) or 'serial'.
     KILN_PARALLEL_RUNTIME overrides the default ('kiln' where the futex call is known)."""
@@ -80,7 +98,6 @@ def backend() -> str:
     if raw == "serial":
         return "serial"
     if raw == "gomp" or _futex_number() is None:
-        from .parallel import gomp_available
         return "gomp" if gomp_available() else "serial"
     return "kiln"
 
@@ -577,8 +594,8 @@ def pool_address() -> int:
     global _engine, _address
     with _lock:
         if _address is None:
-            from .target import Target, _init_llvm
-            _init_llvm()
+            from .target import Target, init_llvm
+            init_llvm()
             futex = _futex_number()
             if futex is None:
                 raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "

@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from .cache_store import make_key, open_store
-from .target import Target, _init_llvm
+from .target import Target, init_llvm
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
@@ -37,7 +37,7 @@ class CallSequence:
             if not address or any(not a for a in args):
                 raise CodegenError(f"call {k} of sequence '{name}' has a null function or "
                                    "buffer address")
-        _init_llvm()
+        init_llvm()
         target = Target.from_string("native")
         arities = [len(args) for _, args in calls]
         store = open_store("sequences", "obj")

@@ -45,7 +45,7 @@ CODEGEN_OPTIONS = ("-post-RA-scheduler=false",)
 
 
 @cache
-def _init_llvm() -> None:
+def init_llvm() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     for option in CODEGEN_OPTIONS:
@@ -91,14 +91,14 @@ class Target:
 
     def __post_init__(self):
         if not self.triple:
-            _init_llvm()
+            init_llvm()
             object.__setattr__(self, "triple", llvm.get_process_triple())
 
     # ------------------------------------------------------------------ construction
     @staticmethod
     def native() -> Target:
         """The host CPU, detected through LLVM."""
-        _init_llvm()
+        init_llvm()
         cpu = llvm.get_host_cpu_name()
         feats = _parse_features(llvm.get_host_cpu_features().flatten())
         return Target(cpu=cpu, features=_canonical_features(feats))
@@ -177,7 +177,7 @@ class Target:
 
     def create_target_machine(self, *, for_object: bool = False):
         """An LLVM TargetMachine (opt level 3); PIC relocation when emitting a shared object."""
-        _init_llvm()
+        init_llvm()
         try:
             llvm_target = llvm.Target.from_triple(self.triple)
         except RuntimeError as exc:
@@ -192,7 +192,7 @@ class Target:
         parts = ["llvm", f"-mcpu={self.cpu}"]
         if self.features:
             parts.append(f"-mattr={self.features}")
-        _init_llvm()
+        init_llvm()
         if self.triple != llvm.get_process_triple():
             parts.append(f"-mtriple={self.triple}")
         return " ".join(parts)

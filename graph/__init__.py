@@ -6,10 +6,10 @@
     plan = plan_memory(graph, groups)            # arena offsets for the intermediates
     outputs = run_reference(graph, {"input": x}) # the numpy baseline / test oracle
 """
-from .frontend import load_onnx
+from .onnx.load import load_onnx
 from .ir import FrozenDict, Graph, Node, OpClass, Value
-from .memory_plan import MemoryPlan, plan_memory
-from .ops import op_class
+from .compile.memory_plan import MemoryPlan, plan_memory
+from .ops.core import op_class
 from .passes import FusedGroup, fuse_operators, optimize, verify_graph
 from .reference import run_reference
 

@@ -2,7 +2,7 @@
 
 A compile needs a transformed weight's shape and dtype to build and key its kernels, but
 its values only when the model is assembled. Computing them while the parent process waits
-for its compile workers (graph/parallel_build.py) instead of in a graph pass starts the
+for its compile workers (graph/compile/parallel_build.py) instead of in a graph pass starts the
 workers sooner: ResNet-50's Winograd weights cost the parent 0.3-0.6 s of serial CPU.
 
 `DeferredArray(shape, dtype, fn, *args)` stands in the graph's constants for `fn(*args)`; its

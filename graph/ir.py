@@ -3,7 +3,7 @@
 A `Graph` is a straight-line program. Every `Value` is defined exactly once: as a graph input,
 as a constant (its array lives in `Graph.constants` under the value's name) or as an output of
 exactly one `Node`. Nodes are stored in a valid execution order (producers first). Kiln's op
-set is normalised from ONNX (see `graph/ops.py` for the list and `graph/onnx_ops.py` for how
+set is normalised from ONNX (see `graph/ops/core.py` for the list and `graph/onnx/core.py` for how
 each ONNX operator maps onto it). Everything is frozen; passes build new graphs.
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Graph:
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "graph"
     pinned: Mapping[str, np.ndarray] = field(default_factory=dict)
-    # low-bit element formats (graph/lowbit.py) of the inputs and outputs, by position
+    # low-bit element formats (graph/ops/lowbit.py) of the inputs and outputs, by position
     # (None: an ordinary dtype), or None when there are none: the model boundary converts
     io_formats: tuple[tuple[str | None, ...], tuple[str | None, ...]] | None = None
 

@@ -20,7 +20,7 @@ from ..te.ops import (pack_conv_transpose_weight, unpack_conv_transpose_weight,
                       unpack_grouped_conv_weight,
                       unpack_matmul_weight)
 from ..te.ops.winograd import winograd_matrices_f64
-from .index_bounds import INDEX_INPUTS, check_node_indices
+from .ops.index_bounds import INDEX_INPUTS, check_node_indices
 from .ir import Graph, Node
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from .compile import compile as _compile
-from .graph.executor import CompiledModel
+from .graph.runtime.executor import CompiledModel
 from .te.errors import InternalError, KernelArgumentError, ModelFormatError
 
 # ops whose output depends on their input's shape (or a sequence's length, whether an

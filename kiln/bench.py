@@ -13,7 +13,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .codegen.runtime_config import num_threads_from_env
-from .graph.frontend import load_onnx
+from .graph.onnx.load import load_onnx
 from .graph.passes.fold_constants import fold_constants
 from .graph.passes.simplify import simplify
 from .graph.reference import run_reference

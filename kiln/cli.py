@@ -148,7 +148,7 @@ def _default_model():
 def _tasks_without_records(model, target: str, db, layout: str, winograd: bool) -> tuple[int, int]:
     """(tasks of `model` with no record of this CPU that a compile would apply, tasks)."""
     from .autotune.dispatch import select_record
-    from .graph.compile import model_tasks
+    from .graph.compile.model import model_tasks
     tasks = model_tasks(model, target, layout=layout, winograd=winograd)
     missing = sum(1 for mt in tasks
                   if select_record(mt.task, target, db, similar_cpus=False).record is None)
@@ -201,6 +201,16 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
 
 
+def _record_cpu(target: str) -> str:
+    """The CPU of a stored record's target string (the string itself if it does not parse)."""
+    from .codegen.target import Target
+    from .te.errors import TargetError
+    try:
+        return Target.from_string(target).cpu
+    except TargetError:
+        return target
+
+
 def _cpu_name(target: str) -> str:
     from .codegen.target import Target
     return Target.from_string(target).cpu
@@ -233,7 +243,7 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
                 verbose: bool = False, as_json: bool = False,
                 cluster: str | None = None) -> int:
     from .autotune.confirm import ConfirmOptions
-    from .graph.compile import tune_model
+    from .graph.compile.model import tune_model
     budget = " and ".join(([f"up to {trials} trials in total"] if trials is not None else [])
                           + ([f"for {_duration(seconds)}"] if seconds is not None else []))
     console.print(f"tuning {label} on {target}: {budget} (reusing the {_db_name(db)})")
@@ -271,7 +281,7 @@ def _tune_model(model, label: str, name: str, target: str, trials: int | None, d
 
 def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
              repeat: int = 20, verbose: bool = False, as_json: bool = False) -> int:
-    from .graph.compile import compile_model
+    from .graph.compile.model import compile_model
     compiled = compile_model(model, target=target, db=db, layout=layout, winograd=winograd)
     _print_comparison(model, compiled, repeat=repeat, name=name, verbose=verbose,
                       as_json=as_json)
@@ -280,7 +290,7 @@ def _compare(model, name: str, target: str, db, layout: str, winograd: bool,
 
 def cmd_confirm(args) -> int:
     from .autotune.confirm import ConfirmOptions
-    from .graph.compile import confirm_model
+    from .graph.compile.model import confirm_model
     from .graph.models import MODELS
     db = _open_db(args.db)
     if args.model is None:
@@ -311,7 +321,7 @@ def cmd_confirm(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .graph.compile import compile_model
+    from .graph.compile.model import compile_model
     db = _open_db(args.db)
     if args.c_api or args.target.startswith("wasm32"):
         from .deploy_cli import compile_deployable
@@ -385,8 +395,8 @@ def _summary_line(name: str, compiled, figures: dict, verbose: bool) -> str:
 def _misfits(db, model: str, target: str) -> list[tuple[str, object, str]]:
     """(task name, record, why) for each stored record of `model`'s tasks on any target
     that does not fit the task's search space today."""
-    from .autotune.space import SearchSpace
-    from .graph.compile import model_tasks
+    from .autotune.space.rules import SearchSpace
+    from .graph.compile.model import model_tasks
     targets: dict[str, set] = {}
     for row in db.summary():            # (one pass over the log, not one per task)
         targets.setdefault(row["task_key"], set()).add(row["target"])
@@ -445,8 +455,7 @@ def cmd_logs(args) -> int:
         ok = r["by_status"].get("OK", 0)
         best = f"{r['best_seconds'] * 1e3:.3f}" if r["best_seconds"] else "-"
         gflops = f"{r['best_gflops']:.1f}" if r["best_gflops"] else "-"
-        cpu = next((w.split("=", 1)[1] for w in r["target"].split() if w.startswith("-mcpu=")),
-                   r["target"])
+        cpu = _record_cpu(r["target"])
         when = datetime.fromtimestamp(r["last_time"]).strftime("%Y-%m-%d %H:%M") \
             if isinstance(r["last_time"], (int, float)) else str(r["last_time"])
         threads = ",".join("?" if t is None else str(t) for t in r["threads"])
@@ -473,7 +482,7 @@ def _exchange(args, db) -> int:
     if args.export_file:
         keys = None
         if args.model:
-            from .graph.compile import model_tasks
+            from .graph.compile.model import model_tasks
             keys = {mt.task.workload_key for mt in model_tasks(args.model, args.target)}
         counts = exchange.export_log(db, args.export_file, task_keys=keys)
         console.print(f"exported {counts} from {_db_name(db)} to {args.export_file}")

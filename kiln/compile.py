@@ -10,10 +10,11 @@ from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
 from .autotune.database import Database
 from .autotune.default_db import open_database
-from .graph.compile import tune_model
-from .graph.dynamic import DynamicModel, compile_specialized
-from .graph.staged import StagedModel
-from .graph.executor import CompiledModel, load_compiled
+from .codegen.target import Target
+from .graph.compile.model import tune_model
+from .graph.runtime.dynamic import DynamicModel, compile_specialized
+from .graph.runtime.staged import StagedModel
+from .graph.runtime.executor import CompiledModel, load_compiled
 from .jit.function import JitFunction
 from .te.errors import KilnError
 
@@ -38,10 +39,12 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
     starts, ...). When every shape is known, the result is a CompiledModel. Otherwise it is a
-    DynamicModel (graph/dynamic.py): each run at a new input shape, or a new value of a
+    DynamicModel (graph/runtime/dynamic.py): each run at a new input shape, or a new value of a
     shape-deciding input, compiles a specialisation (same database and options) that later
     runs reuse. A model with NonZero, Unique or NonMaxSuppression (output sizes that depend
-    on the data) is a StagedModel (graph/staged.py): compiled in stages around those ops."""
+    on the data) is a StagedModel (graph/runtime/staged.py): compiled in stages around those ops."""
+    target = Target.from_string(target)     # parsed once: below, a Target
+    threads = None if threads is None else int(threads)
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
                                constants=constants, zero_shot=zero_shot)
@@ -63,6 +66,7 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
     The budget: `trials` (records in the database count towards it, so a rerun resumes)
     and/or `time_budget` seconds of tuning, whichever runs out first; a model's task
     scheduler spends it where the model's latency is. Neither given: 200 trials."""
+    target = Target.from_string(target)     # parsed once: below, a Target
     if time_budget is not None and not (isinstance(time_budget, (int, float))
                                         and time_budget > 0):
         raise KilnError(f"kiln.tune(time_budget={time_budget!r}): give a number of seconds > 0")

@@ -16,7 +16,7 @@ import numpy as np
 from .codegen.deploy import CLibrary, DeployPlan, export_c_library
 from .codegen.deploy.plan import WORKSPACE_ALIGNMENT, Call, Copy, IndexCheck, Ref, Tensor
 from .codegen.deploy.weights import pack_constants
-from .graph.executor import CompiledModel, pinned_arrays
+from .graph.runtime.executor import CompiledModel, pinned_arrays
 from .te.errors import KilnError
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from .codegen.deploy.native import prefix_from_path
 from .codegen.deploy.wasm import WasmModule, export_wasm_module
 from .deploy import deploy_plan
-from .graph.executor import CompiledModel
+from .graph.runtime.executor import CompiledModel
 from .te.errors import KilnError
 
 

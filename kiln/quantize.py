@@ -5,7 +5,7 @@ the convs), then quantize_static in the QDQ format, per-channel int8 weights, ui
 activations, calibrated on the .npy/.npz files of a directory or on random inputs.
 dynamic (transformers): quantize_dynamic, int8 weights, activations quantized at run time
 (DynamicQuantizeLinear + MatMulInteger).
-Kiln then compiles the result into integer kernels (graph/passes/quantize.py).
+Kiln then compiles the result into integer kernels (graph/passes/int8/quantize.py).
 """
 from __future__ import annotations
 

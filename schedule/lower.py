@@ -10,7 +10,6 @@ reduction loop.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from ..te.errors import KilnError, LoweringError, ScheduleError
@@ -24,7 +23,7 @@ from .ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, PrimFun
                  seq)
 from .schedule import AttachKind, Fuse, InlineLoads, Schedule, Split, Stage
 from .simplify import Simplifier
-from .visitor import StmtExprMutator, StmtMutator
+from .passes import LOWER, run_passes
 
 log = logging.getLogger(__name__)
 
@@ -396,34 +395,6 @@ class _ToBuffers(ExprMutator):
         return BufferLoad(node.dtype, info.buffer, _flatten(indices, info.buffer.shape))
 
 
-class _SimplifyStmt(StmtExprMutator):
-    """Simplify every expression, knowing the range of every enclosing loop variable."""
-
-    def visit_For(self, loop: For):
-        if isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm):
-            lo = loop.min.value
-            self.expr_mutator.ranges[loop.loop_var] = (lo, lo + loop.extent.value - 1)
-        return self.generic_visit(loop)
-
-
-def _simplify_stmt(stmt):
-    return _SimplifyStmt(Simplifier({}))(stmt)
-
-
-class _DropTrivialGuards(StmtMutator):
-    def visit_IfThenElse(self, node: IfThenElse):
-        node = self.generic_visit(node)
-        if isinstance(node.cond, IntImm):
-            return node.then_case if node.cond.value else (node.else_case or seq())
-        return node
-
-
-PIPELINE = (
-    ("simplify", _simplify_stmt),
-    ("drop trivial guards", _DropTrivialGuards()),
-)
-
-
 def lower(sch: Schedule, args, name: str = "main", dump: str | None = None) -> PrimFunc:
     """Turn a schedule into a PrimFunc whose parameters are `args`, in order."""
     if not isinstance(sch, Schedule):
@@ -434,17 +405,4 @@ def lower(sch: Schedule, args, name: str = "main", dump: str | None = None) -> P
         raise
     except RecursionError as e:
         raise LoweringError(f"lowering '{name}' recursed too deep: {e}") from e
-    dump_path = dump or os.environ.get("KILN_DUMP_IR")
-    texts = [f"--- after build loop nests ---\n{func}"] if dump_path else []
-    body = func.body
-    for step_name, step in PIPELINE:
-        body = step(body)
-        if dump_path:
-            texts.append(f"--- after {step_name} ---\n{PrimFunc(func.name, func.params, body)}")
-    if dump_path:
-        if dump_path in ("1", "-"):
-            log.warning("\n".join(texts))
-        else:
-            with open(dump_path, "a") as fh:
-                fh.write("\n".join(texts) + "\n")
-    return PrimFunc(func.name, func.params, body)
+    return run_passes(func, LOWER, dump=dump, first="build loop nests")

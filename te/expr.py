@@ -249,7 +249,7 @@ INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "a
 # vpmaddwd on AVX2, no saturation; codegen/dot4.py).
 # dot2_s16(a, b) = a_0 b_0 + a_1 b_1 over the int16 halves of the words a and b (low half
 # first): one vpmaddwd lane. The int8 GEMMs take it with activations widened to int16 pairs
-# ahead of the GEMM (graph/passes/int8_pairs.py: zero-extended uint8, so exact), which leaves
+# ahead of the GEMM (graph/passes/int8/pairs.py: zero-extended uint8, so exact), which leaves
 # the inner loop no byte split at all. (It wraps only for a = b = (-32768, -32768), as
 # vpmaddwd does.)
 # dot2_s16s8(a, b) = the same with b an int16 holding two int8 (low byte first), sign-extended
@@ -260,7 +260,7 @@ INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "a
 # or 0 when sel_t >= 128 (vpshufb's rule): a dot4 of 4 bytes picked from 4 activation words. It promises each pair of
 # b, (b_0, b_1) and (b_2, b_3), is "pair-safe": 255 * (the sum of its positive bytes) <= 32767
 # and 255 * (the sum of its negative bytes) >= -32768, so AVX2's saturating vpmaddubsw is
-# exact for any uint8 activations (graph/passes/int8_perm.py picks the bytes so that it holds;
+# exact for any uint8 activations (graph/passes/int8/perm.py picks the bytes so that it holds;
 # codegen/dot4.py: a vpshufb of the group, then vpmaddubsw + vpmaddwd).
 DOT4_INTRINSICS = ("dot4_u8s8", "dot4_u8s7", "dot4_u8s8sym", "dot4_u8s16", "dot2_s16",
                    "dot2_s16s8", "dot4_u8s8perm")
@@ -557,7 +557,7 @@ def lookup8(x, table, dtype: str) -> Expr:
     by its bit pattern (uint8 value; an int8 -1 reads entry 255). A Call named "lookup8"
     whose first argument is x (its own dtype) and whose other 256 are the entries
     as immediates: the kernel carries its table (a quantized elementwise chain folded at
-    compile time, graph/passes/int8_tables.py; AVX-512 VBMI looks up 64 bytes in 4
+    compile time, graph/passes/int8/tables.py; AVX-512 VBMI looks up 64 bytes in 4
     instructions, codegen/lookup.py)."""
     x, dtype = _as_expr(x), dt.canonical(dtype)
     if x.dtype not in ("int8", "uint8") or dtype not in ("int8", "uint8"):

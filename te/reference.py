@@ -18,7 +18,7 @@ import numpy as np
 from . import expr as E
 from .errors import TEError
 from .tensor import ComputeOp, PlaceholderOp, Tensor, TensorLoad
-from .visit import _children, walk
+from .visit import child_exprs, walk
 from .workload import topo_ops
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _dependencies(root: E.Expr, dim_of: dict) -> dict:
             deps[node] = frozenset((dim_of[node],)) if node in dim_of else frozenset()
             continue
         found = frozenset()
-        for child in _children(node):
+        for child in child_exprs(node):
             found |= deps.get(child, frozenset())
         deps[node] = found
     return deps

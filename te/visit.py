@@ -17,7 +17,7 @@ def _child_fields(node_cls) -> tuple[str, ...]:
     return tuple(f.name for f in fields(node_cls) if f.compare and f.name not in skip)
 
 
-def _children(node):
+def child_exprs(node):
     for name in _child_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, Expr):
@@ -40,7 +40,7 @@ def walk(expr: Expr):
             continue
         seen.add(node)
         yield node
-        stack.extend(reversed(list(_children(node))))
+        stack.extend(reversed(list(child_exprs(node))))
 
 
 @functools.cache

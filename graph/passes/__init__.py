@@ -9,32 +9,33 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from ...codegen.target import Target
 from ..ir import Graph
-from .blocked_layout import to_blocked_layout
+from .layout.blocked import to_blocked_layout
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fusion import FusedGroup, fuse_operators
 from .half_convs import convs_in_float32
-from .int8_implicit import to_implicit_int8_convs
-from .int8_vnni_conv import to_vnni_int8_convs
-from .int8_nhwc import to_pixel_major_int8
-from .int8_pointwise import flatten_pointwise_int8, im2col_int8_convs
-from .int8_pairs import to_int16_pairs
-from .int8_concat import requantized_concats
-from .int8_tables import to_lookup_tables
-from .int8_panels import panel_int8_weights, view_int8_rows
-from .int8_perm import to_saturation_safe_pairs
-from .int8_widen import widen_int8_weights
-from .layout import pack_conv_weights
-from .prepack_weights import prepack_matmul_weights
-from .quantize import fuse_quantized_kernels, pack_integer_kernels
-from .quantized_add import onnxruntime_rounded_adds
-from .quantized_mul import onnxruntime_rounded_muls
-from .sink_layout import sink_layout_moves
+from .int8.implicit import to_implicit_int8_convs
+from .int8.vnni_conv import to_vnni_int8_convs
+from .int8.nhwc import to_pixel_major_int8
+from .int8.pointwise import flatten_pointwise_int8, im2col_int8_convs
+from .int8.pairs import to_int16_pairs
+from .int8.concat import requantized_concats
+from .int8.tables import to_lookup_tables
+from .int8.panels import panel_int8_weights, view_int8_rows
+from .int8.perm import to_saturation_safe_pairs
+from .int8.widen import widen_int8_weights
+from .layout.conv_weights import pack_conv_weights
+from .layout.prepack import prepack_matmul_weights
+from .int8.quantize import fuse_quantized_kernels, pack_integer_kernels
+from .int8.add import onnxruntime_rounded_adds
+from .int8.mul import onnxruntime_rounded_muls
+from .layout.sink import sink_layout_moves
 from .simplify import cancel_transposes, fold_batch_norm, remove_identities, simplify
 from .verify import verify_graph
-from .winograd import to_winograd
+from .layout.winograd import to_winograd
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def optimize(graph: Graph, verify: bool = False, skip: tuple[str, ...] = (),
     """Run PIPELINE but the passes named in `skip`; with `verify`, check the graph's
     invariants after every pass. `target` (a Target or target string) is given to the
     TARGET_PASSES; without one they leave the graph target-neutral."""
+    target = None if target is None else Target.from_string(target)   # parsed once, here
     unknown = set(skip) - {name for name, _ in PIPELINE}
     if unknown:
         raise ValueError(f"optimize(skip=...): no pass named {sorted(unknown)}; the passes are "

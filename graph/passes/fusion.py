@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ...te.errors import InternalError
 from ..ir import Graph, Node, OpClass, Value
-from ..ops import op_class
+from ..ops.core import op_class
 
 _EPILOGUE = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST})
 _INJECTIVE_GROUP = frozenset({OpClass.ELEMWISE, OpClass.BROADCAST, OpClass.INJECTIVE})
@@ -116,7 +116,7 @@ def _pending_epilogue(part: _Partition, node: Node, depth: int = 8) -> bool:
     grouped: its own group will take it (an anchor's group starts later in graph order).
     A concat seeded from one int8 conv's output view would otherwise pull the next conv's
     requantize into the concat and leave that conv writing its int32 accumulator
-    (SqueezeNet's fire modules, graph/passes/int8_concat.py). Asked for injective groups
+    (SqueezeNet's fire modules, graph/passes/int8/concat.py). Asked for injective groups
     only: an anchor's group taking another anchor's bias add beside its residual add is how
     the float ResNets were grouped and tuned (the shipped records' keys)."""
     shape = node.outputs[0].shape

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...te.errors import InternalError
-from .. import ops
+from ..ops import core as ops
 from ..ir import Graph
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..autotune.dispatch import canonical_target
 from ..codegen.runtime_config import num_threads_from_env
 from ..graph.compile import compile_model, prepare_graph
-from ..graph.executor import CompiledModel
+from ..graph.runtime.executor import CompiledModel
 from ..graph.ir import Graph, Value
 from ..schedule.printer import func_str
 from . import methods  # noqa: F401 - binds numpy's operators and methods on Tracer

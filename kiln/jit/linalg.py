@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.onnx_ops import CONVERTERS
+from ..graph.onnx.core import CONVERTERS
 from ..te.errors import ModelFormatError, UnsupportedOperatorError
 from . import shapes
 from .dtypes import ufunc_dtypes

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.executor import CompiledModel, _fast_entry
-from ..graph.index_bounds import RunChecks
+from ..graph.runtime.executor import CompiledModel, _fast_entry
+from ..graph.ops.index_bounds import RunChecks
 
 
 class DirectRunner:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import ops as graph_ops
-from ..graph.frontend import ConvertContext
+from ..graph.ops import core as graph_ops
+from ..graph.onnx.load import ConvertContext
 from ..graph.ir import Graph, Node, Value
 from ..te.errors import ModelFormatError
 from .errors import JitError, TracerBoolError, TracerConversionError, shape_error, user_line

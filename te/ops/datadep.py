@@ -2,7 +2,7 @@
 
 Each writes into a buffer of its static upper bound (the padded output) and computes, in the
 same DAG, how many leading entries are real (`count`, int64[1]); whoever runs the kernel trims
-the padded output to the count (graph/staged.py). Like topk (ordering.py) they are compute
+the padded output to the count (graph/runtime/staged.py). Like topk (ordering.py) they are compute
 stages of reductions with conditions, never an in-place sort: an element's output position is
 the number of elements that come before it, so the stages schedule and fuse like any other.
 """

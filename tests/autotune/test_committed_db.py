@@ -8,7 +8,7 @@ import pytest
 
 from kiln.autotune.database import SCHEMA_VERSION, Database
 from kiln.autotune.default_db import shipped_db_path
-from kiln.graph.task_catalog import check_database
+from tests.task_catalog import check_database
 
 
 @pytest.mark.slow
@@ -34,10 +34,10 @@ def test_every_committed_choice_fits_todays_space_and_trains_the_zero_shot_model
     are enough labels for the zero-shot model."""
     from kiln.autotune import zero_shot as Z
     from kiln.autotune.dispatch import canonical_target
-    from kiln.autotune.space import SearchSpace
-    from kiln.graph import models_zoo
-    from kiln.graph.compile import model_tasks
-    from kiln.graph.task_catalog import tasks_by_key
+    from kiln.autotune.space.rules import SearchSpace
+    from tests import models_zoo
+    from kiln.graph.compile.model import model_tasks
+    from tests.task_catalog import tasks_by_key
     target = canonical_target("native")
     db = Database(shipped_db_path())
     choices = db.latest_choices()

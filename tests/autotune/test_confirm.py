@@ -12,15 +12,15 @@ from kiln.autotune.confirm import (ConfirmOptions, climb_mutations, confirm_rese
                                    confirm_tasks, leading_records)
 from kiln.autotune.database import Choice, Database, Record, config_key
 from kiln.autotune.dispatch import (
-    CONFIRMED_DEFAULT_SOURCE,
-    DEFAULT_SOURCE,
-    apply_best,
-    canonical_target,
-    select_record,
-)
+                                    CONFIRMED_DEFAULT_SOURCE,
+                                    DEFAULT_SOURCE,
+                                    apply_best,
+                                    canonical_target,
+                                    select_record,
+                                    )
 from kiln.autotune.measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from kiln.autotune.scheduler import tune_tasks
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 
 TARGET = canonical_target("native")

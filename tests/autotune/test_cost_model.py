@@ -7,7 +7,7 @@ import pytest
 from kiln.autotune.cost_model import (XGBCostModel, kendall_tau, ndcg, normalize_throughput,
                                       top_k_recall)
 from kiln.autotune.search import Featurizer
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 
 

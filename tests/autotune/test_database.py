@@ -331,7 +331,7 @@ def test_similar_cpus_lends_records_only_of_the_same_vector_isa(db):
 
 
 def test_apply_best_says_when_the_schedule_was_tuned_on_another_cpu(db):
-    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.space.rules import SearchSpace
     from kiln.autotune.task import Task
     from kiln.autotune.tuner import apply_best, canonical_target
     from kiln.codegen import Target

@@ -11,12 +11,12 @@ import pytest
 from kiln.autotune.database import Choice, Database, Record
 from kiln.autotune.features import (FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, V1_LENGTH,
                                     V1_VERSION, extract_features, upgrade_vector)
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.schedule.ir import Allocate, Buffer, BufferLoad, For, ForKind, PrimFunc, Scope, Store
 from kiln.schedule.lower import lower
 from kiln.te import expr as E
-from kiln.te.ops.quantized import matmul_int8x4
+from kiln.te.ops.int8.core import matmul_int8x4
 from kiln.te.tensor import placeholder
 
 TARGET = "llvm -mcpu=znver4"

@@ -9,7 +9,7 @@ import pytest
 
 from kiln import te
 from kiln.autotune.features import V1_LENGTH, V1_VERSION, extract_features, upgrade_vector
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.schedule.ir import (Allocate, Buffer, BufferLoad, For, ForKind, IfThenElse, PrimFunc,
                               Scope, Store, seq)

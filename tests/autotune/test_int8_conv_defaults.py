@@ -1,4 +1,4 @@
-"""Default tiles of int8 convs on AVX-512 / VNNI targets (autotune/space_int8_conv.py): the
+"""Default tiles of int8 convs on AVX-512 / VNNI targets (autotune/space/int8_conv.py): the
 cache tile of an implicit-GEMM int8 conv on a VNNI target is one register tile (other targets
 and plain int8 GEMMs keep the prepacked GEMM defaults); an NHWC depthwise conv's register
 tile takes at most 8 pixels on a 512-bit target (exact on the host)."""
@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_int8_conv import (depthwise_register_rows,
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.int8_conv import (depthwise_register_rows,
                                            one_register_tile_per_cache_tile)
 from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.schedule.lower import lower
-from kiln.te.ops.quantized import matmul_int8x4
-from kiln.te.ops.quantized_nhwc import depthwise_conv2d_integer_nhwc
-from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels
+from kiln.te.ops.int8.core import matmul_int8x4
+from kiln.te.ops.int8.nhwc import depthwise_conv2d_integer_nhwc
+from kiln.te.ops.int8.vnni_conv import conv_int8x4_panels
 from kiln.te.tensor import placeholder
 
 VNNI = Target.from_string("llvm -mcpu=znver4")

@@ -1,4 +1,4 @@
-"""Default schedules of int8 kernels (autotune/space_int8.py, space_defaults.py): the register
+"""Default schedules of int8 kernels (autotune/space/int8.py, space_defaults.py): the register
 tile leaves room for the dot4 lowering's temporaries where it has some (AVX2/AVX-512BW
 madd, not VNNI), and a window anchor (the NCHW depthwise conv) whose rows no vector count
 divides takes a tail-free odd vector; every default kernel is exact against numpy."""
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_int8 import MADD_TEMPORARIES, dot4_register_budget
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.int8 import MADD_TEMPORARIES, dot4_register_budget
 from kiln.autotune.task import Task
 from kiln.codegen.target import Target
 from kiln.graph.reference import _conv_nchw
 from kiln.schedule.lower import lower
-from kiln.te.ops.quantized import conv2d_integer, matmul_int8x4, pack_weight_int8x4
+from kiln.te.ops.int8.core import conv2d_integer, matmul_int8x4, pack_weight_int8x4
 from kiln.te.tensor import placeholder
 
 AVX2 = "llvm -mcpu=haswell"
@@ -99,7 +99,7 @@ def test_depthwise_default_takes_a_tail_free_vector(width, stride, xdtype):
 
 
 def test_dot4_vector_tile_leaves_no_guard():
-    from kiln.autotune.space_int8 import dot4_vector_tile
+    from kiln.autotune.space.int8 import dot4_vector_tile
     assert dot4_vector_tile(49, 8, 8) == 7 and dot4_vector_tile(196, 8, 8) == 7
     assert dot4_vector_tile(3136, 8, 16) == 16          # whole vectors stay as they are
     assert dot4_vector_tile(37, 8, 8) == 8              # a prime: the guarded tail
@@ -111,8 +111,8 @@ def test_short_k_pair_gemm_takes_one_panel_a_tile_and_is_exact(m, k4, n):
     one column panel per cache tile where the activation words are split (AVX2), so LLVM
     does not hoist the rows' halves out of a panel loop and spill them; VNNI keeps its
     tiles."""
-    from kiln.autotune.space_int8 import SHORT_K_WORDS, short_k_columns
-    from kiln.te.ops.quantized import panel_weight_pairs, widen_weight_words
+    from kiln.autotune.space.int8 import SHORT_K_WORDS, short_k_columns
+    from kiln.te.ops.int8.core import panel_weight_pairs, widen_weight_words
     assert k4 <= SHORT_K_WORDS
     rng = np.random.default_rng(k4)
     w8 = rng.integers(-128, 128, (4 * k4, n)).astype(np.int8)

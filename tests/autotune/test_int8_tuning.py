@@ -10,9 +10,9 @@ from kiln.autotune.features import FEATURE_VERSION
 from kiln.autotune.measure import MeasureOptions
 from kiln.autotune.task import Task
 from kiln.autotune.tuner import build_best, canonical_target, tune_task
-from kiln.graph.quant_ops import _unpack_words
+from kiln.graph.ops.int8.core import _unpack_words
 from kiln.graph.reference import _conv_nchw
-from kiln.te.ops.quantized import conv2d_int8x4, pack_weight_int8x4
+from kiln.te.ops.int8.core import conv2d_int8x4, pack_weight_int8x4
 from kiln.te.tensor import placeholder
 
 FAST = MeasureOptions(timeout=60.0, repeat=2, min_repeat_seconds=0.0)

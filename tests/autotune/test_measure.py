@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kiln.autotune.measure import MeasureOptions, MeasureStatus, Runner, TaskData, run_payload
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 
 

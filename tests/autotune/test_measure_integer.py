@@ -9,7 +9,7 @@ from kiln import te
 from kiln.autotune.measure import ROUNDING_TIE_SHARE, MeasureOptions, _compare
 from kiln.autotune.task import Task
 from kiln.te import expr as E
-from kiln.te.ops.quantized import matmul_int8x4
+from kiln.te.ops.int8.core import matmul_int8x4
 from kiln.te.tensor import placeholder
 
 OPTIONS = MeasureOptions()

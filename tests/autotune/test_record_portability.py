@@ -18,10 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 from kiln.autotune.database import SCHEMA_VERSION, Database, Record
 from kiln.autotune.dispatch import apply_best, canonical_target, select_record
 from kiln.autotune.migrate import legacy_knob_names
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.graph import models
-from kiln.graph.compile import compile_model, model_tasks
+from kiln.graph.compile.model import compile_model, model_tasks
 from kiln.schedule import lower
 
 ort = pytest.importorskip("onnxruntime")

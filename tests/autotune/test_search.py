@@ -5,7 +5,7 @@ import numpy as np
 
 from kiln.autotune.database import config_key
 from kiln.autotune.search import ModelSearch, RandomSearch, SearchConfig
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 
 from .test_cost_model import _synthetic_seconds

@@ -11,8 +11,8 @@ from kiln.codegen.target import Target
 from kiln.schedule.ir import ForKind
 from kiln.schedule.visitor import StmtVisitor
 from kiln.te.reference import evaluate
-from kiln.autotune.space import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace, _is_copy_axis,
-                                 _nested_reduce_tiles)
+from kiln.autotune.space.rules import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace, _is_copy_axis,
+                                       _nested_reduce_tiles)
 from kiln.autotune.task import Task
 from kiln.schedule.lower import lower
 from kiln.te import ops

@@ -4,8 +4,8 @@ that stream the weight in short runs): the tiles chosen, and the results against
 import numpy as np
 import pytest
 
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_defaults import (REDUCE_STEPS, _block_axis, _blocks_rows_tile,
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.defaults import (REDUCE_STEPS, _block_axis, _blocks_rows_tile,
                                           _few_pixels_big_weight, _reduce_steps)
 from kiln.autotune.task import Task
 from tests.util import knob, numpy_conv_nchwc, run_config

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
-from kiln.graph.compile import prepare_graph
-from kiln.graph.tasks import extract_tasks
+from kiln.graph.compile.model import prepare_graph
+from kiln.graph.compile.tasks import extract_tasks
 from kiln.te import ops
 from tests.graph.graph_helpers import make_model, ort_run
 from tests.te.test_conv_transpose import conv_transpose_ref

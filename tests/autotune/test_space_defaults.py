@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import SearchSpace, _balanced_rows, _taps_along_rows
-from kiln.autotune.space_defaults import _rows_broadcast
+from kiln.autotune.space.rules import SearchSpace, _balanced_rows, _taps_along_rows
+from kiln.autotune.space.defaults import _rows_broadcast
 from kiln.autotune.task import Task
 from kiln.schedule.interpret import interpret
 from kiln.schedule.lower import lower
@@ -247,7 +247,7 @@ def test_default_cache_tiles_divide_the_axes(width):
 
 def test_gemm_register_tile_takes_six_rows_on_avx2():
     # (capped at 4 while LLVM stored 5+ unrolled rows of accumulators back every k; codegen
-    # now promotes them to registers, codegen/promote.py)
+    # now promotes them to registers, schedule/passes/promote.py)
     for shape in [(96, 64, 96), (840, 128, 256), (1024, 64, 64)]:
         rows, cols = _register_tile(SearchSpace(Task.from_op("matmul", shape, target=AVX2)), "C")
         assert (rows, cols) == (6, 16), shape
@@ -288,7 +288,7 @@ def test_elementwise_default_vector_and_parallel(shape, vector, parallel):
 def test_a_global_pool_unrolls_a_bounded_number_of_taps(plane):
     # ResNet-50's 7x7 global pool over channel blocks: 4 rows x 2 AVX2 vectors x 49 taps
     # were 392 unrolled adds; the outer tap axis stays a loop above MAX_UNROLLED_TAPS
-    from kiln.autotune.space_defaults import MAX_UNROLLED_TAPS
+    from kiln.autotune.space.defaults import MAX_UNROLLED_TAPS
     from kiln.te import ops
     X = te.placeholder((1, 128, plane, plane, 16), name="X")
     Y = ops.mean(X, axis=(2, 3), keepdims=True, name="mean")

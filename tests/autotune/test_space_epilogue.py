@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import LEGACY, SearchSpace
+from kiln.autotune.space.rules import LEGACY, SearchSpace
 from kiln.autotune.task import Task
 from kiln.schedule.lower import lower
 from kiln.schedule.schedule import AttachKind

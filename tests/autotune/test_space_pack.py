@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
 from kiln.schedule.lower import lower

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.graph import models
-from kiln.graph.compile import prepare_graph
+from kiln.graph.compile.model import prepare_graph
 from kiln.graph.reference import run_node
-from kiln.graph.tasks import extract_tasks
+from kiln.graph.compile.tasks import extract_tasks
 from kiln.schedule.lower import lower
 from kiln.te import ops
 from tests.util import run_config

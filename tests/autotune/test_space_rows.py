@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import AT_ANCHOR, INLINE, LEGACY, SearchSpace
+from kiln.autotune.space.rules import AT_ANCHOR, INLINE, LEGACY, SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.schedule.lower import lower

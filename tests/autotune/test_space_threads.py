@@ -1,6 +1,6 @@
 """SearchSpace takes its thread count and target explicitly; the environment is only the
 fallback when no count is given, read once when the space is made."""
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.codegen.target import Target
 
 from .test_space_windows import gemv

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune import space_defaults as sd
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_defaults import (WIDE_MAX_BLOCKS, WIDE_MAX_ROWS, _blocks_rows_tile,
+from kiln.autotune.space import defaults as sd
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.defaults import (WIDE_MAX_BLOCKS, WIDE_MAX_ROWS, _blocks_rows_tile,
                                           _blocks_rows_tile_wide, _partial_vector_tile,
                                           _vector_tile)
 from kiln.autotune.task import Task

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kiln import codegen, te
-from kiln.autotune.space import (AT_ANCHOR, INLINE, ROOT_FLAT, ROOT_ROWS, SearchSpace)
+from kiln.autotune.space.rules import (AT_ANCHOR, INLINE, ROOT_FLAT, ROOT_ROWS, SearchSpace)
 from kiln.autotune.task import Task
 from kiln.codegen import Target
 from kiln.schedule.lower import lower

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.schedule.ir import For, ForKind
 from kiln.schedule.lower import lower
@@ -128,9 +128,9 @@ def test_input_transform_vectors_stay_inside_one_channel_block(shape):
 def test_a_model_group_with_bias_residual_and_relu_under_sampled_configs():
     from onnx import helper
 
-    from kiln.graph.compile import prepare_graph
+    from kiln.graph.compile.model import prepare_graph
     from kiln.graph.reference import run_reference
-    from kiln.graph.tasks import extract_tasks
+    from kiln.graph.compile.tasks import extract_tasks
     from tests.graph.graph_helpers import make_model
     rng = np.random.default_rng(6)
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),

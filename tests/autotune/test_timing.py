@@ -6,7 +6,7 @@ import pytest
 
 from kiln.autotune.database import Database
 from kiln.autotune.measure import MeasureOptions, MeasureStatus, TaskData, run_payload
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.autotune.timing import PARTS, SUB_PARTS, TrialTimer, merge_summaries
 from kiln.autotune.tuner import canonical_target, tune_task

@@ -13,7 +13,7 @@ from kiln.autotune.database import Database, Record
 from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
 from kiln.autotune.measure import MeasureOptions, Runner
 from kiln.autotune.search import Featurizer, SearchConfig
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.autotune.transfer import load_prior
 from kiln.autotune.tuner import TaskTuner, canonical_target

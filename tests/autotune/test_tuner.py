@@ -16,7 +16,7 @@ from kiln.autotune.database import Database, Record, config_key
 from kiln.autotune.measure import MeasureOptions
 from kiln.autotune.scheduler import tune_tasks
 from kiln.autotune.search import Featurizer
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.autotune.tuner import apply_best, build_best, canonical_target, tune_task
 from kiln.schedule.lower import lower

@@ -11,10 +11,10 @@ from kiln.autotune.database import Choice, Database, Record
 from kiln.autotune.dispatch import Selection, apply_selection, canonical_target
 from kiln.autotune.features import FEATURE_VERSION, N_FEATURES
 from kiln.autotune.search import Featurizer
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.graph import models
-from kiln.graph.compile import model_tasks
+from kiln.graph.compile.model import model_tasks
 
 
 def _synthetic_db(path, tasks, seed=0) -> Database:
@@ -308,7 +308,7 @@ def test_a_zero_shot_compile_is_kept_in_the_model_cache_under_its_own_key(tmp_pa
                                                                          monkeypatch):
     """The second zero-shot compile of a model loads it whole (its picks included); a
     compile with zero-shot off is another entry, with the defaults."""
-    from kiln.graph import model_cache
+    from kiln.graph.compile import model_cache
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)
     proto = models.mlp(batch=3, sizes=(37, 24, 13))

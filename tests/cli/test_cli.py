@@ -160,7 +160,7 @@ def test_logs_check_lists_and_prune_removes_records_that_no_longer_fit(tmp_path)
     from kiln.autotune.database import Database, Record
     from kiln.autotune.dispatch import canonical_target
     from kiln.graph import models
-    from kiln.graph.compile import model_tasks
+    from kiln.graph.compile.model import model_tasks
     model = models.mlp(sizes=(16, 8))
     path = tmp_path / "mlp.onnx"
     onnx.save(model, path)

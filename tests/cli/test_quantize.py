@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.models import default_cnn, mlp
 from kiln.graph.passes import optimize
 from kiln.quantize import random_inputs

@@ -9,7 +9,8 @@ import pytest
 from .cg_util import buf, load, loop, rand, seq
 from ..util import finishes_in_child
 from kiln.codegen import Target, build, jit
-from kiln.codegen.emit_module import emit_module, remove_unit_loops
+from kiln.codegen.emit_module import emit_module
+from kiln.schedule.passes.unit_loops import remove_unit_loops
 from kiln.schedule.ir import ForKind, IfThenElse, PrimFunc, Store
 from kiln.schedule.printer import stmt_str
 from kiln.te import expr as E

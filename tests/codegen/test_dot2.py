@@ -1,4 +1,4 @@
-"""dot2_s16 / dot2_s16s8 (codegen/dot4.py) and matmul_int16x2 (te/ops/quantized_pairs.py):
+"""dot2_s16 / dot2_s16s8 (codegen/dot4.py) and matmul_int16x2 (te/ops/int8/pairs.py):
 int16 activation pairs times int16 or int8 weight pairs, exact against numpy, lowered
 through target strings (AVX2: one vpmaddwd, vpmovsxbw for the int8 pairs, no byte split;
 SSE2; odd lane counts as plain IR); the weight and activation layouts against numpy."""
@@ -10,9 +10,9 @@ import pytest
 import kiln
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized import pack_weight_int8x4, widen_weight_words
-from kiln.te.ops.quantized_pairs import (matmul_int16x2, narrow_weight_pairs,
-                                         pair_weight_rows, widen_words_int16x2)
+from kiln.te.ops.int8.core import pack_weight_int8x4, widen_weight_words
+from kiln.te.ops.int8.pairs import (matmul_int16x2, narrow_weight_pairs,
+                                    pair_weight_rows, widen_words_int16x2)
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
 from tests.util import vector_gemm_schedule

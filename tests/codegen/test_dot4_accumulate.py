@@ -15,7 +15,7 @@ from kiln.codegen.emit_module import emit_module
 from kiln.codegen.target import Target
 from kiln.schedule import lower
 from kiln.te import expr as E
-from kiln.te.ops.quantized import pack_weight_int8x4
+from kiln.te.ops.int8.core import pack_weight_int8x4
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum
 from tests.util import vector_gemm_schedule

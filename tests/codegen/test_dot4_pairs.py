@@ -1,7 +1,7 @@
 """dot4_u8s16 (codegen/dot4.py): uint8 activation words times int16 weight pairs, exact,
 against numpy's integer product, lowered through target strings: AVX2 (two vpmaddwd and no
 vpmaddubsw), SSE2 (128-bit vpmaddwd), odd lane counts (plain IR); the weight packing
-(te/ops/quantized.py widen_weight_words, panel_weight_pairs) against numpy."""
+(te/ops/int8/core.py widen_weight_words, panel_weight_pairs) against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import kiln
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized import (matmul_int8x4, pack_weight_int8x4, panel_weight_pairs,
+from kiln.te.ops.int8.core import (matmul_int8x4, pack_weight_int8x4, panel_weight_pairs,
                                    widen_weight_words)
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum

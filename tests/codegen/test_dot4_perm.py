@@ -1,4 +1,4 @@
-"""dot4_u8s8perm (codegen/dot4.py) and matmul_int8x4_perm (te/ops/quantized_perm.py): a dot4
+"""dot4_u8s8perm (codegen/dot4.py) and matmul_int8x4_perm (te/ops/int8/perm.py): a dot4
 of 4 bytes picked out of a group of 4 activation words by a selector, lowered with one vpshufb
 and vpmaddubsw + vpmaddwd on AVX2 (exact for pair-safe weights), vpdpbusd with VNNI, plain IR
 elsewhere. Every lowering against numpy's integer product and te.reference, on activations of
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen.build import DEFAULT_FASTMATH, fastmath_flags
 from kiln.codegen.emit_module import emit_module
@@ -19,8 +19,8 @@ from kiln.codegen.target import Target
 from kiln.schedule import lower
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized_perm import (matmul_int8x4_perm, pair_safe,
-                                        pair_weight_groups)
+from kiln.te.ops.int8.perm import (matmul_int8x4_perm, pair_safe,
+                                   pair_weight_groups)
 from kiln.te.reference import dot4_u8s8perm_reference
 from kiln.te.tensor import compute, placeholder, reduce_axis
 from kiln.te.tensor import sum as te_sum

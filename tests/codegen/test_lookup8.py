@@ -12,7 +12,7 @@ from kiln.codegen.dot4 import target_features
 from kiln.codegen.target import Target
 from kiln.te import expr as E
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized import lookup_table
+from kiln.te.ops.int8.core import lookup_table
 from kiln.te.reference import evaluate
 from kiln.te.tensor import placeholder
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from .cg_util import buf, elementwise, load, loop
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import Target, build
 from kiln.codegen import loop_hints

@@ -1,4 +1,4 @@
-"""Register promotion of accumulator tiles (codegen/promote.py): the rewrite itself on
+"""Register promotion of accumulator tiles (schedule/passes/promote.py): the rewrite itself on
 hand-built loop IR, the cases it must refuse, results against numpy, and the fix it pins:
 a 6-row GEMM register tile keeps its accumulators in registers across the k loop (LLVM's own
 promotion gave up from 5 rows on and stored every accumulator back every k step)."""
@@ -9,10 +9,10 @@ import pytest
 
 from .cg_util import buf, load, loop
 from .test_loops import blocked_matmul
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
-from kiln.codegen.promote import promote_register_tiles
+from kiln.schedule.passes.promote import promote_register_tiles
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, Scope, Store, seq
 from kiln.schedule.lower import lower
 from kiln.te import expr as E

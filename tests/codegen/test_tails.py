@@ -1,4 +1,4 @@
-"""Tail splitting (codegen/tails.py): a guarded tile loop becomes a whole-tile copy and one
+"""Tail splitting (schedule/passes/tails.py): a guarded tile loop becomes a whole-tile copy and one
 tail copy of constant extent. The rewrite on hand-built loop IR, the loops it must leave
 alone, and compiled kernels with awkward extents (1, 7, 13, 17) against numpy, including
 register-promoted tiles whose tail it specialises."""
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from .cg_util import buf, load, loop
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import build
-from kiln.codegen.promote import promote_register_tiles
-from kiln.codegen.tails import MIN_COPIES_TO_SPLIT_VECTORS, split_tails
+from kiln.schedule.passes.promote import promote_register_tiles
+from kiln.schedule.passes.tails import MIN_COPIES_TO_SPLIT_VECTORS, split_tails
 from kiln.schedule.ir import Allocate, ForKind, IfThenElse, PrimFunc, Scope, Store, seq
 from kiln.te import expr as E
 from tests.util import knob, run_config, task_inputs

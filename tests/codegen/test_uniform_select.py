@@ -1,4 +1,4 @@
-"""Lane-uniform selects made branches (codegen/uniform_select.py): the analysis, the rewrite
+"""Lane-uniform selects made branches (schedule/passes/uniform_select.py): the analysis, the rewrite
 of a concatenation along the vectorized axis, and compiled concatenations against numpy with
 boundaries that are and are not multiples of the lane count (uniform ones read their inputs
 with whole-vector loads, checked in the LLVM IR)."""
@@ -14,11 +14,11 @@ from kiln import te
 from kiln.codegen import build
 from kiln.codegen.emit_module import emit_module, fastmath_flags
 from kiln.codegen.target import Target
-from kiln.codegen.uniform_select import branch_uniform_selects, is_lane_uniform, multiple_of
+from kiln.schedule.passes.uniform_select import branch_uniform_selects, is_lane_uniform, multiple_of
 from kiln.schedule.ir import For, ForKind
 from kiln.schedule.lower import lower
 from kiln.te import expr as E
-from kiln.te.ops.quantized import quantize
+from kiln.te.ops.int8.core import quantize
 from kiln.te.ops.transform import concatenate
 
 RNG = np.random.default_rng(3)

@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 
 _ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,

@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
 from kiln.graph.reference import run_reference
 
@@ -164,7 +164,7 @@ def test_wide_channels_that_16_does_not_divide_take_padded_blocks_of_16(c, h, w)
 
 
 def test_channel_block_pads_to_16_only_for_wide_channels():
-    from kiln.graph.passes.blocked_layout import channel_block
+    from kiln.graph.passes.layout.blocked import channel_block
     assert [channel_block(c) for c in (8, 24, 440, 504, 512, 520, 1000, 27, 600, 1001)] == \
         [8, 8, 8, 8, 16, 16, 16, 8, 16, 16]
 

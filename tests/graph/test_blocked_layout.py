@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize, to_blocked_layout
 from kiln.graph.reference import run_reference
 from kiln.te.errors import KilnError

@@ -8,7 +8,7 @@ import kiln
 from kiln.autotune.database import Database
 from kiln.autotune.measure import MeasureOptions
 from kiln.graph import models
-from kiln.graph.compile import compile_model, model_tasks, tune_model
+from kiln.graph.compile.model import compile_model, model_tasks, tune_model
 from kiln.te.errors import KilnError
 
 from .graph_helpers import ort_run
@@ -99,7 +99,7 @@ def test_records_of_a_cpu_with_the_same_vector_isa_serve_and_are_named(tmp_path,
     """A log tuned on another CPU of the same vector ISA (znver4 vs znver5) serves a CPU
     with no records of its own, and the summary says so; compile in one or two processes."""
     from kiln.autotune.database import Record
-    from kiln.autotune.space import SearchSpace
+    from kiln.autotune.space.rules import SearchSpace
     from kiln.autotune.tuner import canonical_target
     from kiln.codegen import Target
     model = SMALL["mlp"]()

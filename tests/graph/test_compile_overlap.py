@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from kiln.graph import models
-from kiln.graph import parallel_build
-from kiln.graph.compile import compile_model, prepare_graph
+from kiln.graph.compile import parallel_build
+from kiln.graph.compile.model import compile_model, prepare_graph
 from kiln.graph.deferred import DeferredArray, resolve_pending
-from kiln.graph.tasks import extract_tasks
+from kiln.graph.compile.tasks import extract_tasks
 from kiln.te.errors import KilnError, ModelFormatError
 from kiln.te.ops import unpack_conv_weight_blocked
 from kiln.te.ops.winograd import pack_winograd_weight
@@ -80,7 +80,7 @@ def test_workers_start_while_tasks_are_still_being_found(monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", "off")
     model = models.default_cnn(image_size=16, width=8)
     graph, groups = prepare_graph(model)
-    from kiln.graph.compile import _build_task
+    from kiln.graph.compile.model import _build_task
     from kiln.autotune.dispatch import select_record
     with parallel_build.StreamingBuild("native", 2, _build_task,
                                        lambda mt: select_record(mt.task, "native", None, 1),

@@ -1,4 +1,4 @@
-"""3-D Conv (graph/onnx_ops_conv3d.py: depth taps folded into channels of a 2-D conv): the
+"""3-D Conv (graph/onnx/conv3d.py: depth taps folded into channels of a 2-D conv): the
 numpy reference executor and compiled models against onnxruntime, over strides, dilations,
 pads, groups and awkward sizes, and the errors for inconsistent shapes."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
 from kiln.te.errors import ModelFormatError
 
@@ -120,7 +120,7 @@ def r2plus1d_block(channels: int, mid: int, frames: int, size: int, groups: int 
 ])
 def test_2plus1d_block_stays_frames_major(channels, mid, frames, size, groups):
     """Between the two convs and around the residual add, the moves to and from
-    [N, C, D, H, W] cancel (graph/passes/sink_layout.py): only the model's input and output
+    [N, C, D, H, W] cancel (graph/passes/layout/sink.py): only the model's input and output
     are transposed, and with whole channel blocks the taps run blocked."""
     model, feeds = r2plus1d_block(channels, mid, frames, size, groups)
     graph = optimize(load_onnx(model))

@@ -1,4 +1,4 @@
-"""Dead kernel taps (graph/conv_taps.py): a dilated conv whose outer taps only read padding
+"""Dead kernel taps (graph/onnx/conv_taps.py): a dilated conv whose outer taps only read padding
 becomes a smaller conv. The trimmed window is checked against a direct numpy conv over
 random windows, and compiled models against onnxruntime."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model
-from kiln.graph.conv_taps import trimmed_window
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model
+from kiln.graph.onnx.conv_taps import trimmed_window
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import make_model, ort_run
 

@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model, prepare_graph
-from kiln.graph.frontend import ConvertContext, load_onnx
+from kiln.graph.compile.model import compile_model, prepare_graph
+from kiln.graph.onnx.load import ConvertContext, load_onnx
 from kiln.graph.ir import Value
-from kiln.graph.onnx_ops import CONVERTERS
+from kiln.graph.onnx.core import CONVERTERS
 from kiln.te.errors import ModelFormatError, UnsupportedOperatorError
 
 from .graph_helpers import assert_matches_ort, make_model, ort_run

@@ -1,4 +1,4 @@
-"""ConvTranspose over 5-D inputs (graph/onnx_ops_convtranspose3d.py): the stride-1 3-D conv
+"""ConvTranspose over 5-D inputs (graph/onnx/convtranspose3d.py): the stride-1 3-D conv
 over the spread-out input, against onnxruntime and the numpy reference, with strides,
 explicit and automatic pads, output_padding, output_shape, dilations and groups on odd
 sizes."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.te.errors import ModelFormatError
 
 from .graph_helpers import one_node_model

@@ -1,4 +1,4 @@
-"""NonZero, Unique and NonMaxSuppression (te/ops/datadep.py, graph/staged.py): Kiln-compiled
+"""NonZero, Unique and NonMaxSuppression (te/ops/datadep.py, graph/runtime/staged.py): Kiln-compiled
 padded kernels trimmed to their counts, against onnx's reference evaluator; empty results,
 size-1 inputs, ties and identical boxes; random inputs (hypothesis) at a few compiled shapes;
 and a detection-like graph (NMS -> Gather of the kept boxes -> float ops) against
@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.ops_datadep import nms_reference, unique_reference
-from kiln.graph.staged import StagedModel
+from kiln.graph.ops.datadep import nms_reference, unique_reference
+from kiln.graph.runtime.staged import StagedModel
 
 from .graph_helpers import ort_run
 

@@ -1,4 +1,4 @@
-"""Ifs whose branches hold a data-dependent-size op (graph/staged.py): torchvision's
+"""Ifs whose branches hold a data-dependent-size op (graph/runtime/staged.py): torchvision's
 batched_nms (`if boxes.numel() == 0: return empty else: nms(...)`) after a score-threshold
 NonZero, as in its detection models' postprocess, against onnxruntime with empty, few and
 many detections; an If on a graph input (no stage before it); the op in a Loop body refused
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.staged import StagedModel, has_data_dependent_ops
+from kiln.graph.runtime.staged import StagedModel, has_data_dependent_ops
 
 from .graph_helpers import ort_run
 

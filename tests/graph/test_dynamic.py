@@ -1,4 +1,4 @@
-"""Dynamic shapes and graph inputs that decide shapes (graph/dynamic.py, frontend values):
+"""Dynamic shapes and graph inputs that decide shapes (graph/runtime/dynamic.py, frontend values):
 a model with a symbolic batch compiled once and run at several batches, Reshape/Slice/Pad
 shape inputs specialised by value, Clip bounds and Pad values as runtime kernel arguments,
 `constants=` pinning, and the errors. Oracle: onnxruntime."""
@@ -12,9 +12,9 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph import dynamic
-from kiln.graph.executor import CompiledModel
-from kiln.graph.frontend import InputValueNeeded, load_onnx
+from kiln.graph.runtime import dynamic
+from kiln.graph.runtime.executor import CompiledModel
+from kiln.graph.onnx.load import InputValueNeeded, load_onnx
 from kiln.te.errors import KernelArgumentError, KilnError, ModelFormatError
 
 from .graph_helpers import make_model, ort_run
@@ -130,7 +130,7 @@ def test_shape_inputs_are_specialised_by_value_and_clip_bounds_stay_runtime(
     compiled = kiln.compile(model, db=None, jobs=1)
     assert isinstance(compiled, dynamic.DynamicModel)
     x = _rand(5, 6)
-    with caplog.at_level(logging.WARNING, logger="kiln.graph.dynamic"):
+    with caplog.at_level(logging.WARNING, logger="kiln.graph.runtime.dynamic"):
         for shape, start, lo, hi in [((3, 10), 1, -0.5, 0.5), ((3, 10), 1, -0.1, 0.9),
                                      ((10, 3), -2, -1.0, 0.3), ((3, 10), 1, 0.2, 1.0)]:
             feeds = _feeds(x, shape, start, lo, hi)

@@ -1,4 +1,4 @@
-"""DynamicQuantizeLinear's whole-tensor min and max (graph/onnx_quant_ops.py _whole_reduce):
+"""DynamicQuantizeLinear's whole-tensor min and max (graph/onnx/quant.py _whole_reduce):
 two reductions, over every axis but the contiguous last one, then over it, with the same
 scale and zero point as onnx's reference evaluator for ranks 1-4, odd extents, and the
 extreme values placed first, last and inside."""
@@ -10,7 +10,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import make_model
 

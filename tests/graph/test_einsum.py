@@ -1,4 +1,4 @@
-"""Einsum with contracted labels runs as batched matmuls (graph/onnx_ops_more.py): random
+"""Einsum with contracted labels runs as batched matmuls (graph/onnx/more.py): random
 equations over two and three operands against numpy.einsum, and the graph an attention
 einsum becomes (no broadcast product, no reduction)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import make_model
 

@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 from kiln.graph import models
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import KernelArgumentError, ModelFormatError, UnsupportedOperatorError
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from kiln.graph import models
-from kiln.graph.compile import compile_model
-from kiln.graph.executor import load_compiled
+from kiln.graph.compile.model import compile_model
+from kiln.graph.runtime.executor import load_compiled
 from kiln.te.errors import KernelArgumentError, ModelFormatError
 
 from .graph_helpers import ort_run
@@ -113,7 +113,7 @@ def test_load_compiled_reports_missing_files(tmp_path):
 def test_native_call_sequence_matches_kernel_by_kernel_calls(cnn, image):
     """run() makes one native call that runs every kernel on the plan's fixed buffers; the
     result is the kernel-by-kernel result (checked calls through Python), bit for bit."""
-    from kiln.graph.executor import CompiledModel
+    from kiln.graph.runtime.executor import CompiledModel
     _, compiled = cnn
     assert compiled._sequence is not None
     assert compiled._sequence.calls == len(compiled.plan.steps)

@@ -5,7 +5,7 @@ import numpy as np
 from onnx import helper
 
 from kiln.graph import models
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import OpClass
 from kiln.graph.passes import fuse_operators, optimize
 

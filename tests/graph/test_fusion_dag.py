@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import Graph, Node, Value
 from kiln.graph.passes import fuse_operators, optimize
 from kiln.graph.passes.fusion import check_groups

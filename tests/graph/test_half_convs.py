@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.compile import prepare_graph
+from kiln.graph.compile.model import prepare_graph
 
 from .graph_helpers import ort_run
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.executor import load_compiled
-from kiln.graph.frontend import load_onnx
+from kiln.graph.runtime.executor import load_compiled
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import IndexOutOfRangeError, KernelArgumentError
 

@@ -1,4 +1,4 @@
-"""Concats of differently quantized int8 tensors (graph/passes/int8_concat.py): each input is
+"""Concats of differently quantized int8 tensors (graph/passes/int8/concat.py): each input is
 requantized to the output's parameters where it is made (a byte table in the producing
 conv's epilogue) and the concat moves bytes. Two or three int8 convs of x, each with its own
 scale and zero point (one may share the output's), concatenated along channels, then a conv;
@@ -15,7 +15,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
 
 from .graph_helpers import make_model

@@ -1,5 +1,5 @@
-"""Saturation-safe int8 convs read from padded NHWC words (graph/passes/int8_implicit.py,
-te/ops/quantized_perm_conv.py): on AVX2 without VNNI, an im2col + matmul_int8x4_perm with C4
+"""Saturation-safe int8 convs read from padded NHWC words (graph/passes/int8/implicit.py,
+te/ops/int8/perm_conv.py): on AVX2 without VNNI, an im2col + matmul_int8x4_perm with C4
 a multiple of 4 becomes [pad ->] conv_int8x4_perm. The kernel equals numpy's integer conv
 (batch 2, prime spatial sizes, strides, dilations, uneven windows, 8- and
 16-column panels); the compiled models equal, bit for bit, the reference of the graph
@@ -13,16 +13,16 @@ import pytest
 
 import kiln
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_implicit import to_implicit_int8_convs
+from kiln.graph.passes.int8.implicit import to_implicit_int8_convs
 from kiln.graph.reference import run_reference
 from kiln.schedule.lower import lower
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized_perm import pair_weight_groups
-from kiln.te.ops.quantized_perm_conv import conv_int8x4_perm
+from kiln.te.ops.int8.perm import pair_weight_groups
+from kiln.te.ops.int8.perm_conv import conv_int8x4_perm
 from kiln.te.tensor import placeholder
 
 from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight

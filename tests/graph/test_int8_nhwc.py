@@ -1,4 +1,4 @@
-"""int8 convs in pixel-major layout (graph/passes/int8_nhwc.py): dense packed convs become
+"""int8 convs in pixel-major layout (graph/passes/int8/nhwc.py): dense packed convs become
 im2col_nhwc_int8x4 + matmul_int8x4 over [pixels, K4] columns, depthwise integer convs
 depthwise_conv2d_integer_nhwc, with their epilogues in NHWC. The compiled model equals, bit for
 bit, the numpy reference of the integer graph without the rewrite (exact accumulation, the
@@ -12,15 +12,15 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import fuse_operators, optimize
-from kiln.graph.passes.int8_nhwc import nhwc_weight_words, to_pixel_major_int8
-from kiln.graph.passes.int8_widen import panel_width
+from kiln.graph.passes.int8.nhwc import nhwc_weight_words, to_pixel_major_int8
+from kiln.graph.passes.int8.widen import panel_width
 from kiln.graph.reference import IMPLS, run_reference
-from kiln.te.ops import quantized as tq
+from kiln.te.ops.int8 import core as tq
 from kiln.te.tensor import placeholder
 
 from .graph_helpers import make_model
@@ -288,11 +288,11 @@ def _silu_se_model(c: int, f: int, h: int, w: int):
 def test_float_detours_between_convs_run_pixel_major():
     """QDQ SiLU and squeeze-excite between two int8 convs: the per-tensor (de)quantizes,
     the sigmoid, the broadcast gate multiply and the global pool take the NHWC activations
-    as they are (graph/passes/sink_layout.py, quantized), so no transpose is left between
+    as they are (graph/passes/layout/sink.py, quantized), so no transpose is left between
     the convs; bit-identical to the NCHW detour."""
     model = _silu_se_model(5, 12, 7, 6)
     feeds = {"x": R.standard_normal((1, 5, 7, 6)).astype(np.float32)}
-    # (the SiLU and the gate's sigmoid are byte tables: graph/passes/int8_tables.py)
+    # (the SiLU and the gate's sigmoid are byte tables: graph/passes/int8/tables.py)
     nhwc = _check_exact(model, feeds, {"matmul_int8x4", "lookup_table", "reduce_mean"})
     assert nhwc.op_counts().get("transpose") == 2, nhwc.op_counts()   # in and out only
     pool = next(n for n in nhwc.nodes if n.op == "reduce_mean")

@@ -1,4 +1,4 @@
-"""int8 GEMMs over int16 activation pairs (graph/passes/int8_pairs.py): an im2col or a pack
+"""int8 GEMMs over int16 activation pairs (graph/passes/int8/pairs.py): an im2col or a pack
 writes the activation words' pairs and the GEMM becomes matmul_int16x2 with int8 weight
 pairs, on AVX2 without VNNI and for at least MIN_COLUMNS output columns. The compiled models
 equal, bit for bit, the reference of the graph without the pass (and numpy's integer
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_pairs import MIN_COLUMNS
+from kiln.graph.passes.int8.pairs import MIN_COLUMNS
 from kiln.graph.reference import IMPLS, run_reference
 
 from .test_int8_pointwise import _pointwise_model

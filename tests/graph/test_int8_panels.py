@@ -1,6 +1,6 @@
 """matmul_int8x4's byte-word weights as column panels on VNNI targets
-(graph/passes/int8_panels.py, te/ops/quantized.py panel_weight_words) and the VNNI dot4
-GEMM's one-register-tile cache tiles (autotune/space_int8.py): chosen from the target and
+(graph/passes/int8/panels.py, te/ops/int8/core.py panel_weight_words) and the VNNI dot4
+GEMM's one-register-tile cache tiles (autotune/space/int8.py): chosen from the target and
 the column count, and exact against numpy's integer product (K odd / 1 / prime, M 1 or
 prime, a tail panel in the TE op), lowered for VNNI (native here) and AVX2."""
 from __future__ import annotations
@@ -13,19 +13,19 @@ from onnx import helper
 
 import kiln
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
-from kiln.autotune.space_int8 import one_row_tile_per_cache_tile
+from kiln.autotune.space.rules import SearchSpace
+from kiln.autotune.space.int8 import one_row_tile_per_cache_tile
 from kiln.autotune.task import Task
 from kiln.codegen.dot4 import dot4_strategies, target_features
 from kiln.codegen.target import Target
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import Node, Value
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_panels import panel_width, panels_int8, view_int8_rows
-from kiln.graph.quant_ops import _matmul_int8x4_reference
+from kiln.graph.passes.int8.panels import panel_width, panels_int8, view_int8_rows
+from kiln.graph.ops.int8.core import _matmul_int8x4_reference
 from kiln.schedule.lower import lower
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized import matmul_int8x4, pack_weight_int8x4, panel_weight_words
+from kiln.te.ops.int8.core import matmul_int8x4, pack_weight_int8x4, panel_weight_words
 from kiln.te.tensor import placeholder
 
 from .graph_helpers import make_model

@@ -1,4 +1,4 @@
-"""Saturation-safe int8 GEMMs (graph/passes/int8_perm.py): on AVX2 without VNNI, a
+"""Saturation-safe int8 GEMMs (graph/passes/int8/perm.py): on AVX2 without VNNI, a
 matmul_int8x4 whose constant weight has a pair-safe matching in every (column panel, group of
 4 words) becomes matmul_int8x4_perm (vpshufb + vpmaddubsw); the compiled models equal, bit for
 bit, the reference of the graph without the pass and numpy's integer product: uint8 and int8
@@ -14,11 +14,11 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_perm import perm_weight, weight_bytes
+from kiln.graph.passes.int8.perm import perm_weight, weight_bytes
 from kiln.graph.reference import run_reference
-from kiln.te.ops.quantized import pack_weight_int8x4
+from kiln.te.ops.int8.core import pack_weight_int8x4
 
 from .graph_helpers import make_model
 from .test_int8_pointwise import _pointwise_model

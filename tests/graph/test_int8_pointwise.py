@@ -1,8 +1,8 @@
-"""1x1 packed int8 convs over flattened pixels (graph/passes/int8_pointwise.py): the conv and
+"""1x1 packed int8 convs over flattened pixels (graph/passes/int8/pointwise.py): the conv and
 its elementwise epilogue (offset, requantize, a residual DQ -> Add -> Q) run on [N, C, 1,
 H*W] views and a view restores [N, F, H, W]; the compiled model equals, bit for bit, the numpy
 reference of the same integer graph without the rewrite (exact accumulation). These NCHW forms
-are what the pipeline does with the pixel-major pass (graph/passes/int8_nhwc.py, which takes
+are what the pipeline does with the pixel-major pass (graph/passes/int8/nhwc.py, which takes
 these convs first) skipped: NCHW = ("pixel-major int8",)."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import fuse_operators, optimize
-from kiln.graph.passes.int8_pointwise import flatten_pointwise_int8
+from kiln.graph.passes.int8.pointwise import flatten_pointwise_int8
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model

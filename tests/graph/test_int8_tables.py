@@ -1,4 +1,4 @@
-"""Quantized elementwise chains as byte tables (graph/passes/int8_tables.py): a Sigmoid,
+"""Quantized elementwise chains as byte tables (graph/passes/int8/tables.py): a Sigmoid,
 SiLU (through an inner Q -> DQ, as onnxruntime's quantizer writes EfficientNet's, or in
 float), HardSwish, HardSigmoid, Tanh or a GELU of erf between a DQ and a Q, uint8 and int8
 (also mixed in/out), zero points across the range, awkward shapes (primes, 1). Every one of
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.int8_tables import to_lookup_tables
-from kiln.graph.passes.quantize import fuse_quantized_kernels
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.tables import to_lookup_tables
+from kiln.graph.passes.int8.quantize import fuse_quantized_kernels
 
 from .graph_helpers import make_model
 

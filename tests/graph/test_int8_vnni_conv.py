@@ -1,5 +1,5 @@
 """int8 convs on VNNI targets as implicit GEMMs with column-panel weights
-(graph/passes/int8_vnni_conv.py, te/ops/quantized_vnni_conv.py): an im2col + matmul_int8x4,
+(graph/passes/int8/vnni_conv.py, te/ops/int8/vnni_conv.py): an im2col + matmul_int8x4,
 or a 1x1 conv's matmul_int8x4 over the words, becomes [pad ->] conv_int8x4_panels. The kernel
 equals numpy's integer conv on the host (any dot4 lowering: batch 2, prime sizes, strides,
 dilations, uneven windows, a zero-padded last panel); the rewritten graphs equal, bit for
@@ -18,18 +18,18 @@ from hypothesis import strategies as st
 
 import kiln
 from kiln import codegen
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.codegen import Target
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_vnni_conv import (grouped_panel_block, grouped_weight_panels,
+from kiln.graph.passes.int8.vnni_conv import (grouped_panel_block, grouped_weight_panels,
                                               panel_block, takes_vnni, to_vnni_int8_convs,
                                               weight_panels)
 from kiln.graph.reference import run_reference
 from kiln.schedule.lower import lower
 from kiln.te.errors import TEError
-from kiln.te.ops.quantized_vnni_conv import conv_int8x4_panels, group_words
+from kiln.te.ops.int8.vnni_conv import conv_int8x4_panels, group_words
 from kiln.te.tensor import placeholder
 
 from .test_int8_perm import AVX2, _gaussian, _ops, _with_weight
@@ -246,7 +246,7 @@ def test_grouped_panels_reference_equals_a_grouped_conv(groups, cg4, fg, kh, kw,
     """The graph op's numpy reference on grouped_weight_panels, against numpy's grouped conv
     (the reference the model tests above compare the compiled kernels with)."""
     from kiln.graph.ir import FrozenDict, Node, Value
-    from kiln.graph.quant_ops_vnni_conv import _conv_int8x4_panels_reference
+    from kiln.graph.ops.int8.vnni_conv import _conv_int8x4_panels_reference
     block = grouped_panel_block(fg, groups * fg, 16)
     if block is None or (groups * fg) % block:
         return

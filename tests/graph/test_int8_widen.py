@@ -1,4 +1,4 @@
-"""int8 weights as int16 pairs (graph/passes/int8_widen.py): chosen from the target (AVX2
+"""int8 weights as int16 pairs (graph/passes/int8/widen.py): chosen from the target (AVX2
 without VNNI yes, VNNI or no target no), and the compiled kernels equal numpy's integer
 product bit for bit: MatMulInteger (u8 and s8 activations, zero points, K odd / 1 / prime,
 N not a multiple of 8, N past one column panel), a QDQ conv per channel through im2col, and
@@ -13,9 +13,9 @@ from onnx import helper
 
 import kiln
 from kiln.graph import passes
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.int8_widen import widens_int8
+from kiln.graph.passes.int8.widen import widens_int8
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model
@@ -27,7 +27,7 @@ AVX2 = "llvm -mcpu=haswell"        # runs on this CPU (and on any AVX2 machine)
 
 @pytest.fixture(autouse=True)
 def _without_saturation_safe_pairs(monkeypatch):
-    """These tests pin the int16-pair forms: graph/passes/int8_perm.py (which would take the
+    """These tests pin the int16-pair forms: graph/passes/int8/perm.py (which would take the
     weights it can prove safe first; tests/graph/test_int8_perm.py) is off, and so is the
     model cache, whose key does not see the pipeline."""
     monkeypatch.setattr(passes, "PIPELINE", tuple(
@@ -94,7 +94,7 @@ def test_qdq_conv_with_pairs_is_exact(xdtype, c, f, h, w, strides, kernel, pads)
     graph = load_onnx(model)
     plain = optimize(graph)                                    # no target: byte words
     widened = optimize(graph, target=AVX2)
-    # the convs run as pixel-major GEMMs (graph/passes/int8_nhwc.py) over int16 pairs
+    # the convs run as pixel-major GEMMs (graph/passes/int8/nhwc.py) over int16 pairs
     gemms = [n for n in widened.nodes if n.op == "matmul_int8x4"]
     assert gemms and all(len(n.inputs[1].shape) >= 3 for n in gemms)
     oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from kiln.graph.compile import model_tasks
+from kiln.graph.compile.model import model_tasks
 from kiln.quantize import quantize_model
 
 from .graph_helpers import make_model
@@ -45,7 +45,7 @@ def test_int8_tasks_have_one_key_whatever_the_quantization_parameters(tmp_path):
 
 
 def test_a_requantized_add_has_one_key_whatever_its_scales():
-    """onnxruntime's ratio form of a quantized add (graph/passes/quantized_add.py): the
+    """onnxruntime's ratio form of a quantized add (graph/passes/int8/add.py): the
     ratios of the scales are kernel arguments, not immediates in the DAG."""
     from .test_quantized_add import _qdq_add
     keys = [{t.task.workload_key for t in model_tasks(_qdq_add("uint8", seed=seed)[0])}

@@ -5,7 +5,7 @@ import numpy as np
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize, pack_conv_weights
 from kiln.graph.reference import run_reference
 from kiln.te.ops import unpack_conv_weight

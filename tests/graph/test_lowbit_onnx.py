@@ -1,4 +1,4 @@
-"""ONNX models with the low-bit element types (graph/lowbit.py, graph/onnx_lowbit.py) compiled
+"""ONNX models with the low-bit element types (graph/ops/lowbit.py, graph/onnx/lowbit.py) compiled
 by Kiln against onnx's reference evaluator: Cast/CastLike to and from every format,
 QuantizeLinear/DequantizeLinear into int16/uint16, int4/uint4/int2/uint2, float8 and float4,
 blocked quantization (with a remainder block), data movement on low-bit values, a packed int4

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.graph.compile import compile_model, prepare_graph
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model, prepare_graph
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import Graph, Node, Value
 from kiln.graph.lower_te import LOWERINGS, lower_group, lower_node
-from kiln.graph.ops import OPS
+from kiln.graph.ops.core import OPS
 from kiln.graph.passes.fusion import fuse_operators
 from kiln.graph.reference import run_reference
-from kiln.graph.tasks import extract_tasks
+from kiln.graph.compile.tasks import extract_tasks
 from kiln.te.errors import UnsupportedOperatorError
 from kiln.te.workload import workload_key
 

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.graph import models
-from kiln.graph.frontend import load_onnx
-from kiln.graph.memory_plan import BufferSlot, MemoryPlan, check_plan, plan_buffers, plan_memory
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.compile.memory_plan import BufferSlot, MemoryPlan, check_plan, plan_buffers, plan_memory
 from kiln.graph.passes import fuse_operators, optimize
 from kiln.te.errors import InternalError
 

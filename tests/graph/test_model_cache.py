@@ -1,4 +1,4 @@
-"""Whole models in the persistent cache (graph/model_cache.py): a second compile loads the
+"""Whole models in the persistent cache (graph/compile/model_cache.py): a second compile loads the
 plan, constants and kernels; any changed input or option is a miss; bad entries rebuild."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 import kiln
 from kiln.autotune.database import Database
-from kiln.graph import model_cache, models
+from kiln.graph.compile import model_cache
+from kiln.graph import models
 
 
 @pytest.fixture
@@ -117,7 +118,7 @@ def test_the_database_is_part_of_the_key(cache_root, tmp_path, monkeypatch):
 
 
 def test_graph_objects_and_disabled_cache_are_not_cached(tmp_path, monkeypatch):
-    from kiln.graph.frontend import load_onnx
+    from kiln.graph.onnx.load import load_onnx
     model = _model()
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "c"))
     graph = load_onnx(model)

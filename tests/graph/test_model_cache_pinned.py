@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph import dynamic
+from kiln.graph.runtime import dynamic
 
 from .graph_helpers import make_model, ort_run
 

@@ -1,4 +1,5 @@
-"""Tuned choices tried against their defaults inside the compiled model (graph/model_check.py)."""
+"""Tuned choices tried against their defaults inside the compiled model
+(graph/compile/model_check.py)."""
 from __future__ import annotations
 
 import math
@@ -10,9 +11,10 @@ import pytest
 
 from kiln.autotune.database import Choice, Database, Record
 from kiln.autotune.dispatch import canonical_target
-from kiln.autotune.space import SearchSpace
-from kiln.graph import model_check, models
-from kiln.graph.compile import compile_model, model_tasks
+from kiln.autotune.space.rules import SearchSpace
+from kiln.graph.compile import model_check
+from kiln.graph import models
+from kiln.graph.compile.model import compile_model, model_tasks
 
 TARGET = canonical_target("native")
 
@@ -155,7 +157,7 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     """tune_model hands the task scheduler (1 - SHARE) of a time budget, then checks inside
     the model by the deadline of the whole budget, and the reports say what it found."""
     from kiln.autotune.scheduler import TaskReport
-    from kiln.graph import compile as C
+    from kiln.graph.compile import model as C
     model = models.mlp(sizes=(48, 32, 16, 10))
     tasks = model_tasks(model, TARGET)
     seen = {}

@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from kiln.graph import models
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 
 from .graph_helpers import assert_matches_ort
 

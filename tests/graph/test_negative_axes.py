@@ -14,7 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import kiln
-from kiln.graph.onnx_ops import CONVERTERS
+from kiln.graph.onnx.core import CONVERTERS
 
 from .graph_helpers import make_model, ort_run
 

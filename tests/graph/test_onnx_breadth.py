@@ -83,7 +83,7 @@ def test_causal_conv_with_state_expands_to_its_function_body():
 def test_expand_functions_leaves_what_it_cannot_expand():
     """Only nodes without a converter that onnx defines as a function are replaced; the
     body's internal values get fresh names and the node's outputs keep theirs."""
-    from kiln.graph.onnx_functions import expand_functions
+    from kiln.graph.onnx.functions import expand_functions
     x = np.zeros((2, 3), np.float32)
     m = one_node("Celu", {"x": x}, opset=18, alpha=0.5)
     assert expand_functions(m, lambda d, op: True) is m
@@ -188,7 +188,7 @@ def test_tensor_scatter_with_runtime_write_indices(mode):
 def test_expand_functions_renames_what_a_subgraph_reads():
     """LinearAttention's body is a Scan whose subgraph reads values of the body around it:
     the expanded model computes what the node computes (in onnx's reference evaluator)."""
-    from kiln.graph.onnx_functions import expand_functions
+    from kiln.graph.onnx.functions import expand_functions
     feeds = {n: R.standard_normal(s).astype(np.float32) for n, s in (
         ("q", (2, 3, 8)), ("k", (2, 3, 8)), ("v", (2, 3, 8)), ("decay", (2, 3, 8)),
         ("beta", (2, 3, 2)))}
@@ -211,7 +211,7 @@ def test_expand_functions_renames_what_a_subgraph_reads():
 def test_roi_align(mode, coords):
     """Boxes inside, across the border and outside the image, from two images; the graph
     reference (numpy) agrees too."""
-    from kiln.graph.frontend import load_onnx
+    from kiln.graph.onnx.load import load_onnx
     from kiln.graph.reference import run_reference
     x = R.standard_normal((2, 3, 7, 9)).astype(np.float32)
     rois = np.array([[0.5, 1.0, 6.0, 5.5], [-3.0, -2.0, 4.0, 20.0], [7.5, 5.0, 8.0, 5.2],

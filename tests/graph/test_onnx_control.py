@@ -1,5 +1,5 @@
-"""If, Loop and Scan inlined at conversion (graph/onnx_ops_control.py) and ops converted
-through their ONNX function body (graph/onnx_ops_functions.py): Kiln-compiled code against
+"""If, Loop and Scan inlined at conversion (graph/onnx/control.py) and ops converted
+through their ONNX function body (graph/onnx/function_ops.py): Kiln-compiled code against
 onnxruntime, and the refusals of a condition or trip count known only at run time."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kiln
-from kiln.graph.dynamic import DynamicModel
+from kiln.graph.runtime.dynamic import DynamicModel
 from kiln.te.errors import UnsupportedOperatorError
 
 from .graph_helpers import ort_run

@@ -1,4 +1,4 @@
-"""ONNX's early experimental operators as onnxruntime runs them (graph/onnx_ops_experimental.py):
+"""ONNX's early experimental operators as onnxruntime runs them (graph/onnx/experimental.py):
 ImageScaler, Scale, Affine, ScaledTanh, ParametricSoftplus and Crop, compiled and in the
 numpy reference, against onnxruntime; bad attributes are named."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.te.errors import ModelFormatError
 
 from .test_onnx_ordering import check

@@ -1,5 +1,5 @@
 """ai.onnx.ml Binarizer and ArrayFeatureExtractor, TfIdfVectorizer (onnx_ops_ordering.py), and
-OptionalHasElement/OptionalGetElement without optional types (graph/onnx_ops_sequence.py):
+OptionalHasElement/OptionalGetElement without optional types (graph/onnx/sequence.py):
 Kiln-compiled code against onnxruntime."""
 from __future__ import annotations
 

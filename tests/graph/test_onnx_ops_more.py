@@ -1,4 +1,4 @@
-"""The operators of graph/onnx_ops_more.py: Kiln-compiled code and the numpy reference executor
+"""The operators of graph/onnx/more.py: Kiln-compiled code and the numpy reference executor
 against onnxruntime, on one-node models with awkward shapes (1, primes) and negative axes."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import ModelFormatError
 

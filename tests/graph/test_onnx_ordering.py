@@ -1,5 +1,5 @@
 """CumProd, TopK, Compress, Col2Im, MaxUnpool, MaxPool's Indices, Det, Upsample, Pad 'wrap'
-(te/ops/ordering.py, graph/onnx_ops_ordering.py) and MelWeightMatrix: Kiln-compiled code and
+(te/ops/ordering.py, graph/onnx/ordering.py) and MelWeightMatrix: Kiln-compiled code and
 the numpy reference against onnxruntime on one-node models with awkward shapes (1, primes),
 ties, negative axes."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 from kiln.te.errors import UnsupportedOperatorError
 

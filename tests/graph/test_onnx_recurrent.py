@@ -1,4 +1,4 @@
-"""RNN, GRU and LSTM unrolled into graph ops (graph/onnx_ops_recurrent.py): Kiln-compiled code
+"""RNN, GRU and LSTM unrolled into graph ops (graph/onnx/recurrent.py): Kiln-compiled code
 against onnxruntime, with run-time sequence_lens shorter than the sequence, both directions,
 initial states, peepholes, clip and non-default activations (layout=1, which onnxruntime
 lacks, is covered by onnx's node tests)."""

@@ -1,4 +1,4 @@
-"""ONNX sequence and optional values (graph/onnx_ops_sequence.py), checked against onnx's
+"""ONNX sequence and optional values (graph/onnx/sequence.py), checked against onnx's
 ReferenceEvaluator: sequences inside a model, sequence inputs and outputs (lists of arrays),
 optionals, and the clear errors."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.dynamic import DynamicModel
-from kiln.graph.frontend import InputValueNeeded, load_onnx
+from kiln.graph.runtime.dynamic import DynamicModel
+from kiln.graph.onnx.load import InputValueNeeded, load_onnx
 from kiln.te.errors import KilnError, ModelFormatError
 
 F = TensorProto.FLOAT

@@ -1,4 +1,4 @@
-"""Adagrad, Adam, Momentum and training-mode BatchNormalization (graph/onnx_ops_training.py):
+"""Adagrad, Adam, Momentum and training-mode BatchNormalization (graph/onnx/training.py):
 Kiln-compiled code against onnx's reference evaluator (onnxruntime lacks the preview.training
 domain), the learning rate and step count run-time inputs (T = 0: the first-step branch)."""
 from __future__ import annotations

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from kiln.graph import models
-from kiln.graph.compile import compile_model
-from kiln.graph.executor import load_compiled
-from kiln.graph.parallel_build import linker
+from kiln.graph.compile.model import compile_model
+from kiln.graph.runtime.executor import load_compiled
+from kiln.graph.compile.parallel_build import linker
 from kiln.te.errors import KilnError
 
 needs_linker = pytest.mark.skipif(linker() is None, reason="no C compiler driver to link with")

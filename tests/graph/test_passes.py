@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 from kiln.graph import models
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import Graph, Node, Value
 from kiln.graph.passes import (cancel_transposes, eliminate_common_subexpressions,
                                eliminate_dead_code, fold_batch_norm, fold_constants, optimize,

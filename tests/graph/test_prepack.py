@@ -1,4 +1,4 @@
-"""Compile-time pre-packing of constant matmul weights (graph/passes/prepack_weights.py):
+"""Compile-time pre-packing of constant matmul weights (graph/passes/layout/prepack.py):
 where the pass fires, what it leaves alone, and whole models vs onnxruntime."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import pytest
 from onnx import helper
 
 from kiln.graph import models
-from kiln.graph.compile import compile_model, prepare_graph
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model, prepare_graph
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
 from kiln.graph.passes.fusion import fuse_operators
-from kiln.graph.passes.prepack_weights import matmul_weight_block, prepack_matmul_weights
+from kiln.graph.passes.layout.prepack import matmul_weight_block, prepack_matmul_weights
 from kiln.graph.reference import run_reference
 from kiln.te import ops
 

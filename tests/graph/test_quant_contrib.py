@@ -1,4 +1,4 @@
-"""onnxruntime's com.microsoft QOperator ops (graph/onnx_quant_contrib.py) against
+"""onnxruntime's com.microsoft QOperator ops (graph/onnx/quant_contrib.py) against
 onnxruntime itself (onnx's evaluator has none of them), through Kiln's reference and compiled
 model: within one quantization step, exact for QGemm's integer part."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 
 from .test_quant_ops import _ort, check_ort, ms_model, s8, u8

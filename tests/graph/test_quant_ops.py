@@ -11,7 +11,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model
@@ -245,7 +245,7 @@ def test_qlinear_concat():
 
 
 def test_blocked_dequantization():
-    """block_size 2 along axis 1 (blocked Q/DQ: graph/onnx_lowbit.py), a runtime input."""
+    """block_size 2 along axis 1 (blocked Q/DQ: graph/onnx/lowbit.py), a runtime input."""
     x = s8(4, 4)
     node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=1, block_size=2)
     model = make_model([node], {"x": x}, [("y", "float32")],

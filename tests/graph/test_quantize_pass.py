@@ -1,4 +1,4 @@
-"""The QDQ -> integer kernel pass (graph/passes/quantize.py): what it rewrites, what it leaves
+"""The QDQ -> integer kernel pass (graph/passes/int8/quantize.py): what it rewrites, what it leaves
 alone, and that the compiled integer kernels agree with the spec (onnx's reference evaluator
 running the QDQ model in float) within one quantization step, and with onnxruntime's int8
 run of models quantized by onnxruntime.quantization."""
@@ -11,7 +11,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import fuse_quantized_kernels, optimize
 from kiln.graph.reference import run_reference
 

@@ -1,4 +1,4 @@
-"""Quantized adds in onnxruntime's rounding (graph/passes/quantized_add.py): bit for bit what
+"""Quantized adds in onnxruntime's rounding (graph/passes/int8/add.py): bit for bit what
 onnxruntime's int8 run gives, within one step of the ONNX reference, and only where matched."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes.quantized_add import ratio_form
+from kiln.graph.passes.int8.add import ratio_form
 
 from .graph_helpers import make_model
 

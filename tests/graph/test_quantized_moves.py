@@ -1,4 +1,4 @@
-"""Data movement on quantized tensors (graph/passes/quantize.py `_move_on_integers`): a
+"""Data movement on quantized tensors (graph/passes/int8/quantize.py `_move_on_integers`): a
 reshape, transpose, slice, split or concat between a DQ and a Q of one scale, zero point and
 type runs on the integers (ShuffleNet-V2's channel shuffle and split). Checked bit for bit
 against onnx's reference evaluator and onnxruntime int8, with convs around the shuffle (the
@@ -13,8 +13,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.quantize import fuse_quantized_kernels
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.quantize import fuse_quantized_kernels
 
 from .graph_helpers import make_model
 

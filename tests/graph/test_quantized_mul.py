@@ -1,4 +1,4 @@
-"""Quantized multiplies in onnxruntime's rounding (graph/passes/quantized_mul.py): every one
+"""Quantized multiplies in onnxruntime's rounding (graph/passes/int8/mul.py): every one
 of the 65,536 byte pairs through DQ -> Mul -> Q, compiled by Kiln, equals onnxruntime int8
 bit for bit, at RegNet-Y-400MF's squeeze-excitation scales (where the float32 QDQ order
 differs from it at 2 pairs) and at random scales and zero points, uint8 and int8, with the
@@ -11,8 +11,8 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
-from kiln.graph.passes.quantized_mul import onnxruntime_rounded_muls
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes.int8.mul import onnxruntime_rounded_muls
 
 from .graph_helpers import make_model
 

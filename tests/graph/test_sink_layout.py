@@ -1,4 +1,4 @@
-"""graph/passes/sink_layout.py: transposes and reshapes moved past pointwise ops keep every
+"""graph/passes/layout/sink.py: transposes and reshapes moved past pointwise ops keep every
 output equal (numpy reference executor; compiled kernels against onnxruntime), meet their
 inverse and cancel, and stay put where an operand cannot move with them."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from kiln.graph.compile import compile_model
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import compile_model
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import cancel_transposes, sink_layout_moves, verify_graph
-from kiln.graph.passes.sink_layout import _reshape_groups
+from kiln.graph.passes.layout.sink import _reshape_groups
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model, ort_run

@@ -17,7 +17,7 @@ from kiln.autotune.database import Database
 from kiln.autotune.default_db import shipped_db_path
 from kiln.autotune.dispatch import apply_best, select_record
 from kiln.graph import models
-from kiln.graph.compile import compile_model, model_tasks
+from kiln.graph.compile.model import compile_model, model_tasks
 from kiln.codegen.build import DEFAULT_FASTMATH
 from kiln.codegen.emit_module import emit_module, fastmath_flags
 from kiln.codegen.jit import object_code, optimize

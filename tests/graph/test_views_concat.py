@@ -15,7 +15,7 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.frontend import load_onnx
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.ir import FrozenDict, Node, Value
 from kiln.graph.passes import fuse_operators, optimize
 from kiln.te.errors import InternalError

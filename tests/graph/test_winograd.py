@@ -10,11 +10,11 @@ import pytest
 from onnx import helper
 
 import kiln
-from kiln.graph.compile import prepare_graph
-from kiln.graph.frontend import load_onnx
+from kiln.graph.compile.model import prepare_graph
+from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
-from kiln.graph.passes import winograd as winograd_pass
-from kiln.graph.passes.winograd import winograd_tile_size
+from kiln.graph.passes.layout import winograd as winograd_pass
+from kiln.graph.passes.layout.winograd import winograd_tile_size
 from kiln.graph.reference import run_reference
 
 from .graph_helpers import make_model, ort_run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kiln.graph.executor import CompiledModel
+from kiln.graph.runtime.executor import CompiledModel
 
 import kiln
 import kiln.numpy as knp

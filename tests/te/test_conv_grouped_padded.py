@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space import SearchSpace
+from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
 from kiln.te import ops
 from kiln.te.errors import TEError

@@ -111,7 +111,7 @@ def test_canonical_text_is_the_json_of_the_canonical_form_for_every_node_kind():
     lambda: models.bert_like_encoder(seq=8, hidden=32, heads=2, layers=1, vocab=50),
 ])
 def test_canonical_text_matches_for_every_model_task(build):
-    from kiln.graph.compile import model_tasks
+    from kiln.graph.compile.model import model_tasks
     for mt in model_tasks(build()):
         outputs = list(mt.task.outputs)
         assert te.canonical_text(outputs) == _json_text(outputs), mt.name

@@ -1,0 +1,157 @@
+"""Keep a task's tuned choice only where the whole model runs faster with it.
+
+Why: a confirmation (autotune/confirm.py) times each kernel alone, in a worker, its data hot
+in cache. Inside the model the kernel meets its neighbours' data and a colder cache. On a
+quiet znver3 (benchmarks/RESULTS.md, 2026-11-26 11:40 UTC) ten minutes of tuning a RegNet-like model
+confirmed 10 choices that each beat their default alone, and the model ran 7% slower with
+them than with its defaults.
+
+So after tuning, each task whose schedule is not its default (a confirmed choice, or a best
+record compiles take without one), heaviest task first, is tried against its default inside
+the compiled model: the model compiled with the choice and
+the model compiled with the default (kernels come from the kernel cache but the one that
+differs) are timed in interleaved rounds, and the default comes back as the task's choice
+unless the choice makes the model faster. Reverting commits a new confirmation that names
+the default (with the kernel-alone rows of the one it replaces, which stay the zero-shot
+model's labels); keeping it changes nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ...autotune.database import Choice, Database
+from ...autotune.dispatch import Selection, canonical_target, select_record
+from ...autotune.space.rules import SearchSpace
+
+log = logging.getLogger(__name__)
+
+ROUNDS = 9              # interleaved rounds of the two models
+SAMPLES = 3             # timed samples of each model per round (their median counts)
+SAMPLE_SECONDS = 0.01   # a sample runs the model this long at least
+MARGIN = 0.0            # the choice stays if the model with it takes < (1 - MARGIN) x
+SHARE = 0.15            # of a time budget, kept for this check (tune_model)
+SECONDS_PER_TASK = 3.0  # a check of one task on two cores (a compile and the rounds), before
+                        # one has been timed
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """One task's choice tried inside the model."""
+    task: str               # the task's name
+    task_key: str
+    ratio: float            # model time with the choice over with the default (paired median)
+    kept: bool              # the choice stays (else the default is the task's choice again)
+
+
+def paired_ratio(run_a: Callable[[], object], run_b: Callable[[], object],
+                 rounds: int = ROUNDS, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median over `rounds` of (a's time / b's time), a and b timed back to back in each
+    round (which goes first alternates), each as the median of SAMPLES samples of enough
+    runs to last SAMPLE_SECONDS: both sides of a ratio see the same machine load."""
+    run_a(), run_b()                                   # warm-up: page faults, caches
+    start = clock()
+    run_a()
+    runs = max(1, math.ceil(SAMPLE_SECONDS / max(clock() - start, 1e-7)))
+
+    def sample(fn) -> float:
+        times = []
+        for _ in range(SAMPLES):
+            start = clock()
+            for _ in range(runs):
+                fn()
+            times.append((clock() - start) / runs)
+        return statistics.median(times)
+
+    ratios = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a = sample(run_a)
+            b = sample(run_b)
+        else:
+            b = sample(run_b)
+            a = sample(run_a)
+        ratios.append(a / b)
+    return statistics.median(ratios)
+
+
+def model_clock(threads: int) -> Callable[[], float]:
+    """At one thread the model runs on the calling thread: its CPU time leaves out other
+    processes' slices on a shared machine (as the measurement workers' kernel_clock does)."""
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def _standing_choice(task_key: str, target: str, threads: int, selection: Selection,
+                     db: Database) -> Choice:
+    """The selection as a confirmation: its own, or (a task whose best record compiles
+    take without one, e.g. tuning ran out of time before confirming it) one naming that
+    record, with no rows and the record's time as both the winner's and the default's."""
+    if selection.choice is not None:
+        return selection.choice
+    seconds = selection.record.mean_cost
+    best = db.best(task_key, target, 1, threads=threads)
+    return Choice(task_key, target, threads, selection.record.config, False, seconds, seconds,
+                  min(seconds, best[0].mean_cost) if best else seconds)
+
+
+def _default_choice(choice: Choice, default_config: dict) -> Choice:
+    """A new confirmation naming the default in place of `choice` (its kernel-alone rows kept)."""
+    return dataclasses.replace(choice, config=default_config, is_default=True,
+                               seconds=choice.default_seconds, timestamp=time.time())
+
+
+def check_choices_in_model(compile_now: Callable[[], object], tasks, target: str,
+                           db: Database, threads: int, deadline: float | None = None,
+                           rounds: int = ROUNDS) -> list[ModelCheck]:
+    """Try each task's non-default schedule (a confirmed choice or a best record) against
+    its default inside the model (see the module docstring), heaviest task first; `tasks`:
+    the model's ModelTasks,
+    `compile_now()`: the model compiled with `db` as it stands, at `threads`. With
+    `deadline` (a time.perf_counter() value), a check starts only if it should end by then
+    (it takes as long as the slowest so far). Returns what each check found."""
+    target = canonical_target(target)
+    order = sorted(tasks, key=lambda mt: -mt.weight * mt.task.flops)
+    pending = []
+    for mt in order:
+        task = mt.task.retargeted(target)
+        space = SearchSpace(task, threads)
+        selection = select_record(task, target, db, threads, space=space)
+        if selection.record is not None:
+            pending.append((mt, space, _standing_choice(task.workload_key, target, threads,
+                                                        selection, db)))
+    if not pending:
+        return []
+    clock = model_clock(threads)
+    current = compile_now()
+    inputs = current._example_inputs()
+    results, longest = [], 0.0
+    for mt, space, choice in pending:
+        expected = longest or SECONDS_PER_TASK
+        if deadline is not None and time.perf_counter() + expected > deadline:
+            log.info("in-model check stopped at the deadline (%d of %d tasks checked)",
+                     len(results), len(pending))
+            break
+        start = time.perf_counter()
+        db.commit_choice(_default_choice(choice, space.default_config()))
+        try:
+            reverted = compile_now()
+            ratio = paired_ratio(lambda: current.run(inputs), lambda: reverted.run(inputs),
+                                 rounds, clock)
+        except BaseException:       # (Ctrl-C too) the choice stands as it was
+            db.commit_choice(dataclasses.replace(choice, timestamp=time.time()))
+            raise
+        kept = ratio < 1.0 - MARGIN
+        if kept:
+            db.commit_choice(dataclasses.replace(choice, timestamp=time.time()))
+        else:
+            current = reverted
+        results.append(ModelCheck(mt.name, mt.task.workload_key, ratio, kept))
+        log.info("%s: the model runs %.3fx as long with its choice as with its default: %s",
+                 mt.name, ratio, "kept" if kept else "back to the default")
+        longest = max(longest, time.perf_counter() - start)
+    return results
