@@ -30,7 +30,7 @@ from kiln.codegen.deploy import part_sizes  # noqa: E402
 from kiln.codegen.deploy.wasmtime_run import WasmtimeModel  # noqa: E402
 from kiln.deploy import deploy_plan, export_c  # noqa: E402
 from kiln.deploy_wasm import export_wasm  # noqa: E402
-from kiln.graph.compile import compile_model  # noqa: E402
+from kiln.graph.compile.model import compile_model  # noqa: E402
 from tests.task_catalog import BENCHMARK_MODELS  # noqa: E402
 from tests.deploy import browser  # noqa: E402
 from tests.deploy.test_c_abi import build_harness  # noqa: E402

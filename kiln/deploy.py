@@ -81,7 +81,7 @@ def _compiled(model, input_shapes, constants, target, db, threads, layout,
               winograd) -> CompiledModel:
     if isinstance(model, CompiledModel):
         return model
-    from .graph.compile import compile_model
+    from .graph.compile.model import compile_model
     try:
         return compile_model(model, target=target, db=db, input_shapes=input_shapes,
                              threads=threads, layout=layout, winograd=winograd,

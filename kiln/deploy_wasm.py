@@ -27,7 +27,7 @@ def export_wasm(model, path: str | os.PathLike, *, prefix: str | None = None,
     if isinstance(model, CompiledModel):
         compiled = model
     else:
-        from .graph.compile import compile_model
+        from .graph.compile.model import compile_model
         try:
             compiled = compile_model(model, db=db, input_shapes=input_shapes, threads=1,
                                      layout=layout, winograd=winograd, constants=constants,

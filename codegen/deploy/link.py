@@ -9,7 +9,7 @@ from typing import Iterable
 import llvmlite.binding as llvm
 
 from ...te.errors import CodegenError, InternalError
-from ..target import Target, _init_llvm
+from ..target import Target, init_llvm
 
 
 def parse(text: str, what: str, target: Target, data_layout: str) -> llvm.ModuleRef:
@@ -26,7 +26,7 @@ def parse(text: str, what: str, target: Target, data_layout: str) -> llvm.Module
 def combine(parts: Iterable[tuple[str, str]], target: Target, public: set[str]
             ) -> llvm.ModuleRef:
     """Link (what, IR text) modules into one; only `public` symbols stay external."""
-    _init_llvm()
+    init_llvm()
     layout = str(target.create_target_machine(for_object=True).target_data)
     main = None
     for what, text in parts:

@@ -24,7 +24,7 @@ from ..build import DEFAULT_FASTMATH
 from ..emit_module import emit_module, fastmath_flags
 from ..jit import optimize
 from ..kernel import Kernel
-from ..target import Target, _init_llvm
+from ..target import Target, init_llvm
 from . import toolchain
 from .glue import glue_module
 from .link import code_bytes, combine, emit_object
@@ -40,7 +40,7 @@ STACK_BYTES = 4 << 20        # kernels keep large temporaries on the heap (align
 
 @cache
 def _init_wasm() -> None:
-    _init_llvm()
+    init_llvm()
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
 

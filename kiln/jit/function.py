@@ -24,7 +24,7 @@ import numpy as np
 
 from ..autotune.dispatch import canonical_target
 from ..codegen.runtime_config import num_threads_from_env
-from ..graph.compile import compile_model, prepare_graph
+from ..graph.compile.model import compile_model, prepare_graph
 from ..graph.runtime.executor import CompiledModel
 from ..graph.ir import Graph, Value
 from ..schedule.printer import func_str

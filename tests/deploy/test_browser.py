@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kiln.deploy_wasm import export_wasm
-from kiln.graph.compile import compile_model
+from kiln.graph.compile.model import compile_model
 
 from . import browser
 from .c_models import model_case, ort_run

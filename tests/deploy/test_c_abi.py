@@ -13,7 +13,7 @@ import pytest
 from kiln.codegen.deploy import ERRORS
 from kiln.codegen.deploy.toolchain import c_compiler
 from kiln.deploy import export_c
-from kiln.graph.compile import compile_model
+from kiln.graph.compile.model import compile_model
 
 from .c_models import CASES, model_case, ort_run
 

@@ -7,7 +7,7 @@ import pytest
 
 from kiln.codegen.deploy.wasmtime_run import WasmtimeModel
 from kiln.deploy_wasm import export_wasm
-from kiln.graph.compile import compile_model
+from kiln.graph.compile.model import compile_model
 from kiln.te.errors import CodegenError
 
 from .c_models import model_case
