@@ -12,9 +12,9 @@ The user's log is `KILN_TUNING_DB` when set, else `$XDG_DATA_HOME/kiln/tuning.db
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
+from ..codegen.runtime_config import data_home, tuning_db_setting
 from .database import Database
 
 DEFAULT = "default"
@@ -36,9 +36,9 @@ def shipped_db_path() -> Path | None:
 
 def user_db_path() -> Path:
     """Where new measurements go by default."""
-    if os.environ.get("KILN_TUNING_DB"):
-        return Path(os.environ["KILN_TUNING_DB"]).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    if tuning_db_setting():
+        return Path(tuning_db_setting()).expanduser()
+    data = data_home() or Path.home() / ".local" / "share"
     return Path(data) / "kiln" / "tuning.db"
 
 

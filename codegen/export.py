@@ -16,6 +16,7 @@ from pathlib import Path
 from ..te.errors import CodegenError
 from .jit import object_code
 from .runtime import link_flags
+from .runtime_config import c_compiler_setting
 
 FORMAT = "kiln-library"
 VERSION = 1
@@ -26,7 +27,7 @@ class LibraryError(CodegenError):
 
 
 def _linker() -> str:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for name in (c_compiler_setting(), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return shutil.which(name)
     raise LibraryError("cannot link a shared library: no C compiler driver (cc, gcc or clang) "

@@ -26,13 +26,13 @@ measurements); the metadata is part of the emitted IR, hence of the kernel cache
 """
 from __future__ import annotations
 
-import os
 
 import llvmlite.ir as ir
 
 from ..schedule.ir import Allocate, BufferLoad, For, ForKind, IfThenElse, SeqStmt, Stmt, Store
 from ..te import expr as E
 from ..te.visit import walk
+from .runtime_config import loop_hints_setting
 
 COLD_RATIO = 16        # a 3x3 depthwise conv's copy-out (1/11 of its steps) stays hot
 UNKNOWN_EXTENT = 64     # a loop of symbolic extent counts as this many iterations
@@ -42,7 +42,7 @@ _LOOP_ID = "_kiln_unroll_disable"
 
 def mode() -> str:
     """"all" (default), "cold" (the cold-sibling rule only) or "off" (KILN_LOOP_HINTS)."""
-    value = os.environ.get("KILN_LOOP_HINTS", "all").strip().lower()
+    value = loop_hints_setting()
     return {"0": "off", "off": "off", "cold": "cold"}.get(value, "all")
 
 

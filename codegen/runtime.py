@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes.util
 import logging
-import os
 import platform
 import threading
 from functools import cache
@@ -44,6 +43,7 @@ import llvmlite.ir as ir
 from ..te.errors import CodegenError
 from . import llvm_types as T
 from .cache_store import make_key, open_store
+from .runtime_config import parallel_runtime_setting
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def gomp_available() -> bool:
 def backend() -> str:
     """How PARALLEL loops run: 'kiln' (this pool), 'gomp' (libgomp) or 'serial'.
     KILN_PARALLEL_RUNTIME overrides the default ('kiln' where the futex call is known)."""
-    raw = os.environ.get("KILN_PARALLEL_RUNTIME", "").strip().lower()
+    raw = parallel_runtime_setting()
     if raw and raw not in ("kiln", "gomp", "serial"):
         raise CodegenError(f"KILN_PARALLEL_RUNTIME={raw!r} is not one of kiln, gomp, serial")
     if raw == "serial":

@@ -1,4 +1,6 @@
-"""The one place the code generator's runtime reads the environment (KILN_NUM_THREADS)."""
+"""The one place Kiln reads its environment variables (but KILN_DUMP_IR, which the loop-IR
+pipeline below codegen reads, and KILN_CACHE_DIR, read where the cache folder is chosen):
+the thread count, the parallel runtime, the loop hints, the C compiler and the tuning log."""
 from __future__ import annotations
 
 import contextlib
@@ -31,6 +33,31 @@ def num_threads_from_env() -> int:
         raise KernelArgumentError(f"KILN_NUM_THREADS={raw!r} is not a positive integer; "
                                   "set it to e.g. 2, or unset it to use every core")
     return value
+
+
+def parallel_runtime_setting() -> str:
+    """KILN_PARALLEL_RUNTIME, lower-case ("" when unset): kiln, gomp or serial."""
+    return os.environ.get("KILN_PARALLEL_RUNTIME", "").strip().lower()
+
+
+def loop_hints_setting() -> str:
+    """KILN_LOOP_HINTS, lower-case (default "all")."""
+    return os.environ.get("KILN_LOOP_HINTS", "all").strip().lower()
+
+
+def c_compiler_setting() -> str | None:
+    """CC: the C compiler driver to link shared libraries with, if set."""
+    return os.environ.get("CC")
+
+
+def tuning_db_setting() -> str | None:
+    """KILN_TUNING_DB: where new measurements go, if set."""
+    return os.environ.get("KILN_TUNING_DB") or None
+
+
+def data_home() -> str | None:
+    """XDG_DATA_HOME, if set."""
+    return os.environ.get("XDG_DATA_HOME") or None
 
 
 def runtime_config() -> RuntimeConfig:

@@ -27,6 +27,7 @@ from ...codegen.jit import compile_object as jit_compile_object
 from ...codegen.kernel import Kernel, ParamSpec
 from ...codegen.runtime import backend, pool_address
 from ...codegen.pyentry import add_python_entry
+from ...codegen.runtime_config import c_compiler_setting
 from ...codegen.target import Target
 from ...schedule.ir import PrimFunc
 from ...te.errors import KilnError
@@ -51,7 +52,7 @@ class ObjectKernel:
 
 def linker() -> str | None:
     """The C compiler driver that links object files into a shared library, if any."""
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for name in (c_compiler_setting(), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return shutil.which(name)
     return None
