@@ -541,3 +541,18 @@ class Runner:
                else f"exit code {code}")
         return MeasureResult(MeasureStatus.RUNTIME_ERROR,
                              error_text=f"the worker process died ({how}) running the candidate")
+
+
+# a candidate may take this many times the slowest working one of its task so far (build,
+# check and timing), and at least TIMEOUT_FLOOR seconds, before it is killed: a config whose
+# unrolled tile makes LLVM run for half a minute cost 9% of a 10-minute budget in two trials
+TIMEOUT_FACTOR = 8.0
+TIMEOUT_FLOOR = 5.0
+
+
+def candidate_timeout(limit: float, slowest_ok: float) -> float:
+    """Seconds a candidate gets: `limit` (the measurement options') until one of the task
+    has worked, then TIMEOUT_FACTOR x the slowest that worked, within [TIMEOUT_FLOOR, limit]."""
+    if slowest_ok <= 0:
+        return limit
+    return min(limit, max(TIMEOUT_FLOOR, TIMEOUT_FACTOR * slowest_ok))

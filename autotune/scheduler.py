@@ -41,6 +41,7 @@ from .measure import MeasureOptions, Runner
 from .search import SearchConfig
 from .task import Task
 from .timing import merge_summaries
+from .allocation import expected_gain
 from .transfer import load_prior
 from .tuner import Progress, TaskTuner, canonical_target
 
@@ -59,21 +60,6 @@ class TaskReport:
     # where the task's tuned schedule was tried inside the model after tuning: what that
     # found (a graph.model_check.ModelCheck: the model's time ratio, kept or not)
     in_model: object | None = None
-
-
-def _gain(tuner: TaskTuner, weight: float, history: list[float], window: int) -> float:
-    """Expected latency saved per trial if `tuner` gets the next batch.
-
-    NOTE: the floor was a constant 5%: a resumed run (every history starts at the stored best,
-    no warm-up) then gave nearly every batch to the task of largest weight x latency - one of
-    MobileNetV2's 32 tasks got 600 of 1000 trials, its 112x112 depthwise convs 8 each, and 64
-    more trials for three of those made the model 1.065x faster at 1 thread."""
-    best = tuner.best_seconds
-    if not math.isfinite(best):
-        return math.inf          # no working schedule yet: most urgent
-    older = history[-window] if len(history) >= window else history[0]
-    improvement = max(0.0, (older - best) / older) if math.isfinite(older) else 1.0
-    return weight * best * max(improvement, 1.0 / max(1, tuner.n_records))
 
 
 def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int | None,
@@ -142,7 +128,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
                 active = [i for i in range(len(tuners)) if i not in exhausted]
                 if not active:
                     break
-                gains = {i: _gain(tuners[i], weights[i], histories[i], window=3)
+                gains = {i: expected_gain(tuners[i], weights[i], histories[i], window=3)
                          for i in active}
                 index = max(active, key=lambda i: gains[i])
             n = int(min(batch_size, trials - spent))

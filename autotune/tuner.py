@@ -28,6 +28,8 @@ from .space.rules import SearchSpace
 from .task import Task
 from .timing import TrialTimer
 from .transfer import load_prior
+from .progress import Progress  # noqa: F401 - kiln.autotune.tuner.Progress, as before
+from .measure import candidate_timeout  # noqa: F401 - used below and by callers
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +37,6 @@ SEARCHES = ("xgb", "random", "grid")
 
 
 SHARE_MIN = 8       # fewer new configs than this are lowered here (a round trip costs more)
-# a candidate may take this many times the slowest working one of its task so far (build,
-# check and timing), and at least TIMEOUT_FLOOR seconds, before it is killed: a config whose
-# unrolled tile makes LLVM run for half a minute cost 9% of a 10-minute budget in two trials
-TIMEOUT_FACTOR = 8.0
-TIMEOUT_FLOOR = 5.0
-
-
-def candidate_timeout(limit: float, slowest_ok: float) -> float:
-    """Seconds a candidate gets: `limit` (the measurement options') until one of the task
-    has worked, then TIMEOUT_FACTOR x the slowest that worked, within [TIMEOUT_FLOOR, limit]."""
-    if slowest_ok <= 0:
-        return limit
-    return min(limit, max(TIMEOUT_FLOOR, TIMEOUT_FACTOR * slowest_ok))
-
-
 class SharedFeaturizer(Featurizer):
     """A Featurizer that hands half of each batch of new configs to the measurement worker,
     which sits idle while the search proposes, and lowers the other half here meanwhile.
@@ -91,25 +78,6 @@ class SharedFeaturizer(Featurizer):
             for (key, _), vector in zip(theirs, vectors):
                 self.cache[key] = vector
         self.seconds = before + (time.perf_counter() - start)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What a progress bar needs after each trial."""
-
-    task_name: str
-    trials_done: int
-    trials_total: int
-    best_gflops: float
-    last_status: str
-    elapsed: float
-    best_seconds: float = math.inf      # the task's best latency so far
-    workers: str = ""                   # on a cluster: "busy/matching" workers
-
-    @property
-    def eta_seconds(self) -> float:
-        done = max(1, self.trials_done)
-        return self.elapsed / done * max(0, self.trials_total - self.trials_done)
 
 
 @dataclass(frozen=True)

@@ -33,15 +33,20 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...te.errors import KilnError
 from ..confirm import ConfirmOptions, confirm_reserve, confirm_tasks
 from ..measure import MeasureOptions, MeasureResult, MeasureStatus
-from ..tuner import Progress, TaskTuner, candidate_timeout
+from ..allocation import expected_gain
+from ..measure import candidate_timeout
+from ..progress import Progress
 from . import require_distributed
 from .fingerprint import Fingerprint
 from .worker import RESOURCE, compare_configs, fingerprint_of, measure_candidate
+
+if TYPE_CHECKING:
+    from ..tuner import TaskTuner
 
 log = logging.getLogger(__name__)
 
@@ -269,13 +274,12 @@ class _Loop:
         self.stream.add(future)
 
     def pick(self) -> int | None:
-        from ..scheduler import _gain
         if self.pending:
             return self.pending.pop(0)
         active = [i for i in range(len(self.tuners)) if i not in self.exhausted]
         if not active:
             return None
-        return max(active, key=lambda i: _gain(self.tuners[i], self.weights[i],
+        return max(active, key=lambda i: expected_gain(self.tuners[i], self.weights[i],
                                                self.histories[i], window=3))
 
     def spent(self) -> int:

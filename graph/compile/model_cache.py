@@ -103,6 +103,13 @@ def _db_identity(db) -> list | None:
     return None if any(p is None for p in parts) else ["db", *parts]
 
 
+def _plain_shape(shape):
+    """A shape as JSON-able ints; a sequence input's shape is one shape per element."""
+    if isinstance(shape, (list, tuple)):
+        return [_plain_shape(d) for d in shape]
+    return None if shape is None else int(shape)
+
+
 def model_key(model, input_shapes: Mapping[str, Sequence[int]] | None, target: str,
               db, threads: int, layout: str, winograd: bool,
               zero_shot: list | None = None) -> str | None:
@@ -116,7 +123,7 @@ def model_key(model, input_shapes: Mapping[str, Sequence[int]] | None, target: s
     db_ident = _db_identity(db) if ident is not None else None
     if ident is None or db_ident is None:
         return None
-    shapes = None if input_shapes is None else {k: [int(d) for d in v]
+    shapes = None if input_shapes is None else {k: _plain_shape(v)
                                                  for k, v in sorted(input_shapes.items())}
     return make_key("model", model=ident, input_shapes=shapes, target=target,
                     threads=threads, layout=layout, winograd=winograd, runtime=backend(),

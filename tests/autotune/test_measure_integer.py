@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import te
-from kiln.autotune.measure import ROUNDING_TIE_SHARE, MeasureOptions, _compare
+from kiln.autotune.measure import ROUNDING_TIE_SHARE, MeasureOptions, compare_outputs
 from kiln.autotune.task import Task
 from kiln.te import expr as E
 from kiln.te.ops.int8.core import matmul_int8x4
@@ -29,7 +29,7 @@ def _requantize_task(n=4000):
 def _check(task, got, want):
     arrays = [None] * len(task.args)
     arrays[task.output_positions[0]] = got
-    return _compare(task, arrays, [want], OPTIONS)
+    return compare_outputs(task, arrays, [want], OPTIONS)
 
 
 def test_integer_only_outputs_must_match_exactly():

@@ -148,14 +148,14 @@ def test_a_task_that_stops_improving_yields_the_budget_to_less_tuned_ones():
     once gave 600 of 1000 trials to one task and 8 to its 112x112 depthwise convs."""
     from types import SimpleNamespace
 
-    from kiln.autotune.scheduler import _gain
+    from kiln.autotune.allocation import expected_gain
     big = SimpleNamespace(best_seconds=0.195e-3, n_records=344)
     small = SimpleNamespace(best_seconds=0.224e-3, n_records=8)
-    assert _gain(small, 1.0, [small.best_seconds], 3) > _gain(big, 3.0, [big.best_seconds], 3)
+    assert expected_gain(small, 1.0, [small.best_seconds], 3) > expected_gain(big, 3.0, [big.best_seconds], 3)
     # simulate 50 batches of 8 that improve nothing: weight x latency 3 : 1 : 1
     tuners = [SimpleNamespace(best_seconds=b, n_records=8) for b in (3e-3, 1e-3, 1e-3)]
     for _ in range(50):
-        pick = max(tuners, key=lambda t: _gain(t, 1.0, [t.best_seconds], 3))
+        pick = max(tuners, key=lambda t: expected_gain(t, 1.0, [t.best_seconds], 3))
         pick.n_records += 8
     counts = [t.n_records - 8 for t in tuners]
     assert counts[0] == max(counts) and min(counts) >= 0.15 * sum(counts), counts
@@ -361,7 +361,7 @@ def test_candidates_get_a_timeout_scaled_to_the_slowest_working_one(tmp_path, mo
     worked (at least 5 s, at most the options' timeout): a candidate whose build runs away
     costs seconds, not the full timeout."""
     from kiln.autotune import scheduler
-    from kiln.autotune.tuner import TIMEOUT_FLOOR, candidate_timeout
+    from kiln.autotune.measure import TIMEOUT_FLOOR, candidate_timeout
     assert candidate_timeout(30.0, 0.0) == 30.0
     assert candidate_timeout(30.0, 0.1) == TIMEOUT_FLOOR
     assert candidate_timeout(30.0, 1.5) == pytest.approx(12.0)
