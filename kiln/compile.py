@@ -12,6 +12,7 @@ from .autotune.database import Database
 from .autotune.default_db import open_database
 from .codegen.target import Target
 from .graph.compile.model import tune_model
+from .graph.ir import Graph
 from .graph.runtime.dynamic import DynamicModel, compile_specialized
 from .graph.runtime.staged import StagedModel
 from .graph.runtime.executor import CompiledModel, load_compiled
@@ -66,6 +67,13 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
     The budget: `trials` (records in the database count towards it, so a rerun resumes)
     and/or `time_budget` seconds of tuning, whichever runs out first; a model's task
     scheduler spends it where the model's latency is. Neither given: 200 trials."""
+    jitted = None
+    if isinstance(model_or_task, JitFunction):
+        # kiln.tune(f, example_args, ...): the arguments pick the signature whose tasks are
+        # tuned (the target is the jitted function's); its next call compiles with the records
+        jitted, example = model_or_task, (tuple(target) if isinstance(target, (tuple, list))
+                                          else (target,))
+        model_or_task, target = jitted.trace(*example), jitted.target
     target = Target.from_string(target)     # parsed once: below, a Target
     if time_budget is not None and not (isinstance(time_budget, (int, float))
                                         and time_budget > 0):
@@ -82,19 +90,16 @@ def tune(model_or_task, target: str = "native", trials: int | None = None, db="d
                             time_budget=time_budget, **options)
             finally:
                 database.close()
-    if isinstance(model_or_task, JitFunction):
-        # kiln.tune(f, example_args, ...): the arguments pick the signature whose tasks are
-        # tuned (the target is the jitted function's); its next call compiles with the records
-        example = tuple(target) if isinstance(target, (tuple, list)) else (target,)
-        reports = tune_model(model_or_task.trace(*example), model_or_task.target, trials, db,
-                             callback=callback, time_budget=time_budget, **options)
-        model_or_task.clear_cache()
+    if jitted is not None:
+        reports = tune_model(model_or_task, target, trials, db, callback=callback,
+                             time_budget=time_budget, **options)
+        jitted.clear_cache()
         return reports
     if isinstance(model_or_task, Task):
         return tune_task(model_or_task, target, trials if trials is not None else 2 ** 62,
                          open_database(db), callback=callback, time_budget=time_budget,
                          **options)
-    if isinstance(model_or_task, (str, os.PathLike)) or hasattr(model_or_task, "graph"):
+    if isinstance(model_or_task, (str, os.PathLike, Graph)) or hasattr(model_or_task, "graph"):
         return tune_model(model_or_task, target, trials, db, callback=callback,
                           time_budget=time_budget, **options)
     raise KilnError(f"kiln.tune takes an ONNX model (path or ModelProto), a kiln.jit function "
