@@ -26,8 +26,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from ..codegen.target import Target
 from .database import Choice, Database, Record, config_key
-from .dispatch import canonical_target
 from .features import FEATURE_VERSION
 from .measure import MeasureStatus, Runner, TaskData
 from .search import Featurizer
@@ -107,7 +107,7 @@ def climb_mutations(space: SearchSpace, base: dict, n: int, climb_pass: int) -> 
     return space.mutations(base, n, f"{space.task.workload_key}/{config_key(base)}/{climb_pass}")
 
 
-def confirm_task(task: Task, target: str, db: Database, runner: Runner,
+def confirm_task(task: Task, target: Target, db: Database, runner: Runner,
                  options: ConfirmOptions = CONFIRM,
                  data: TaskData | None = None, climb_pass: int = 0) -> Choice | None:
     """Time the default, the task's incumbent (its current choice), its leading records
@@ -115,10 +115,10 @@ def confirm_task(task: Task, target: str, db: Database, runner: Runner,
     default) side by side at the runner's thread count, commit the winner to `db` as a
     Choice (with every compared config's features and paired ratio) and return it; None
     when there is nothing to compare with the default, or the default itself fails."""
-    target = canonical_target(target)
-    if task.target != target:
+    if task.target != str(target):
         task = task.retargeted(target)
-    space = SearchSpace(task, runner.threads)
+    space = SearchSpace(task, runner.threads, target)
+    compile_for, target = target, str(target)       # the database spelling, below
     default = space.default_config()
     incumbent = incumbent_config(task, target, db, space)
     groups = [("default", [default]), ("choice", [incumbent] if incumbent else [])]
@@ -137,7 +137,7 @@ def confirm_task(task: Task, target: str, db: Database, runner: Runner,
                 sources.append(source)
     if len(configs) < 2:
         return None
-    results = runner.compare(task, data or TaskData.make(task), configs, target,
+    results = runner.compare(task, data or TaskData.make(task), configs, compile_for,
                              rounds=options.rounds)
     base_result = results[0]
     if base_result.status is not MeasureStatus.OK:
@@ -174,7 +174,7 @@ def confirm_task(task: Task, target: str, db: Database, runner: Runner,
     return choice
 
 
-def confirm_tasks(tasks: list[tuple[Task, TaskData | None]], target: str, db: Database,
+def confirm_tasks(tasks: list[tuple[Task, TaskData | None]], target: Target, db: Database,
                   runner: Runner, deadline: float | None = None,
                   options: ConfirmOptions = CONFIRM,
                   expected: float | None = None) -> dict[str, Choice]:

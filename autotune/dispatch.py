@@ -38,7 +38,8 @@ _warned: set[tuple[str, str]] = set()      # (task key, target) whose skips were
 
 
 def canonical_target(target: str | Target) -> str:
-    """The database spelling of a target ("native" becomes the host CPU's full string)."""
+    """The database spelling of a target ("native" becomes the host CPU's full string), for
+    callers holding a user's string; below the API a Target's `str()` is that spelling."""
     return str(Target.from_string(target))
 
 
@@ -83,15 +84,15 @@ def upgrade_legacy_records(db: Database, space: SearchSpace) -> int:
         return 0
 
 
-def select_record(task: Task, target: str, db: Database | None, threads: int | None = None,
+def select_record(task: Task, target: Target, db: Database | None, threads: int | None = None,
                   similar_cpus: bool = True, space: SearchSpace | None = None) -> Selection:
     """The fastest stored record of `task` (see the module docstring) that fits its space."""
     if db is None:
         return Selection(None)
-    target = canonical_target(target)
     task = task.retargeted(target)
     threads = threads or num_threads_from_env()
-    space = space or SearchSpace(task, threads)
+    space = space or SearchSpace(task, threads, target)
+    target = str(target)        # the database spelling, below
     upgrade_legacy_records(db, space)
     confirmed = confirmed_selection(task, target, db, threads, space)
     if confirmed is not None:
@@ -136,15 +137,15 @@ def confirmed_selection(task: Task, target: str, db: Database, threads: int,
     return Selection(record, choice=choice)
 
 
-def apply_best(task: Task, target: str, db: Database | None,
+def apply_best(task: Task, target: str | Target, db: Database | None,
                threads: int | None = None, similar_cpus: bool = True
                ) -> tuple[Schedule, list, str]:
     """The best known schedule of `task` on `target` for running at `threads` (default:
     KILN_NUM_THREADS, else every core), and where it came from: "database", "similar CPU:
     tuned on <cpu> (same vector ISA)" or "default (no tuning records)"."""
-    target = canonical_target(target)
+    target = Target.from_string(target)     # a public entry point: parsed once, here
     task = task.retargeted(target)
-    space = SearchSpace(task, threads)
+    space = SearchSpace(task, threads, target)
     selection = select_record(task, target, db, threads, similar_cpus, space)
     return apply_selection(space, selection)
 
@@ -166,9 +167,11 @@ def apply_selection(space: SearchSpace, selection: Selection) -> tuple[Schedule,
     return sch, args, selection.source(target)
 
 
-def build_best(task: Task, target: str, db: Database | None, threads: int | None = None):
+def build_best(task: Task, target: str | Target, db: Database | None,
+               threads: int | None = None):
     """Compile the best known schedule of `task` for `threads` (see apply_best) into a Kernel."""
+    target = Target.from_string(target)     # a public entry point: parsed once, here
     sch, args, source = apply_best(task, target, db, threads)
     log.info("%s: building the schedule from the %s", task.name, source)
     func = lower(sch, args, name=task.name)
-    return codegen.build(func, target=canonical_target(target))
+    return codegen.build(func, target=target)

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import codegen
 from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.target import Target
 from ..schedule.lower import lower
 from ..te import dtype as dt
 from ..te.errors import InternalError, KilnError, ScheduleError
@@ -425,7 +426,7 @@ class Runner:
     def __exit__(self, *exc):
         self.close()
 
-    def run(self, task: Task, data: TaskData, config: dict, target: str,
+    def run(self, task: Task, data: TaskData, config: dict, target: Target,
             test_fault: str | None = None, best_seconds: float = math.inf,
             timeout: float | None = None) -> MeasureResult:
         """Measure one config of `task`; every outcome is a MeasureResult (never raises for
@@ -451,7 +452,7 @@ class Runner:
         return MeasureResult(MeasureStatus.TIMEOUT, error_text=(
             f"candidate did not finish within {timeout:.1f} s; worker killed"))
 
-    def compare(self, task: Task, data: TaskData, configs: list[dict], target: str,
+    def compare(self, task: Task, data: TaskData, configs: list[dict], target: Target,
                 rounds: int = 7, rotate_bytes: int | None = None) -> list[MeasureResult]:
         """Build, check and time `configs` side by side in interleaved rounds
         (autotune/compare.py); one MeasureResult per config, whose costs are its mean call

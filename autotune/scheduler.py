@@ -43,7 +43,8 @@ from .task import Task
 from .timing import merge_summaries
 from .allocation import expected_gain
 from .transfer import load_prior
-from .tuner import Progress, TaskTuner, canonical_target
+from ..codegen.target import Target
+from .tuner import Progress, TaskTuner
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ class TaskReport:
     in_model: object | None = None
 
 
-def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials: int | None,
+def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Target,
+               trials: int | None,
                db: Database, search: str = "xgb", batch_size: int = 8, seed: int = 0,
                options: MeasureOptions | None = None,
                callback: Callable[[Progress], None] | None = None,
@@ -86,12 +88,13 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
         raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
     if trials is None:
         trials = math.inf
+    target = Target.from_string(target)     # a public entry point: parsed once, here
     pool = None
     if search == "xgb" and share_model:
         pool = CostModelPool(XGBCostModel(seed=seed))
         if transfer:
             # tasks of this run that have records get their live rows when their tuner starts
-            load_prior(pool, db, canonical_target(target))
+            load_prior(pool, db, str(target))
     runner = Runner(options or MeasureOptions())
     tuners = [TaskTuner(task, target, db, search, runner,
                         SearchConfig(batch_size=batch_size, seed=seed), pool=pool,
@@ -148,7 +151,7 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str, trials
             order = sorted(range(len(tuners)), reverse=True,
                            key=lambda i: weights[i] * _finite(tuners[i].best_seconds))
             choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
-                                    canonical_target(target), db, runner,
+                                    target, db, runner,
                                     deadline=end, options=confirm)
     except KeyboardInterrupt:
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import te
 from ..te import ops
@@ -18,6 +19,9 @@ from ..te.ops.conv_transpose import transpose_geometry
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 from ..te.visit import walk
 from ..te.workload import describe, topo_ops, workload_key
+
+if TYPE_CHECKING:
+    from ..codegen.target import Target
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,10 +47,11 @@ class Task:
                 raise TEError(f"task '{self.name}': input '{op.name}' is read but not in the "
                               "kernel arguments; add it to args")
 
-    def retargeted(self, target: str) -> "Task":
-        """This task on `target`, sharing the cached workload key (the DAG's: it does not
-        depend on the target, and rehashing a conv's DAG costs ~30 ms)."""
-        return dataclasses.replace(self, target=target)
+    def retargeted(self, target: Target) -> "Task":
+        """This task on `target` (kept as its database spelling, `str(target)`), sharing the
+        cached workload key (the DAG's: it does not depend on the target, and rehashing a
+        conv's DAG costs ~30 ms)."""
+        return dataclasses.replace(self, target=str(target))
 
     @property
     def workload_key(self) -> str:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.target import Target
 from ..te.errors import KilnError
 from .claims import Claims
 from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_task
 from .cost_model import CostModelPool, XGBCostModel
 from .database import Choice, Database, Record, config_key
 from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401 - re-exported
-                       canonical_target, upgrade_legacy_records)
+                       canonical_target, upgrade_legacy_records)  # noqa: F401
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from .search import Featurizer, SearchConfig, make_search
@@ -107,24 +108,25 @@ class TaskTuner:
     while the search proposes (SharedFeaturizer).
     """
 
-    def __init__(self, task: Task, target: str, db: Database, search: str = "xgb",
+    def __init__(self, task: Task, target: str | Target, db: Database, search: str = "xgb",
                  runner: Runner | None = None, search_config: SearchConfig | None = None,
                  data_seed: int = 0, pool: CostModelPool | None = None, transfer: bool = True,
                  store_features: bool = True, share_features: bool = True):
         if search not in SEARCHES:
             raise KilnError(f"unknown search {search!r}; choose one of: {', '.join(SEARCHES)}")
-        self.target = canonical_target(target)
-        self.task = task.retargeted(self.target)
+        self.target = target = Target.from_string(target)   # exported: parsed once, here
+        self.db_target = str(target)        # the database spelling of the target
+        self.task = task.retargeted(target)
         self.db = db
         # the state is that of one thread count: a config measured at 1 thread is not yet
         # measured at 2 (records of unknown count, from older logs, count for every one)
         self.threads = runner.threads if runner is not None else num_threads_from_env()
-        self.space = SearchSpace(self.task, self.threads)   # its default is for that count
+        self.space = SearchSpace(self.task, self.threads, target)   # its default is for that count
         search_config = search_config or SearchConfig()
         if search == "xgb" and pool is None:
             pool = CostModelPool(XGBCostModel(seed=search_config.seed))
             if transfer:
-                load_prior(pool, db, self.target, exclude_task=self.task.workload_key)
+                load_prior(pool, db, self.db_target, exclude_task=self.task.workload_key)
         self.pool = pool if search == "xgb" else None
         self.featurize = None           # the search scores through it; records store its vectors
         if search == "xgb" or store_features:
@@ -140,7 +142,7 @@ class TaskTuner:
         self.db.commit_task(self.task.workload_key, self.task.description, self.task.shapes,
                             self.task.flops)
         upgrade_legacy_records(db, self.space)
-        past = db.records(self.task.workload_key, self.target, threads=self.threads)
+        past = db.records(self.task.workload_key, self.db_target, threads=self.threads)
         misfits = [r for r in past if self.space.misfit(r.config) is not None]
         if misfits:
             log.warning("%s: %d stored record(s) do not fit today's search space; tuning "
@@ -179,7 +181,7 @@ class TaskTuner:
         that was measured, which is what the model should learn from."""
         if self.featurize is None:
             return
-        stored = self.db.feature_vectors(self.task.workload_key, self.target, FEATURE_VERSION)
+        stored = self.db.feature_vectors(self.task.workload_key, self.db_target, FEATURE_VERSION)
         for key, vector in stored.items():
             self.featurize.cache.setdefault(key, vector)
 
@@ -210,7 +212,7 @@ class TaskTuner:
         """Take in the records another run on this log added since we last looked: they
         count toward the budget, are never proposed again and teach the search; returns
         how many."""
-        new = [r for r in self.db.records(self.task.workload_key, self.target,
+        new = [r for r in self.db.records(self.task.workload_key, self.db_target,
                                           threads=self.threads)
                if (r.record_id or 0) > self._last_id and r.record_id not in self._mine]
         fresh = [r for r in new if config_key(r.config) not in self.seen
@@ -234,7 +236,7 @@ class TaskTuner:
             if not batch:
                 break
             keys = [config_key(c) for c in batch]
-            granted = set(self.claims.take(self.task.workload_key, self.target, self.threads,
+            granted = set(self.claims.take(self.task.workload_key, self.db_target, self.threads,
                                            keys))
             self.seen.update(keys)          # ours are in flight, theirs are another run's
             out += [c for c, k in zip(batch, keys) if k in granted]
@@ -245,7 +247,7 @@ class TaskTuner:
     def unclaim(self, config: dict) -> None:
         """Give back a claimed config that was not measured (it may be proposed again)."""
         key = config_key(config)
-        self.claims.release(self.task.workload_key, self.target, self.threads, key)
+        self.claims.release(self.task.workload_key, self.db_target, self.threads, key)
         self.seen.discard(key)
 
     def commit_result(self, config: dict, vector, result: MeasureResult, took: float,
@@ -256,11 +258,11 @@ class TaskTuner:
                                    timed_out=result.status is MeasureStatus.TIMEOUT)
         if result.status is MeasureStatus.OK:
             self.slowest_ok = max(self.slowest_ok, took)
-        record = Record(self.task.workload_key, self.target, config, result.costs,
+        record = Record(self.task.workload_key, self.db_target, config, result.costs,
                         result.status.value, result.error_text, threads=self.threads,
                         worker=worker, provenance=provenance)
         with self.timer.part("db_commit"):     # (the claim goes with the record's commit)
-            self.claims.release(self.task.workload_key, self.target, self.threads,
+            self.claims.release(self.task.workload_key, self.db_target, self.threads,
                                 config_key(config), commit=False)
             self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
         self.seen.add(config_key(config))
@@ -340,7 +342,7 @@ class TaskTuner:
         return {"fingerprint": self._fingerprint, "start": end - took, "end": end}
 
 
-def tune_task(task: Task, target: str, trials: int, db: Database, search: str = "xgb",
+def tune_task(task: Task, target: str | Target, trials: int, db: Database, search: str = "xgb",
               batch_size: int = 8, callback: Callable[[Progress], None] | None = None,
               seed: int = 0, options: MeasureOptions | None = None,
               search_config: SearchConfig | None = None, transfer: bool = True,
@@ -362,6 +364,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     """
     if time_budget is not None and not time_budget > 0:
         raise KilnError(f"time_budget={time_budget!r}: give a number of seconds > 0")
+    target = Target.from_string(target)     # a public entry point: parsed once, here
     search_config = search_config or SearchConfig(batch_size=batch_size, seed=seed)
     runner = Runner(options or MeasureOptions())
     tuner = TaskTuner(task, target, db, search, runner, search_config, transfer=transfer,
@@ -371,7 +374,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
         initial = tuner.n_records
         outcome = tune_on_cluster([tuner], [1.0], trials, db, cluster, runner.options,
                                   batch_size, callback, time_budget, confirm)
-        return TuneResult(tuner.task.workload_key, tuner.target,
+        return TuneResult(tuner.task.workload_key, tuner.db_target,
                           tuner.best.config if tuner.best else None, tuner.best_seconds,
                           tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
                           outcome.interrupted, tuner.timer.summary(),
@@ -403,7 +406,7 @@ def tune_task(task: Task, target: str, trials: int, db: Database, search: str = 
     timing = tuner.timer.summary()
     log.info("%s: %d trials, %.1f candidates/min, %.0f%% overhead", task.name,
              timing["trials"], timing["candidates_per_minute"], 100 * timing["overhead_share"])
-    return TuneResult(tuner.task.workload_key, tuner.target,
+    return TuneResult(tuner.task.workload_key, tuner.db_target,
                       tuner.best.config if tuner.best else None, tuner.best_seconds,
                       tuner.best_gflops, tuner.n_records - initial, tuner.n_records,
                       interrupted, timing, choice)

@@ -149,6 +149,8 @@ def _tasks_without_records(model, target: str, db, layout: str, winograd: bool) 
     """(tasks of `model` with no record of this CPU that a compile would apply, tasks)."""
     from .autotune.dispatch import select_record
     from .graph.compile.model import model_tasks
+    from .codegen.target import Target
+    target = Target.from_string(target)     # parsed once: model_tasks and select_record share it
     tasks = model_tasks(model, target, layout=layout, winograd=winograd)
     missing = sum(1 for mt in tasks
                   if select_record(mt.task, target, db, similar_cpus=False).record is None)

@@ -13,8 +13,7 @@ import numpy as np
 from ... import codegen
 from ...autotune.database import Database
 from ...autotune.default_db import open_database
-from ...autotune.dispatch import (SIMILAR_CPU_SOURCE, Selection, apply_selection,
-                                  canonical_target, select_record)
+from ...autotune.dispatch import SIMILAR_CPU_SOURCE, Selection, apply_selection, select_record
 from ...autotune.scheduler import TaskReport, tune_tasks
 from ...autotune.space.rules import SearchSpace
 from ...autotune.tuner import Progress
@@ -24,6 +23,7 @@ from ...autotune.zero_shot import donor_table as zero_shot_donor_table
 from ...autotune.zero_shot import model_for as zero_shot_model
 from ...autotune.zero_shot import rank_plan as zero_shot_plan
 from ...codegen.runtime_config import num_threads_from_env
+from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
 from . import model_cache, parallel_build
@@ -38,6 +38,10 @@ from .tasks import ModelTask, extract_tasks, is_alias
 
 log = logging.getLogger(__name__)
 
+# what the functions below take for a target (the public ones also take a string, parsed
+# once at their top); benchmarks/kernel_ir_hashes.py reads it
+TARGET_TYPE = Target.from_string
+
 
 def _open_db(db) -> Database | None:
     """None, "default" (the user's log over the shipped one), a path or a Database."""
@@ -50,7 +54,7 @@ LAYOUTS = ("nchwc", "nchw")
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   layout: str = "nchwc", winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  target: str | None = None, proto=None) -> tuple[Graph, list[FusedGroup]]:
+                  target: Target | None = None, proto=None) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
@@ -59,7 +63,7 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     keeps the model's layout (each conv unpacks its channel-blocked result).
     winograd: blocked 3x3 stride-1 convs run as Winograd transforms and batched GEMMs where
     passes.winograd's rule says it is faster (layout "nchwc" only); False keeps them direct.
-    target: the target string the graph is compiled for (passes.TARGET_PASSES: int8 weights
+    target: the Target the graph is compiled for (passes.TARGET_PASSES: int8 weights
     as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral.
     proto: the ModelProto already read from the path `model` (not read again).
     Every node taking run-time indices gets an index check (graph/index_checks.py): an extra
@@ -76,7 +80,7 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     return graph, fuse_operators(graph)
 
 
-def _build_task(mt: ModelTask, target: str, selection: Selection,
+def _build_task(mt: ModelTask, target: Target, selection: Selection,
                 build: Callable | None = None, threads: int | None = None):
     """The kernel of `mt` (or what `build` makes of its PrimFunc) from the schedule of
     `selection` (autotune/dispatch.py), and where it came from ("database", "similar CPU":
@@ -88,7 +92,7 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
         # zero-size outputs: nothing to compute or tune, the plain (empty) loop nest
         sch = create_schedule(list(mt.task.outputs))
         return build(lower(sch, list(mt.task.args), name=mt.name)), "default"
-    space = SearchSpace(mt.task.retargeted(target), threads)
+    space = SearchSpace(mt.task.retargeted(target), threads, target)
     sch, args, source = apply_selection(space, selection)
     kind = next((k for k in ("database", SIMILAR_CPU_SOURCE, ZERO_SHOT_SOURCE)
                  if source.startswith(k)), "default")
@@ -105,7 +109,7 @@ def _build_task(mt: ModelTask, target: str, selection: Selection,
     return kernel, kind
 
 
-def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
+def _build_kernels(tasks: Sequence[ModelTask], target: Target, db: Database | None,
                    jobs: int, threads: int, zero_shot: bool = False
                    ) -> tuple[dict, dict, dict]:
     """Kernels and schedule sources by task name, and build statistics (CPU seconds per
@@ -119,9 +123,9 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
     unmeasured = {name for name, s in selections.items() if s.record is None and s.choice is None}
     if zero_shot and db is not None and unmeasured:
         start = time.perf_counter()
-        model = zero_shot_model(db, target)
+        model = zero_shot_model(db, str(target))
         if model is not None:
-            table = zero_shot_donor_table(db, target, threads)
+            table = zero_shot_donor_table(db, str(target), threads)
             ranked = zero_shot_plan([(mt.name, mt.task, mt.task.flops * mt.weight)
                                      for mt in tasks if mt.name in unmeasured],
                                     model, table, threads)
@@ -146,7 +150,7 @@ def _build_kernels(tasks: Sequence[ModelTask], target: str, db: Database | None,
                               "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": skipped}
 
 
-def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: str,
+def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
                        db: Database | None, jobs: int, threads: int, zero_shot: bool):
     """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
     worker processes, each task goes to them as soon as it is found
@@ -206,7 +210,7 @@ def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
     return ordered, plan.peak_bytes, plan.naive_bytes
 
 
-def compile_model(model, target: str = "native", db=None,
+def compile_model(model, target: str | Target = "native", db=None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   jobs: int | None = None, layout: str = "nchwc",
                   threads: int | None = None, winograd: bool = True,
@@ -238,7 +242,7 @@ def compile_model(model, target: str = "native", db=None,
     (its kernels go to the kernel cache either way); off for throwaway compiles.
     """
     start = time.perf_counter()
-    target = canonical_target(target)
+    target = Target.from_string(target)     # an entry point: parsed once, here
     database = _open_db(db)
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
@@ -249,7 +253,7 @@ def compile_model(model, target: str = "native", db=None,
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
     # zero-shot picks follow from the database (in the key) and the ranking's settings
-    options = (input_shapes, target, database, threads, layout, winograd,
+    options = (input_shapes, str(target), database, threads, layout, winograd,
                zero_shot_settings() if zero_shot and database is not None else None)
     options_key = model_cache.model_key(model, *options) if cache_model else None
     # given input values (a DynamicModel gives every feed), the key adds the pinned ones'
@@ -276,7 +280,7 @@ def compile_model(model, target: str = "native", db=None,
     outputs, index_checks = split_outputs(graph)
     plan = build_plan(graph.name, [v.name for v in graph.inputs],
                       outputs, buffers, steps, arena_bytes, aliases,
-                      naive, {"target": target, "threads": threads, "compile": {
+                      naive, {"target": str(target), "threads": threads, "compile": {
                           "seconds": round(time.perf_counter() - start, 3), **build_stats},
                           **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {}),
                           **({"index_checks": index_checks} if index_checks else {}),
@@ -294,16 +298,16 @@ def compile_model(model, target: str = "native", db=None,
     return compiled
 
 
-def model_tasks(model, target: str = "native",
+def model_tasks(model, target: str | Target = "native",
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 layout: str = "nchwc", winograd: bool = True) -> list[ModelTask]:
     """The distinct tuning tasks of a model, with their weights (occurrence counts)."""
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd,
-                                  target=canonical_target(target))
-    return extract_tasks(graph, groups, canonical_target(target))[0]
+    target = Target.from_string(target)     # an entry point: parsed once, here
+    graph, groups = prepare_graph(model, input_shapes, layout, winograd, target=target)
+    return extract_tasks(graph, groups, target)[0]
 
 
-def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
+def tune_model(model, target: str | Target = "native", trials: int | None = 200, db=None,
                callback: Callable[[Progress], None] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                layout: str = "nchwc", winograd: bool = True, model_check: bool = True,
@@ -323,6 +327,7 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "
                         "or a path such as 'tuning_logs/kiln.db'")
     start = time.perf_counter()
+    target = Target.from_string(target)     # an entry point: parsed once, here
     tasks = model_tasks(model, target, input_shapes, layout, winograd)
     log.info("tuning %d tasks: %s", len(tasks),
              ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
@@ -330,7 +335,6 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
     budget = options.get("time_budget")
     if checking and budget is not None:
         options["time_budget"] = budget * (1 - check.SHARE)
-    target = canonical_target(target)
     reports = tune_tasks([(t.task, t.weight) for t in tasks], target, trials,
                          database, callback=callback, **options)
     if not checking:
@@ -350,11 +354,11 @@ def tune_model(model, target: str = "native", trials: int | None = 200, db=None,
     by_key = {c.task_key: c for c in found}
     # (a confirmation of this run now says what the check left: the default where reverted)
     return [dataclasses.replace(r, in_model=by_key[r.task_key], choice=database.choice(
-                r.task_key, target, threads) if r.choice is not None else None)
+                r.task_key, str(target), threads) if r.choice is not None else None)
             if r.task_key in by_key else r for r in reports]
 
 
-def confirm_model(model, target: str = "native", db=None, options=None,
+def confirm_model(model, target: str | Target = "native", db=None, options=None,
                   threads: int | None = None, input_shapes=None, layout: str = "nchwc",
                   winograd: bool = True) -> dict:
     """Confirm every task of the model, heaviest first (autotune/confirm.py): its default,
@@ -367,9 +371,10 @@ def confirm_model(model, target: str = "native", db=None, options=None,
     if database is None:
         raise KilnError("confirm_model needs a tuning database to write to: pass "
                         "db=Database(path) or a path such as 'tuning_logs/kiln.db'")
+    target = Target.from_string(target)     # an entry point: parsed once, here
     tasks = sorted(model_tasks(model, target, input_shapes, layout, winograd),
                    key=lambda t: -t.weight * t.task.flops)
     with Runner(MeasureOptions(threads=threads or num_threads_from_env())) as runner:
-        return confirm_tasks([(t.task, None) for t in tasks], canonical_target(target),
+        return confirm_tasks([(t.task, None) for t in tasks], target,
                              database, runner, options=options or CONFIRM)
 

@@ -216,7 +216,7 @@ def store(key: str, compiled: CompiledModel) -> bool:
     return models.write(key, parts)
 
 
-def load(key: str, target: str, threads: int) -> CompiledModel | None:
+def load(key: str, target: Target, threads: int) -> CompiledModel | None:
     """The model stored under `key`, or None (missing, invalid, or a kernel missing)."""
     models, kernels = open_store("models", "kmodel"), cache.kernel_store()
     if models is None or kernels is None:
@@ -248,7 +248,7 @@ def load(key: str, target: str, threads: int) -> CompiledModel | None:
         log.info("model cache: a kernel of %s is gone from the kernel cache; recompiling",
                  plan.name)
         return None
-    loaded = cache.load_objects(objects, Target.from_string(target),
+    loaded = cache.load_objects(objects, target,
                                 [meta["kernels"][n] for n in names])
     for name, kernel in zip(names, loaded):
         kernel.name = name

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...autotune.database import Choice, Database
-from ...autotune.dispatch import Selection, canonical_target, select_record
+from ...autotune.dispatch import Selection, select_record
 from ...autotune.space.rules import SearchSpace
+from ...codegen.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _default_choice(choice: Choice, default_config: dict) -> Choice:
                                seconds=choice.default_seconds, timestamp=time.time())
 
 
-def check_choices_in_model(compile_now: Callable[[], object], tasks, target: str,
+def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Target,
                            db: Database, threads: int, deadline: float | None = None,
                            rounds: int = ROUNDS) -> list[ModelCheck]:
     """Try each task's non-default schedule (a confirmed choice or a best record) against
@@ -114,15 +115,14 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: str
     `compile_now()`: the model compiled with `db` as it stands, at `threads`. With
     `deadline` (a time.perf_counter() value), a check starts only if it should end by then
     (it takes as long as the slowest so far). Returns what each check found."""
-    target = canonical_target(target)
     order = sorted(tasks, key=lambda mt: -mt.weight * mt.task.flops)
     pending = []
     for mt in order:
         task = mt.task.retargeted(target)
-        space = SearchSpace(task, threads)
+        space = SearchSpace(task, threads, target)
         selection = select_record(task, target, db, threads, space=space)
         if selection.record is not None:
-            pending.append((mt, space, _standing_choice(task.workload_key, target, threads,
+            pending.append((mt, space, _standing_choice(task.workload_key, str(target), threads,
                                                         selection, db)))
     if not pending:
         return []

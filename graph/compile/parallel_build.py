@@ -64,11 +64,11 @@ def can_fork_workers() -> bool:
     return not multiprocessing.current_process().daemon
 
 
-def compile_object(func: PrimFunc, target: str) -> ObjectKernel:
+def compile_object(func: PrimFunc, target: Target) -> ObjectKernel:
     """codegen.build's emit and optimise steps, ending in an object file instead of a JIT;
     through the kernel cache when it is on (the same key as codegen.build's)."""
     start = time.perf_counter()
-    tgt = Target.from_string(target)
+    tgt = target
     with gc_paused():
         module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
         symbol, params = symbol_name(func.name), param_specs(func)
@@ -119,14 +119,15 @@ def _pool_context():
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: str) -> dict[str, Kernel]:
+def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: Target
+                  ) -> dict[str, Kernel]:
     """Load the objects into one MCJIT engine (as the kernel cache loads a model's):
     {kernel name: Kernel}. Relocation only, in this process: linking them with the C
     compiler driver into a shared library and loading that took 35 ms for a 21-kernel model,
     this 7 ms (benchmarks/RESULTS.md, compile time against onnxruntime)."""
     loaded = cache.load_objects(
         [cache.CachedObject(name, obj.symbol, obj.params, obj.object_code, b"", obj.seconds)
-         for name, obj in objects], Target.from_string(target))
+         for name, obj in objects], target)
     kernels = {}
     for (name, obj), kernel in zip(objects, loaded):
         kernel.func, kernel.compile_seconds = obj.func, obj.seconds
@@ -143,7 +144,7 @@ class StreamingBuild:
     `started` says which). `select(mt)` is the task's Selection (autotune/dispatch.py).
     Use as a context manager: leaving it on an error cancels what was not started."""
 
-    def __init__(self, target: str, jobs: int, build_task: Callable,
+    def __init__(self, target: Target, jobs: int, build_task: Callable,
                  select: Callable[[ModelTask], Selection], threads: int | None = None):
         self.target, self.jobs, self.threads = target, jobs, threads
         self.build_task, self.select = build_task, select
@@ -191,7 +192,7 @@ class StreamingBuild:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _collect(results: list, target: str, start: float
+def _collect(results: list, target: Target, start: float
              ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     objects = [(name, obj) for name, obj, *_ in results]
     kernels = link_and_load(objects, target)
@@ -207,7 +208,7 @@ def _collect(results: list, target: str, start: float
     return kernels, {name: kind for name, _, kind, *_ in results}, stats
 
 
-def build_in_workers(tasks: Sequence[ModelTask], target: str,
+def build_in_workers(tasks: Sequence[ModelTask], target: Target,
                      selections: dict[str, Selection], jobs: int, build_task: Callable,
                      threads: int | None = None
                      ) -> tuple[dict[str, Kernel], dict[str, str], dict]:

@@ -9,6 +9,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ...autotune.task import Task
+from ...codegen.target import Target
 from ...te.workload import topo_ops, workload_key
 from ..ir import Graph
 from ..lower_te import GroupDAG, lower_group
@@ -62,7 +63,7 @@ def _task_name(group: FusedGroup, key: str) -> str:
     return f"{label[:40]}_{key[:8]}"
 
 
-def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "native",
+def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: Target | None = None,
                   constants: Mapping[str, np.ndarray] | None = None,
                   on_task: Callable[[ModelTask], None] | None = None
                   ) -> tuple[list[ModelTask], dict[str, tuple[ModelTask, GroupDAG]]]:
@@ -86,7 +87,8 @@ def extract_tasks(graph: Graph, groups: Sequence[FusedGroup], target: str = "nat
             while name in taken:     # (adding each try to `taken` looped forever)
                 name = f"{base}_{suffix}"
                 suffix += 1
-            task = Task(name, dag.outputs, dag.args, target)
+            task = Task(name, dag.outputs, dag.args,
+                        "native" if target is None else str(target))
             by_key[key] = ModelTask(task, dag, ())
             members[key] = []
             if on_task is not None:

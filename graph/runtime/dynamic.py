@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
 from ..compile.model import _open_db, compile_model
 from .executor import CompiledModel, given_inputs
@@ -127,7 +128,7 @@ def input_specs(proto: onnx.ModelProto,
     return specs
 
 
-def compile_specialized(model, target: str = "native", db=None,
+def compile_specialized(model, target: Target | str = "native", db=None,
                         input_shapes: Mapping[str, Sequence[int]] | None = None,
                         jobs: int | None = None, layout: str = "nchwc",
                         threads: int | None = None, winograd: bool = True,

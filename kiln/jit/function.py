@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..autotune.dispatch import canonical_target
 from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.target import Target
 from ..graph.compile.model import compile_model, prepare_graph
 from ..graph.runtime.executor import CompiledModel
 from ..graph.ir import Graph, Value
@@ -166,7 +166,7 @@ class JitFunction:
         plain = [p.name for p in self.signature.parameters.values()
                  if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
         self._plain = tuple(plain) if len(plain) == len(params) else None
-        self.target = canonical_target(target)
+        self.target = Target.from_string(target)     # parsed once: below, a Target
         if threads is not None and threads < 1:
             raise JitError(f"kiln.jit(threads={threads}): give a thread count >= 1")
         self.threads = threads or num_threads_from_env()

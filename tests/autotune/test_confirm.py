@@ -22,8 +22,10 @@ from kiln.autotune.measure import MeasureOptions, MeasureResult, MeasureStatus, 
 from kiln.autotune.scheduler import tune_tasks
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
+from kiln.codegen.target import Target
 
-TARGET = canonical_target("native")
+TARGET = canonical_target("native")      # the database spelling
+TGT = Target.from_string(TARGET)        # what the functions take
 FAST = MeasureOptions(timeout=30.0, repeat=2, min_repeat_seconds=0.0, threads=1)
 
 
@@ -131,25 +133,25 @@ def test_a_confirmed_choice_outranks_the_minimum_until_a_faster_record_comes(tmp
     db.commit_record(_record(task, space.default_config(), 3e-6))
     db.commit_record(_record(task, lucky, 1e-6))        # the minimum: a lucky measurement
     db.commit_record(_record(task, steady, 2e-6))
-    assert select_record(task, TARGET, db, 1).record.config == lucky
+    assert select_record(task, TGT, db, 1).record.config == lucky
     # the confirmation found the default fastest: compiles take it, and say so
     db.commit_choice(Choice(task.workload_key, TARGET, 1, space.default_config(), True,
                             3e-6, 3e-6, 1e-6))
-    selection = select_record(task, TARGET, db, 1)
+    selection = select_record(task, TGT, db, 1)
     assert selection.record is None and selection.choice is not None
     _, _, source = apply_best(task, TARGET, db, threads=1)
     assert source == CONFIRMED_DEFAULT_SOURCE
     # a later confirmation picked `steady`
     db.commit_choice(Choice(task.workload_key, TARGET, 1, steady, False, 2e-6, 3e-6, 1e-6,
                             timestamp=2e9))
-    selection = select_record(task, TARGET, db, 1)
+    selection = select_record(task, TGT, db, 1)
     assert selection.record.config == steady and selection.source(TARGET) == "database"
     # at another thread count the confirmation says nothing
-    assert select_record(task, TARGET, db, 2).choice is None
+    assert select_record(task, TGT, db, 2).choice is None
     # a record faster than any confirmed makes the choice stale: the minimum again
     faster = _other_configs(space, 3)[2]
     db.commit_record(_record(task, faster, 0.5e-6))
-    selection = select_record(task, TARGET, db, 1)
+    selection = select_record(task, TGT, db, 1)
     assert selection.choice is None and selection.record.config == faster
 
 
@@ -160,7 +162,7 @@ def test_a_choice_that_no_longer_fits_the_space_is_ignored(tmp_path):
     db.commit_record(_record(task, space.default_config(), 1e-6))
     db.commit_choice(Choice(task.workload_key, TARGET, 1, {"no/such_knob": 3}, False,
                             1e-6, 1e-6, 1e-6))
-    selection = select_record(task, TARGET, db, 1)
+    selection = select_record(task, TGT, db, 1)
     assert selection.choice is None
     assert apply_best(task, TARGET, db, threads=1)[2] == "database"
 
@@ -179,7 +181,7 @@ def test_confirm_keeps_the_default_unless_a_leader_beats_it_by_the_margin(tmp_pa
     runner = FakeRunner({config_key(default): [10.0, 20.0, 10.0],
                          config_key(a): [9.9, 19.8, 9.9], config_key(b): [11.0, 22.0, 11.0],
                          config_key(c): MeasureStatus.WRONG_ANSWER})
-    choice = confirm_task(task, TARGET, db, runner, ConfirmOptions(leaders=3), data)
+    choice = confirm_task(task, TGT, db, runner, ConfirmOptions(leaders=3), data)
     assert runner.calls[0][0] == config_key(default)
     assert choice.is_default and choice.config == default
     assert choice.best_record_seconds == pytest.approx(1e-6)
@@ -189,10 +191,10 @@ def test_confirm_keeps_the_default_unless_a_leader_beats_it_by_the_margin(tmp_pa
     runner = FakeRunner({config_key(default): [10.0, 20.0, 10.0],
                          config_key(a): [11.0, 21.0, 11.0], config_key(b): [8.0, 16.0, 8.0],
                          config_key(c): [10.0, 20.0, 10.0]})
-    choice = confirm_task(task, TARGET, db, runner, ConfirmOptions(leaders=3), data)
+    choice = confirm_task(task, TGT, db, runner, ConfirmOptions(leaders=3), data)
     assert not choice.is_default and choice.config == b
     assert choice.speedup == pytest.approx(1.25)
-    assert select_record(task, TARGET, db, 1).record.config == b
+    assert select_record(task, TGT, db, 1).record.config == b
 
 
 def test_confirm_does_nothing_without_leaders_or_with_a_broken_default(tmp_path):
@@ -201,13 +203,13 @@ def test_confirm_does_nothing_without_leaders_or_with_a_broken_default(tmp_path)
     space = _space(task)
     default = space.default_config()
     runner = FakeRunner({config_key(default): MeasureStatus.RUNTIME_ERROR})
-    assert confirm_task(task, TARGET, db, runner) is None           # no records at all
+    assert confirm_task(task, TGT, db, runner) is None           # no records at all
     db.commit_record(_record(task, default, 1e-6))
-    assert confirm_task(task, TARGET, db, runner) is None           # only the default
+    assert confirm_task(task, TGT, db, runner) is None           # only the default
     other = _other_configs(space, 1)[0]
     db.commit_record(_record(task, other, 1e-6))
     runner.costs[config_key(other)] = [1.0]
-    assert confirm_task(task, TARGET, db, runner, data=TaskData.make(task)) is None
+    assert confirm_task(task, TGT, db, runner, data=TaskData.make(task)) is None
     assert db.choice(task.workload_key, TARGET, 1) is None
     # a record measured at another thread count is no leader at this one
     db2 = Database(tmp_path / "d.db")
@@ -233,9 +235,9 @@ def test_mutations_are_compared_and_every_config_keeps_its_features_and_ratio(tm
                          config_key(mutants[2]): [5.0, 10.0, 5.0],
                          config_key(mutants[3]): MeasureStatus.WRONG_ANSWER},
                         fallback=[12.0, 24.0, 12.0])
-    assert confirm_task(task, TARGET, db, runner, ConfirmOptions(mutations=0),
+    assert confirm_task(task, TGT, db, runner, ConfirmOptions(mutations=0),
                         TaskData.make(task)) is None        # nothing to compare with
-    choice = confirm_task(task, TARGET, db, runner, ConfirmOptions(mutations=4),
+    choice = confirm_task(task, TGT, db, runner, ConfirmOptions(mutations=4),
                           TaskData.make(task))
     assert runner.calls[-1] == [config_key(c) for c in [default, *mutants]]
     assert not choice.is_default and choice.config == mutants[2]
@@ -249,9 +251,9 @@ def test_mutations_are_compared_and_every_config_keeps_its_features_and_ratio(tm
     assert rows[0]["features"] != rows[1]["features"]
     assert db.latest_choices([TARGET]) == [db.choice(task.workload_key, TARGET, 1)]
     # the task has no record: the confirmed mutation is what compiles take, until a record
-    assert select_record(task, TARGET, db, 1).record.config == mutants[2]
+    assert select_record(task, TGT, db, 1).record.config == mutants[2]
     db.commit_record(_record(task, mutants[0], 1e-6))
-    assert select_record(task, TARGET, db, 1).record.config == mutants[0]
+    assert select_record(task, TGT, db, 1).record.config == mutants[0]
 
 
 def test_the_climb_mutates_its_incumbent_until_no_task_improves(tmp_path):
@@ -276,7 +278,7 @@ def test_the_climb_mutates_its_incumbent_until_no_task_improves(tmp_path):
 
     runner = FakeRunner({}, fallback=cost)
     options = ConfirmOptions(leaders=1, mutations=3)
-    choices = confirm_tasks([(task, TaskData.make(task))], TARGET, db, runner,
+    choices = confirm_tasks([(task, TaskData.make(task))], TGT, db, runner,
                             deadline=time.perf_counter() + 600, options=options)
     calls = runner.calls
     assert len(calls) >= PATIENCE + 1
@@ -293,9 +295,9 @@ def test_the_climb_mutates_its_incumbent_until_no_task_improves(tmp_path):
     assert choices[task.workload_key].seconds == seconds[-1]
     # no deadline: one pass; a deadline already passed: none
     runner.calls = []
-    confirm_tasks([(task, None)], TARGET, db, runner, options=options)
+    confirm_tasks([(task, None)], TGT, db, runner, options=options)
     assert len(runner.calls) == 1
-    assert confirm_tasks([(task, None)], TARGET, db, runner, deadline=time.perf_counter(),
+    assert confirm_tasks([(task, None)], TGT, db, runner, deadline=time.perf_counter(),
                          options=options) == {}
 
 
@@ -328,7 +330,7 @@ def test_tuning_ends_with_a_confirmation_that_compiles_follow(tmp_path):
     choice = reports[0].choice
     assert choice is not None and choice.threads == 1
     assert db.choice(reports[0].task_key, TARGET, 1) == choice
-    selection = select_record(task, TARGET, db, 1)
+    selection = select_record(task, TGT, db, 1)
     assert selection.choice == choice
     assert (selection.record is None) == choice.is_default
     assert apply_best(task, TARGET, db, threads=1)[2] in ("database", CONFIRMED_DEFAULT_SOURCE)

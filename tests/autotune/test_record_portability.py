@@ -20,6 +20,7 @@ from kiln.autotune.dispatch import apply_best, canonical_target, select_record
 from kiln.autotune.migrate import legacy_knob_names
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
+from kiln.codegen.target import Target
 from kiln.graph import models
 from kiln.graph.compile.model import compile_model, model_tasks
 from kiln.schedule import lower
@@ -89,7 +90,7 @@ def test_two_models_with_other_names_share_spaces_and_records(tmp_path):
         names_a = sorted(k.name for k in SearchSpace(dataclasses.replace(
             keys_a[task.workload_key], target=target, _key=[])).knobs)
         assert names_a == names_b
-        selection = select_record(task, target, db, threads=1)
+        selection = select_record(task, Target.from_string(target), db, threads=1)
         assert selection.record is not None and selection.record.config == chosen[
             task.workload_key]
         assert selection.source(target) == "database" and not selection.skipped
@@ -126,7 +127,7 @@ def test_a_record_that_does_not_fit_is_skipped_for_a_valid_one(tmp_path, caplog)
     db.commit_record(Record(task.workload_key, task.target, wrong_value, (2e-9,), "OK",
                             threads=1))
     db.commit_record(Record(task.workload_key, task.target, good, (1e-3,), "OK", threads=1))
-    selection = select_record(task, task.target, db, threads=1)
+    selection = select_record(task, Target.from_string(task.target), db, threads=1)
     assert selection.record.config == good and len(selection.skipped) == 2
     assert "unknown knob" in selection.skipped[0][1]
     sch, args, source = apply_best(task, task.target, db, threads=1)
@@ -167,7 +168,7 @@ def test_schema1_records_are_renamed_and_applied(tmp_path):
     db._db.conn.commit()
     assert db.best(task.workload_key, task.target) == []   # invisible until renamed
     assert db.stale_count() == 1
-    selection = select_record(task, task.target, db, threads=1)
+    selection = select_record(task, Target.from_string(task.target), db, threads=1)
     assert selection.record is not None and selection.record.config == config
     assert db.stale_count() == 0 and db.best(task.workload_key, task.target)[0].schema_version \
         == SCHEMA_VERSION

@@ -14,6 +14,7 @@ from kiln.graph.compile import parallel_build
 from kiln.graph.compile.model import compile_model, prepare_graph
 from kiln.graph.deferred import DeferredArray, resolve_pending
 from kiln.graph.compile.tasks import extract_tasks
+from kiln.codegen.target import Target
 from kiln.te.errors import KilnError, ModelFormatError
 from kiln.te.ops import unpack_conv_weight_blocked
 from kiln.te.ops.winograd import pack_winograd_weight
@@ -82,11 +83,11 @@ def test_workers_start_while_tasks_are_still_being_found(monkeypatch):
     graph, groups = prepare_graph(model)
     from kiln.graph.compile.model import _build_task
     from kiln.autotune.dispatch import select_record
-    with parallel_build.StreamingBuild("native", 2, _build_task,
+    with parallel_build.StreamingBuild(Target.native(), 2, _build_task,
                                        lambda mt: select_record(mt.task, "native", None, 1),
                                        1) as stream:
         rec = _Recorder(stream)
-        tasks, _ = extract_tasks(graph, groups, "native", on_task=rec)
+        tasks, _ = extract_tasks(graph, groups, Target.native(), on_task=rec)
         kernels, sources, stats = stream.finish()
     assert len(tasks) > 2 and [n for n, _ in rec.seen] == [t.name for t in tasks]
     # the pool started with the second task, before the third was found
@@ -96,7 +97,7 @@ def test_workers_start_while_tasks_are_still_being_found(monkeypatch):
 
 
 def test_finish_before_two_tasks_is_an_error():
-    with parallel_build.StreamingBuild("native", 2, None, lambda mt: None) as stream:
+    with parallel_build.StreamingBuild(Target.native(), 2, None, lambda mt: None) as stream:
         with pytest.raises(KilnError, match="fewer than two tasks"):
             stream.finish()
 

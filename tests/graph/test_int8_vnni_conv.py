@@ -110,10 +110,10 @@ def test_avx2_no_target_and_odd_columns_keep_the_gemm():
     ops = _ops(optimize(load_onnx(odd), target=VNNI))       # 13 columns: no panel width
     assert "conv_int8x4_panels" not in ops and "im2col_nhwc_int8x4" in ops, ops
     graph = optimize(load_onnx(model), target=VNNI, skip=SKIP)
-    done = to_vnni_int8_convs(graph, VNNI)
+    done = to_vnni_int8_convs(graph, Target.from_string(VNNI))
     assert "conv_int8x4_panels" in _ops(done)
-    assert to_vnni_int8_convs(done, VNNI) is done            # nothing left to rewrite
-    assert to_vnni_int8_convs(graph, AVX2) is graph
+    assert to_vnni_int8_convs(done, Target.from_string(VNNI)) is done   # nothing left to do
+    assert to_vnni_int8_convs(graph, Target.from_string(AVX2)) is graph
 
 
 def test_panel_block_and_weight_panels():

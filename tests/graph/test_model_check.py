@@ -12,11 +12,13 @@ import pytest
 from kiln.autotune.database import Choice, Database, Record
 from kiln.autotune.dispatch import canonical_target
 from kiln.autotune.space.rules import SearchSpace
+from kiln.codegen.target import Target
 from kiln.graph.compile import model_check
 from kiln.graph import models
 from kiln.graph.compile.model import compile_model, model_tasks
 
-TARGET = canonical_target("native")
+TARGET = canonical_target("native")      # the database spelling
+TGT = Target.from_string(TARGET)        # what the functions take
 
 
 def _spin(seconds: float):
@@ -74,7 +76,7 @@ def test_a_choice_stays_only_if_the_model_runs_faster_with_it(tmp_path, monkeypa
         return ratio
 
     monkeypatch.setattr(model_check, "paired_ratio", fake_ratio)
-    found = model_check.check_choices_in_model(compile_now, tasks, TARGET, db, threads=1)
+    found = model_check.check_choices_in_model(compile_now, tasks, TGT, db, threads=1)
     assert [c.task_key for c in found] == list(chosen)          # heaviest first
     assert all(c.kept is kept and c.ratio == ratio for c in found)
     assert len(compiles) == 1 + len(chosen)
@@ -106,7 +108,7 @@ def test_a_best_record_without_a_confirmation_is_checked_too(tmp_path, monkeypat
                             threads=1))
     monkeypatch.setattr(model_check, "paired_ratio", lambda *a: ratio)
     found = model_check.check_choices_in_model(
-        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TARGET,
+        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TGT,
         db, 1)
     assert [(c.task_key, c.kept) for c in found] == [(mt.task.workload_key, kept)]
     choice = db.choice(mt.task.workload_key, TARGET, 1)
@@ -122,12 +124,12 @@ def test_no_choices_or_no_time_checks_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(model_check, "paired_ratio", lambda *a, **k: pytest.fail("timed"))
     compile_now = lambda: compile_model(model, TARGET, db, threads=1,  # noqa: E731
                                         cache_model=False)
-    assert model_check.check_choices_in_model(compile_now, tasks, TARGET, db, 1,
+    assert model_check.check_choices_in_model(compile_now, tasks, TGT, db, 1,
                                               deadline=time.perf_counter()) == []
     assert not db.choice(next(iter(chosen)), TARGET, 1).is_default
     empty = Database(tmp_path / "empty.db")
     assert model_check.check_choices_in_model(
-        lambda: pytest.fail("compiled"), tasks, TARGET, empty, 1) == []
+        lambda: pytest.fail("compiled"), tasks, TGT, empty, 1) == []
 
 
 def test_a_real_check_reverts_a_choice_that_slows_the_model(tmp_path):
@@ -147,7 +149,7 @@ def test_a_real_check_reverts_a_choice_that_slows_the_model(tmp_path):
     assert slow != default and space.misfit(slow) is None
     db.commit_choice(Choice(mt.task.workload_key, TARGET, 1, slow, False, 1e-5, 2e-5, math.inf))
     found = model_check.check_choices_in_model(
-        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TARGET,
+        lambda: compile_model(model, TARGET, db, threads=1, cache_model=False), tasks, TGT,
         db, 1, rounds=5)
     assert len(found) == 1 and found[0].ratio > 1.2 and not found[0].kept
     assert db.choice(mt.task.workload_key, TARGET, 1).is_default
@@ -196,7 +198,7 @@ def test_a_check_that_fails_leaves_the_choice_standing(tmp_path, monkeypatch):
         return compile_model(model, TARGET, db, threads=1, cache_model=False)
 
     with pytest.raises(KeyboardInterrupt):
-        model_check.check_choices_in_model(compile_now, tasks, TARGET, db, 1)
+        model_check.check_choices_in_model(compile_now, tasks, TGT, db, 1)
     key, (config, _) = next(iter(chosen.items()))
     choice = db.choice(key, TARGET, 1)
     assert not choice.is_default and choice.config == config

@@ -444,7 +444,7 @@ def _depthwise(node: Node, graph: Graph) -> bool:
             and node.attrs["groups"] == x.shape[1] == w.shape[0] and w.shape[1] == 1)
 
 
-def to_pixel_major_int8(graph: Graph, target=None) -> Graph:
+def to_pixel_major_int8(graph: Graph, target: Target | None = None) -> Graph:
     """Rewrite packed dense int8 convs (conv2d_int8x4 fed by an NCHW pack) and depthwise
     integer convs with a constant int8 weight and zero point into their pixel-major forms
     (module docstring); other nodes stay as they are. On a VNNI `target` a grouped conv
@@ -452,8 +452,7 @@ def to_pixel_major_int8(graph: Graph, target=None) -> Graph:
     producers = graph.producers()
     lanes = None
     if takes_vnni(target):
-        tgt = Target.from_string(target)
-        lanes = tgt.vector_lanes("int32")
+        lanes = target.vector_lanes("int32")
     dense = {n.name for n in graph.nodes if _dense(n, graph, producers)}
     depthwise = {n.name for n in graph.nodes if _depthwise(n, graph)}
     grouped = {n.name for n in graph.nodes if _grouped(n, graph, lanes)}

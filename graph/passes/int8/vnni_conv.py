@@ -130,13 +130,13 @@ def _source(producers: dict, a: Value):
     return None
 
 
-def to_vnni_int8_convs(graph: Graph, target=None) -> Graph:
+def to_vnni_int8_convs(graph: Graph, target: Target | None = None) -> Graph:
     """Rewrite each pixel-major conv GEMM (module docstring) into [pad ->]
     conv_int8x4_panels on a VNNI target; the graph as it is elsewhere or when nothing
     qualifies."""
     if not takes_vnni(target):
         return graph
-    tgt = Target.from_string(target)
+    tgt = target
     lanes = tgt.vector_lanes("int32")
     producers = {o.name: n for n in graph.nodes for o in n.outputs}
     namer = Namer(graph)

@@ -28,6 +28,7 @@ from kiln.autotune.measure import MeasureOptions  # noqa: E402
 from kiln.autotune.space import SearchSpace  # noqa: E402
 from kiln.autotune.task import Task  # noqa: E402
 from kiln.autotune.tuner import canonical_target, tune_task  # noqa: E402
+from kiln.codegen.target import Target  # noqa: E402
 
 OPTIONS = MeasureOptions(timeout=30.0, repeat=2, min_repeat_seconds=0.0, threads=1)
 TARGET = canonical_target("native")
@@ -175,7 +176,7 @@ def test_export_import_round_trip_picks_the_same_schedules(tuned, task, tmp_path
     for db in (source, copy):
         db._choices_found = None
     task = task.retargeted(TARGET)
-    picked = [select_record(task, TARGET, db, threads=1) for db in (source, copy)]
+    picked = [select_record(task, Target.from_string(TARGET), db, threads=1) for db in (source, copy)]
     assert picked[0].record is not None
     assert config_key(picked[0].record.config) == config_key(picked[1].record.config)
     assert picked[0].choice is not None and picked[1].choice is not None   # the confirmed one
