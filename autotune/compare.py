@@ -22,6 +22,7 @@ import traceback
 import numpy as np
 
 from .. import codegen
+from ..codegen.target import Target
 from ..schedule.lower import lower
 from ..te.errors import KilnError, ScheduleError
 from .measure import (MeasureResult, MeasureStatus, compare_outputs, held_entry, kernel_clock,
@@ -40,7 +41,7 @@ def compare_payload(payload: dict, held: dict | None = None) -> list[MeasureResu
     task, options = entry.task, payload["options"]
     if entry.space is None:
         from .space.rules import SearchSpace
-        entry.space = SearchSpace(task)
+        entry.space = SearchSpace(task, options.threads)
     results: list[MeasureResult | None] = []
     kernels = {}
     for index, config in enumerate(payload["configs"]):
@@ -50,13 +51,13 @@ def compare_payload(payload: dict, held: dict | None = None) -> list[MeasureResu
             kernels[index] = kernel
     if kernels:
         costs = _interleaved(kernels, entry, payload.get("rounds", 7),
-                             payload.get("rotate_bytes", ROTATE_BYTES))
+                             payload.get("rotate_bytes", ROTATE_BYTES), options.threads)
         for index, series in costs.items():
             results[index] = MeasureResult(MeasureStatus.OK, tuple(series))
     return results
 
 
-def _build_checked(entry, config: dict, target: str, options):
+def _build_checked(entry, config: dict, target: Target, options):
     """(None, kernel) for a config that builds and answers right, else (its failure, None)."""
     task = entry.task
     try:
@@ -65,7 +66,7 @@ def _build_checked(entry, config: dict, target: str, options):
         return MeasureResult(MeasureStatus.INVALID_CONFIG, error_text=str(exc)), None
     try:
         kernel = codegen.build(lower(sch, args, name=task.name), target=target,
-                               cache_kernel=False)
+                               cache_kernel=False, num_threads=options.threads)
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR
         return MeasureResult(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc()), None
     arrays = _arguments(entry)
@@ -84,9 +85,11 @@ def _arguments(entry) -> list[np.ndarray]:
             for a, t in zip(entry.inputs, entry.task.args)]
 
 
-def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int) -> dict[int, list]:
-    """Per kernel index, its mean call time in each of `rounds` interleaved rounds."""
-    clock = kernel_clock()
+def _interleaved(kernels: dict, entry, rounds: int, rotate_bytes: int,
+                 threads: int) -> dict[int, list]:
+    """Per kernel index, its mean call time in each of `rounds` interleaved rounds (at
+    `threads`, the measurement's thread count)."""
+    clock = kernel_clock(threads)
     first = _arguments(entry)
     size = max(1, sum(a.nbytes for a in first))
     copies = [first] + [_arguments(entry)

@@ -16,7 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from .. import codegen
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
 from ..schedule import lower
 from ..schedule.schedule import Schedule
@@ -84,13 +84,13 @@ def upgrade_legacy_records(db: Database, space: SearchSpace) -> int:
         return 0
 
 
-def select_record(task: Task, target: Target, db: Database | None, threads: int | None = None,
+def select_record(task: Task, target: Target, db: Database | None, threads: int,
                   similar_cpus: bool = True, space: SearchSpace | None = None) -> Selection:
-    """The fastest stored record of `task` (see the module docstring) that fits its space."""
+    """The fastest stored record of `task` (see the module docstring) for running at
+    `threads` that fits its space."""
     if db is None:
         return Selection(None)
     task = task.retargeted(target)
-    threads = threads or num_threads_from_env()
     space = space or SearchSpace(task, threads, target)
     target = str(target)        # the database spelling, below
     upgrade_legacy_records(db, space)
@@ -144,6 +144,7 @@ def apply_best(task: Task, target: str | Target, db: Database | None,
     KILN_NUM_THREADS, else every core), and where it came from: "database", "similar CPU:
     tuned on <cpu> (same vector ISA)" or "default (no tuning records)"."""
     target = Target.from_string(target)     # a public entry point: parsed once, here
+    threads = resolve_threads(threads)
     task = task.retargeted(target)
     space = SearchSpace(task, threads, target)
     selection = select_record(task, target, db, threads, similar_cpus, space)
@@ -174,4 +175,4 @@ def build_best(task: Task, target: str | Target, db: Database | None,
     sch, args, source = apply_best(task, target, db, threads)
     log.info("%s: building the schedule from the %s", task.name, source)
     func = lower(sch, args, name=task.name)
-    return codegen.build(func, target=target)
+    return codegen.build(func, target=target, num_threads=threads)

@@ -22,14 +22,14 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Callable
 
 import numpy as np
 
 from .. import codegen
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
 from ..schedule.lower import lower
 from ..te import dtype as dt
@@ -133,16 +133,17 @@ def _fault(kind: str | None) -> None:
 SUB_BATCHES = 8
 
 
-def kernel_clock():
+def kernel_clock(threads: int):
     """The clock kernels are timed by in the worker: the calling thread's CPU time when they
-    run on it alone (KILN_NUM_THREADS=1), which leaves out other processes' time slices on a
-    shared machine (autotune/compare.py has the figures); else the wall clock."""
-    return time.thread_time if num_threads_from_env() == 1 else time.perf_counter
+    run on it alone (`threads`, the measurement's thread count, is 1), which leaves out
+    other processes' time slices on a shared machine (autotune/compare.py has the figures);
+    else the wall clock."""
+    return time.thread_time if threads == 1 else time.perf_counter
 
 
 def _time_kernel(kernel, arrays, options: MeasureOptions,
                  best_seconds: float = math.inf) -> tuple[float, ...]:
-    clock = kernel_clock()
+    clock = kernel_clock(options.threads)
     kernel(*arrays)                                   # warm-up (page faults, thread pool)
     start = clock()
     kernel(*arrays)
@@ -210,7 +211,7 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
     _fault(payload.get("test_fault"))
     try:
         if entry.space is None:
-            entry.space = SearchSpace(task)
+            entry.space = SearchSpace(task, options.threads)
         sch, args = entry.space.apply(payload["config"])
     except ScheduleError as exc:
         return clock.result(MeasureStatus.INVALID_CONFIG, error_text=str(exc))
@@ -218,7 +219,8 @@ def run_payload(payload: dict, held: dict[int, _HeldTask] | None = None) -> Meas
     try:
         func = lower(sch, args, name=task.name)
         clock.lap("lower")
-        kernel = codegen.build(func, target=payload["target"], cache_kernel=False)
+        kernel = codegen.build(func, target=payload["target"], cache_kernel=False,
+                               num_threads=options.threads)
         clock.lap("compile")
     except Exception:  # noqa: BLE001 - every lowering/codegen failure is a COMPILE_ERROR record
         return clock.result(MeasureStatus.COMPILE_ERROR, error_text=traceback.format_exc())
@@ -342,10 +344,16 @@ class Runner:
     _held: OrderedDict = field(default_factory=OrderedDict)
     _tokens: itertools.count = field(default_factory=itertools.count)
 
+    def __post_init__(self):
+        # the options' thread count, defaulted once here (they are the measurement's API):
+        # the worker and every record then carry the int
+        if self.options.threads is None:
+            self.options = replace(self.options, threads=resolve_threads(None))
+
     @property
     def threads(self) -> int:
         """The thread count candidates run with (stored with every record)."""
-        return self.options.threads or num_threads_from_env()
+        return self.options.threads
 
     def _start(self) -> None:
         if self.options.threads is not None and self.options.threads < 1:

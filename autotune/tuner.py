@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
 from ..te.errors import KilnError
 from .claims import Claims
@@ -120,7 +120,7 @@ class TaskTuner:
         self.db = db
         # the state is that of one thread count: a config measured at 1 thread is not yet
         # measured at 2 (records of unknown count, from older logs, count for every one)
-        self.threads = runner.threads if runner is not None else num_threads_from_env()
+        self.threads = runner.threads if runner is not None else resolve_threads(None)
         self.space = SearchSpace(self.task, self.threads, target)   # its default is for that count
         search_config = search_config or SearchConfig()
         if search == "xgb" and pool is None:

@@ -100,7 +100,8 @@ def _compile_phases(task: Task, db, target: Target, variant: str) -> tuple[dict,
     compiled = jit.Compiled(engine, "", t5 - t3)
     kernel = Kernel(func.name, sym, specs, target, compiled.address(sym),
                     compiled.global_address(threads_symbol(sym)), entry=None, func=func,
-                    optimized_ir="", keepalive=compiled, compile_seconds=t5 - t3)
+                    optimized_ir="", keepalive=compiled, compile_seconds=t5 - t3,
+                    num_threads=1)
     return times, kernel
 
 

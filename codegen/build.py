@@ -14,6 +14,7 @@ from .emit_module import emit_module, fastmath_flags, pool_symbol, symbol_name, 
 from .jit import compile_module, compile_object
 from .kernel import Kernel, ParamSpec
 from .runtime import backend
+from .runtime_config import resolve_threads
 from .pyentry import AVAILABLE as PYENTRY, add_python_entry, entry_symbol, table_symbol
 from .target import Target
 
@@ -55,7 +56,7 @@ def gc_paused():
 
 
 def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FASTMATH,
-          cache_kernel: bool = True) -> Kernel:
+          cache_kernel: bool = True, num_threads: int | None = None) -> Kernel:
     """Compile `func` for `target` and return a Kernel callable on numpy arrays.
 
     fastmath: the default ("contract",) lets LLVM fuse a*b+c into one FMA, as C compilers do by
@@ -65,11 +66,13 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
     cache_kernel: look the kernel up in (and add it to) the persistent kernel cache
     (codegen/cache.py) when KILN_CACHE_DIR does not turn it off; tuning candidates, built
     once each, pass False.
+    num_threads: the kernel's thread count (default: KILN_NUM_THREADS, else every core).
     """
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build() takes a PrimFunc (from kiln.schedule.lower), got "
                            f"{type(func).__name__}; use kiln.build(schedule, args) for schedules")
-    target = Target.from_string(target)
+    target = Target.from_string(target)     # an entry point: parsed once, here
+    num_threads = resolve_threads(num_threads)
     parallel = backend()
     with gc_paused():
         module = emit_module(func, target, fastmath_flags(fastmath), parallel=parallel)
@@ -78,7 +81,7 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
         store = cache.kernel_store() if cache_kernel else None
         text = str(module) if store is not None else None
     if store is not None:
-        return _build_cached(func, text, sym, specs, target, store)
+        return _build_cached(func, text, sym, specs, target, store, num_threads)
     compiled = compile_module(module, target)
     entry = None
     if PYENTRY:
@@ -88,11 +91,11 @@ def build(func: PrimFunc, target: str | Target = "native", fastmath=DEFAULT_FAST
                   optimized_ir=compiled.optimized_ir, keepalive=compiled,
                   pool_slot=(compiled.global_address(pool_symbol(sym)) if parallel == "kiln"
                              else None),
-                  compile_seconds=compiled.seconds)
+                  compile_seconds=compiled.seconds, num_threads=num_threads)
 
 
 def _build_cached(func: PrimFunc, text: str, sym: str, specs, target: Target,
-                  store: cache.Store) -> Kernel:
+                  store: cache.Store, num_threads: int) -> Kernel:
     """build() through the kernel cache: keyed on the module's LLVM IR text (see
     codegen.cache); a miss compiles to an object file and stores it, a hit only loads."""
     start = time.perf_counter()
@@ -103,7 +106,7 @@ def _build_cached(func: PrimFunc, text: str, sym: str, specs, target: Target,
         obj = cache.CachedObject(func.name, sym, specs, code,
                                  zlib.compress(optimized.encode(), 1), seconds)
         cache.store_object(store, key, obj)
-    kernel = cache.load_objects([obj], target, [key])[0]
+    kernel = cache.load_objects([obj], target, [key], num_threads=num_threads)[0]
     kernel.name, kernel.func = func.name, func
     kernel.compile_seconds = time.perf_counter() - start
     if optimized is not None:

@@ -99,9 +99,9 @@ def read_object(store: Store, key: str) -> CachedObject | None:
 
 
 def load_objects(objects: list[CachedObject], target: Target,
-                 keys: list[str | None] | None = None) -> list[Kernel]:
-    """Kernels of `objects` (object code of `target`), all in one MCJIT engine: relocation
-    only, no LLVM passes or code generation."""
+                 keys: list[str | None] | None = None, *, num_threads: int) -> list[Kernel]:
+    """Kernels of `objects` (object code of `target`) set to run at `num_threads`, all in one
+    MCJIT engine: relocation only, no LLVM passes or code generation."""
     start = time.perf_counter()
     init_llvm()
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
@@ -124,7 +124,7 @@ def load_objects(objects: list[CachedObject], target: Target,
         kernel = Kernel(obj.name, sym, obj.params, target, address, threads, entry=entry,
                         optimized_ir=obj.ir_text, keepalive=engine,
                         pool_slot=engine.get_global_value_address(pool_symbol(sym)) or None,
-                        compile_seconds=each)
+                        compile_seconds=each, num_threads=num_threads)
         kernel.cache_key = keys[k] if keys else None
         kernels.append(kernel)
     return kernels

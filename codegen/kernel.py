@@ -16,7 +16,6 @@ from ..te.errors import CodegenError, KernelArgumentError
 from .jit import assembly
 from .pyentry import fill_table
 from .runtime import pool_address
-from .runtime_config import num_threads_from_env
 from .target import Target
 
 
@@ -52,7 +51,8 @@ class Kernel:
                  address: int, threads_address: int, *, entry: tuple[int, int] | None = None,
                  func=None, optimized_ir: str | Callable[[], str] | None = None,
                  keepalive=None,
-                 compile_seconds: float = 0.0, pool_slot: int | None = None):
+                 compile_seconds: float = 0.0, pool_slot: int | None = None,
+                 num_threads: int):
         self.name, self.symbol, self.params, self.target = name, symbol, params, target
         self.func = func
         self.compile_seconds = compile_seconds
@@ -62,7 +62,7 @@ class Kernel:
         self._threads = ctypes.c_int32.from_address(threads_address)
         if pool_slot:      # the kernel's PARALLEL loops run on the process's pool
             ctypes.c_void_p.from_address(pool_slot).value = pool_address()
-        self.set_num_threads(num_threads_from_env())
+        self.set_num_threads(num_threads)
         n = len(params)
         self.address = address        # the raw entry: void(ptr...), no argument checks
         self._raw = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))(address)

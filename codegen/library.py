@@ -12,10 +12,13 @@ from .export import FORMAT, VERSION, LibraryError
 from .kernel import Kernel, ParamSpec
 from .pyentry import AVAILABLE as PYENTRY, entry_symbol, table_symbol
 from .target import Target
+from .runtime_config import resolve_threads
 
 
-def load_library(path: str | os.PathLike) -> dict[str, Kernel]:
-    """Load a library written by export_library: {kernel name: Kernel}."""
+def load_library(path: str | os.PathLike, num_threads: int | None = None) -> dict[str, Kernel]:
+    """Load a library written by export_library: {kernel name: Kernel}, set to run at
+    `num_threads` (default: KILN_NUM_THREADS, else every core)."""
+    num_threads = resolve_threads(num_threads)
     path = Path(path)
     meta_path = Path(str(path) + ".json")
     for p in (path, meta_path):
@@ -52,5 +55,6 @@ def load_library(path: str | os.PathLike) -> dict[str, Kernel]:
             pool = None
         params = tuple(ParamSpec.from_json(p) for p in entry["params"])
         out[entry["name"]] = Kernel(entry["name"], sym, params, target, address, threads,
-                                    entry=pyentry, keepalive=lib, pool_slot=pool)
+                                    entry=pyentry, keepalive=lib, pool_slot=pool,
+                                    num_threads=num_threads)
     return out

@@ -35,6 +35,13 @@ def num_threads_from_env() -> int:
     return value
 
 
+def resolve_threads(threads: int | None) -> int:
+    """`threads` if given, else KILN_NUM_THREADS, else every core: what the API boundary
+    (kiln.compile/tune/build, codegen.build, the CLI, a Runner's options) turns a thread
+    count it was not given into, once; the functions below it take the int."""
+    return num_threads_from_env() if threads is None else threads
+
+
 def parallel_runtime_setting() -> str:
     """KILN_PARALLEL_RUNTIME, lower-case ("" when unset): kiln, gomp or serial."""
     return os.environ.get("KILN_PARALLEL_RUNTIME", "").strip().lower()

@@ -12,7 +12,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .codegen.runtime_config import num_threads_from_env
+from .codegen.runtime_config import resolve_threads
 from .graph.onnx.load import load_onnx
 from .graph.passes.fold_constants import fold_constants
 from .graph.passes.simplify import simplify
@@ -67,7 +67,7 @@ def compare_model(model, compiled, repeat: int = 20, name: str | None = None):
     """Rows for a table ([runtime, ms, ratio, error]) and a dict of figures (`name`: the
     model's, default the file's); the baselines run at the thread count the model was
     compiled for. The numpy executor runs the model's own graph, as onnxruntime does."""
-    threads = compiled.plan.meta.get("threads") or num_threads_from_env()
+    threads = resolve_threads(compiled.plan.meta.get("threads"))
     graph = fold_constants(simplify(load_onnx(model)))
     inputs = random_inputs(graph)
     kiln_out = compiled.run(inputs)

@@ -151,9 +151,11 @@ def _tasks_without_records(model, target: str, db, layout: str, winograd: bool) 
     from .graph.compile.model import model_tasks
     from .codegen.target import Target
     target = Target.from_string(target)     # parsed once: model_tasks and select_record share it
+    from .codegen.runtime_config import resolve_threads
+    threads = resolve_threads(None)         # what a compile at the default count selects for
     tasks = model_tasks(model, target, layout=layout, winograd=winograd)
     missing = sum(1 for mt in tasks
-                  if select_record(mt.task, target, db, similar_cpus=False).record is None)
+                  if select_record(mt.task, target, db, threads, similar_cpus=False).record is None)
     return missing, len(tasks)
 
 

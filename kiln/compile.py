@@ -10,6 +10,7 @@ from .autotune.task import Task
 from .autotune.tuner import Progress, TuneResult, tune_task
 from .autotune.database import Database
 from .autotune.default_db import open_database
+from .codegen.runtime_config import resolve_threads
 from .codegen.target import Target
 from .graph.compile.model import tune_model
 from .graph.ir import Graph
@@ -46,6 +47,10 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     on the data) is a StagedModel (graph/runtime/staged.py): compiled in stages around those ops."""
     target = Target.from_string(target)     # parsed once: below, a Target
     threads = None if threads is None else int(threads)
+    if threads is not None and threads < 1:
+        raise KilnError(f"kiln.compile(threads={threads}): the thread count the model runs at "
+                        "must be >= 1 (None: KILN_NUM_THREADS, else every core)")
+    threads, jobs = resolve_threads(threads), resolve_threads(jobs)     # defaulted once, here
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
                                constants=constants, zero_shot=zero_shot)

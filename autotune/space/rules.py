@@ -30,7 +30,7 @@ import random
 import zlib
 from dataclasses import dataclass
 
-from ...codegen.runtime_config import num_threads_from_env
+from ...codegen.runtime_config import resolve_threads
 from ...codegen.target import Target
 from ...te.errors import ScheduleError
 from ...te.ops.winograd import INPUT_TAG as WINOGRAD_INPUT
@@ -97,7 +97,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
     def __init__(self, task: Task, threads: int | None = None, target: Target | None = None):
         self.task = task
         self.target = target if target is not None else Target.from_string(task.target)
-        self.threads = threads or num_threads_from_env()
+        self.threads = resolve_threads(threads or None)
         self._default: dict | None = None     # default_config(), cached by validate()
         every_op = topo_ops(task.outputs)
         self.ops = [op for op in every_op if isinstance(op, ComputeOp)]

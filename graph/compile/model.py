@@ -22,7 +22,7 @@ from ...autotune.zero_shot import compile_settings as zero_shot_settings
 from ...autotune.zero_shot import donor_table as zero_shot_donor_table
 from ...autotune.zero_shot import model_for as zero_shot_model
 from ...autotune.zero_shot import rank_plan as zero_shot_plan
-from ...codegen.runtime_config import num_threads_from_env
+from ...codegen.runtime_config import resolve_threads
 from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
@@ -247,8 +247,7 @@ def compile_model(model, target: str | Target = "native", db=None,
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
                         "at must be >= 1 (None: KILN_NUM_THREADS, else every core)")
-    threads = threads or num_threads_from_env()
-    jobs = num_threads_from_env() if jobs is None else jobs
+    threads, jobs = resolve_threads(threads), resolve_threads(jobs)  # an entry point: once
     if jobs < 1:
         raise KilnError(f"compile_model(jobs={jobs}): jobs is the number of compile worker "
                         "processes and must be >= 1 (1 compiles in this process)")
@@ -339,7 +338,7 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
                          database, callback=callback, **options)
     if not checking:
         return reports
-    threads = (options.get("options") or MeasureOptions()).threads or num_threads_from_env()
+    threads = resolve_threads((options.get("options") or MeasureOptions()).threads)
     compile_now = lambda: compile_model(model, target, database, input_shapes,  # noqa: E731
                                         layout=layout, threads=threads, winograd=winograd,
                                         cache_model=False)
@@ -374,7 +373,7 @@ def confirm_model(model, target: str | Target = "native", db=None, options=None,
     target = Target.from_string(target)     # an entry point: parsed once, here
     tasks = sorted(model_tasks(model, target, input_shapes, layout, winograd),
                    key=lambda t: -t.weight * t.task.flops)
-    with Runner(MeasureOptions(threads=threads or num_threads_from_env())) as runner:
+    with Runner(MeasureOptions(threads=resolve_threads(threads))) as runner:
         return confirm_tasks([(t.task, None) for t in tasks], target,
                              database, runner, options=options or CONFIRM)
 

@@ -248,8 +248,8 @@ def load(key: str, target: Target, threads: int) -> CompiledModel | None:
         log.info("model cache: a kernel of %s is gone from the kernel cache; recompiling",
                  plan.name)
         return None
-    loaded = cache.load_objects(objects, target,
-                                [meta["kernels"][n] for n in names])
+    loaded = cache.load_objects(objects, target, [meta["kernels"][n] for n in names],
+                                num_threads=threads)
     for name, kernel in zip(names, loaded):
         kernel.name = name
     seconds = round(time.perf_counter() - start, 3)

@@ -119,15 +119,15 @@ def _pool_context():
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: Target
-                  ) -> dict[str, Kernel]:
+def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: Target,
+                  threads: int) -> dict[str, Kernel]:
     """Load the objects into one MCJIT engine (as the kernel cache loads a model's):
     {kernel name: Kernel}. Relocation only, in this process: linking them with the C
     compiler driver into a shared library and loading that took 35 ms for a 21-kernel model,
     this 7 ms (benchmarks/RESULTS.md, compile time against onnxruntime)."""
     loaded = cache.load_objects(
         [cache.CachedObject(name, obj.symbol, obj.params, obj.object_code, b"", obj.seconds)
-         for name, obj in objects], target)
+         for name, obj in objects], target, num_threads=threads)
     kernels = {}
     for (name, obj), kernel in zip(objects, loaded):
         kernel.func, kernel.compile_seconds = obj.func, obj.seconds
@@ -145,7 +145,7 @@ class StreamingBuild:
     Use as a context manager: leaving it on an error cancels what was not started."""
 
     def __init__(self, target: Target, jobs: int, build_task: Callable,
-                 select: Callable[[ModelTask], Selection], threads: int | None = None):
+                 select: Callable[[ModelTask], Selection], threads: int):
         self.target, self.jobs, self.threads = target, jobs, threads
         self.build_task, self.select = build_task, select
         self.selections: dict[str, Selection] = {}
@@ -182,7 +182,7 @@ class StreamingBuild:
         resolve_pending()           # the constants the graph passes deferred, likewise
         results = [f.result() for f in self._futures]
         self._pool.shutdown()
-        return _collect(results, self.target, self._start)
+        return _collect(results, self.target, self.threads, self._start)
 
     def __enter__(self) -> "StreamingBuild":
         return self
@@ -192,10 +192,10 @@ class StreamingBuild:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _collect(results: list, target: Target, start: float
+def _collect(results: list, target: Target, threads: int, start: float
              ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     objects = [(name, obj) for name, obj, *_ in results]
-    kernels = link_and_load(objects, target)
+    kernels = link_and_load(objects, target, threads)
     per_worker: dict[int, float] = {}
     for *_, pid, cpu, _ in results:
         per_worker[pid] = per_worker.get(pid, 0.0) + cpu
@@ -210,7 +210,7 @@ def _collect(results: list, target: Target, start: float
 
 def build_in_workers(tasks: Sequence[ModelTask], target: Target,
                      selections: dict[str, Selection], jobs: int, build_task: Callable,
-                     threads: int | None = None
+                     threads: int
                      ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     """Build every task in a pool of `jobs` processes, handed out in graph order; returns
     kernels and schedule sources by task name, and the CPU seconds each worker spent (on an
@@ -228,4 +228,4 @@ def build_in_workers(tasks: Sequence[ModelTask], target: Target,
         _ready_runtime()        # while the workers compile
         resolve_pending()       # the constants the graph passes deferred, likewise
         results = list(pending)
-    return _collect(results, target, start)
+    return _collect(results, target, threads, start)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen.runtime_config import num_threads_from_env
+from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
 from ..graph.compile.model import compile_model, prepare_graph
 from ..graph.runtime.executor import CompiledModel
@@ -169,7 +169,7 @@ class JitFunction:
         self.target = Target.from_string(target)     # parsed once: below, a Target
         if threads is not None and threads < 1:
             raise JitError(f"kiln.jit(threads={threads}): give a thread count >= 1")
-        self.threads = threads or num_threads_from_env()
+        self.threads = resolve_threads(threads)
         self.db = db
         self.jobs = jobs
         self.max_traces = max_traces

@@ -213,9 +213,9 @@ def test_a_repeat_costs_its_undisturbed_batches(monkeypatch):
     assert all(c > 1e-3 for c in costs)
 
 
-def test_a_one_thread_kernel_is_timed_by_cpu_time_so_time_slices_lost_do_not_count(
-        monkeypatch):
-    """At KILN_NUM_THREADS=1 the worker times kernels by its thread's CPU time: a kernel
+def test_a_one_thread_kernel_is_timed_by_cpu_time_so_time_slices_lost_do_not_count():
+    """At one thread (the measurement's count, from its options) the worker times kernels
+    by its thread's CPU time: a kernel
     that spends most of its call off the CPU (as when another process takes the core) costs
     only what it ran; at more threads the wall clock, which counts it all."""
     import time
@@ -225,10 +225,9 @@ def test_a_one_thread_kernel_is_timed_by_cpu_time_so_time_slices_lost_do_not_cou
         time.sleep(0.002)                   # off the CPU
         sum(range(2000))                    # on it, briefly
 
-    options = MeasureOptions(repeat=3, min_repeat_seconds=0.0)
-    monkeypatch.setenv("KILN_NUM_THREADS", "1")
-    assert kernel_clock() is time.thread_time
+    options = MeasureOptions(repeat=3, min_repeat_seconds=0.0, threads=1)
+    assert kernel_clock(1) is time.thread_time
     assert max(_time_kernel(kernel, [], options)) < 0.001
-    monkeypatch.setenv("KILN_NUM_THREADS", "2")
-    assert kernel_clock() is time.perf_counter
+    options = MeasureOptions(repeat=3, min_repeat_seconds=0.0, threads=2)
+    assert kernel_clock(2) is time.perf_counter
     assert min(_time_kernel(kernel, [], options)) >= 0.002

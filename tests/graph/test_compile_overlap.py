@@ -97,7 +97,7 @@ def test_workers_start_while_tasks_are_still_being_found(monkeypatch):
 
 
 def test_finish_before_two_tasks_is_an_error():
-    with parallel_build.StreamingBuild(Target.native(), 2, None, lambda mt: None) as stream:
+    with parallel_build.StreamingBuild(Target.native(), 2, None, lambda mt: None, 1) as stream:
         with pytest.raises(KilnError, match="fewer than two tasks"):
             stream.finish()
 
