@@ -58,7 +58,7 @@ from .database import Database, _vector_isa, config_key
 from .default_db import shipped_db_path
 from .features import FEATURE_VERSION
 from .search import Featurizer
-from .space.rules import SearchSpace, _freeze, _json
+from .space.rules import SearchSpace, freeze, json_value
 from .task import Task
 
 log = logging.getLogger(__name__)
@@ -353,10 +353,10 @@ def project(space: SearchSpace, config: dict) -> dict | None:
         if knob.name not in config:
             out[knob.name] = default[knob.name]
             continue
-        value = _freeze(config[knob.name])
-        exact = [c for c in knob.choices if _freeze(c) == value]
+        value = freeze(config[knob.name])
+        exact = [c for c in knob.choices if freeze(c) == value]
         try:
-            out[knob.name] = _json(exact[0] if exact else min(
+            out[knob.name] = json_value(exact[0] if exact else min(
                 knob.choices, key=lambda c: _choice_distance(c, value)))
         except TypeError:
             out[knob.name] = default[knob.name]

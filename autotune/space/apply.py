@@ -236,7 +236,7 @@ def _split3(stage: Stage, axis: IterVar, mid: int, inner: int):
     return outer, middle, innermost
 
 
-def _is_row_reduction(op: ComputeOp, rows: tuple) -> bool:
+def is_row_reduction(op: ComputeOp, rows: tuple) -> bool:
     """A reduction of shape `rows` (a group's rows, then 1) over one axis that indexes the
     last, contiguous dimension of something it reads: its partial over lanes of that axis
     is a plain vector loop."""
@@ -310,7 +310,7 @@ def _schedule_row_group(sch: Schedule, out: Stage, parts: list, stages: list[Sta
             stage.vectorize(vector)
 
 
-def _window_axes(op: ComputeOp) -> bool:
+def window_axes(op: ComputeOp) -> bool:
     """A reduction over a small window only (depthwise conv, pooling; at most 7 x 7 taps,
     so a 7x7 conv over 3 channels is not one): the `window` knob may unroll the window and
     move it inside the register tile's rows."""
@@ -409,7 +409,7 @@ def _vectorize_copy_row(stage: Stage, lanes: int) -> None:
     scalar rows they were measured with)."""
     axis = stage.op.axis[-1] if stage.op.axis else None
     if (axis is None or lanes <= 1 or axis.extent < lanes // 2 or stage.op.tag != PAD
-            or not _is_copy_axis(stage.op)):
+            or not is_copy_axis(stage.op)):
         return
     if axis.extent <= 2 * lanes:
         stage.vectorize(axis)
@@ -431,7 +431,7 @@ class _HideLastIndex(ExprMutator):
         return TensorLoad(node.dtype, node.tensor, tuple(indices))
 
 
-def _is_copy_axis(op: ComputeOp) -> bool:
+def is_copy_axis(op: ComputeOp) -> bool:
     """True when the innermost axis of `op` only ever indexes the last dimension of the
     tensors it loads (no condition, offset or other index uses it): its lanes are then
     contiguous loads and stores, as for the channel block of a blocked-layout pad; the

@@ -13,7 +13,7 @@ from ...te.tensor import ComputeOp, TensorLoad
 from ...te.visit import walk
 from .int8_conv import depthwise_register_rows, one_register_tile_per_cache_tile
 from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH, MIN_PARALLEL_POINTS, ROOT_ROWS,
-                    _window_axes)
+                    window_axes)
 from .int8 import (dot4_register_budget, dot4_vector_tile, is_dot4_gemm,
                    one_row_tile_per_cache_tile, short_k_columns, uses_dot4)
 from .stages import Anchor
@@ -96,7 +96,7 @@ class DefaultsMixin:
             readers = [c for c in self.ops if op in {t.op for t in c.input_tensors}]
             return AT_ANCHOR if len(readers) > 1 else INLINE
         reader = self._sole_anchor_reader(op)
-        return AT_ANCHOR if reader is not None and _window_axes(reader) else ROOT_ROWS
+        return AT_ANCHOR if reader is not None and window_axes(reader) else ROOT_ROWS
 
     def _elementwise_defaults(self, op: ComputeOp) -> dict:
         """The widest vector of at most MAX_VECTOR_TILE lanes (and at least one register)
@@ -140,7 +140,7 @@ class DefaultsMixin:
                                       (32 if target.vector_bits >= 512 else 16) * 3 // 4)
         extents = [a.extent for a in op.axis]
         n = len(extents)
-        window = _window_axes(op) and not is_dot4_gemm(op)
+        window = window_axes(op) and not is_dot4_gemm(op)
 
         def knob_choices(pos):
             return self._by_name[f"{label}/tile/{pos}"].choices
@@ -153,9 +153,9 @@ class DefaultsMixin:
             rows = next((p for p in range(n - 2, -1, -1) if extents[p] > 1), None)
             if rows is not None:
                 # with 16 vector registers, rows two vectors wide take the whole budget and
-                # a tail (codegen runs the whole tiles without guards), see _balanced_rows
+                # a tail (codegen runs the whole tiles without guards), see balanced_rows
                 tails = (target.vector_bits < 512 and not window
-                         and not _taps_along_rows(op, rows))
+                         and not taps_along_rows(op, rows))
                 broadcast = (target.vector_bits < 512 and not tails
                              and _rows_broadcast(op, rows))
                 inner[rows], inner[-1] = _register_tile(extents[rows], extents[-1],
@@ -204,7 +204,7 @@ class DefaultsMixin:
         # loaded and stored once per block (blocks of 16: BERT's 128x256x256 linear 64 vs
         # 72 GFLOPS, 1024^3 GEMM 55 vs 69)
         gemm_k = (not streaming and len(op.reduce_axis) == 1 and not window)
-        nested = (_nested_reduce_tiles(op, _reduce_steps(op)) if len(op.reduce_axis) > 1
+        nested = (nested_reduce_tiles(op, _reduce_steps(op)) if len(op.reduce_axis) > 1
                   and not streaming else None)
         for pos, axis in enumerate(op.reduce_axis):
             knob = self._by_name[f"{label}/reduce/{pos}"]
@@ -413,7 +413,7 @@ def _reduce_block(extent: int) -> int:
 
 
 def _reduce_steps(op: ComputeOp) -> int:
-    """The register tile's reduce budget of a nested-reduce anchor (`_nested_reduce_tiles`):
+    """The register tile's reduce budget of a nested-reduce anchor (`nested_reduce_tiles`):
     REDUCE_STEPS, or, for few output pixels over a big weight (`_few_pixels_big_weight`),
     the steps that read about STREAM_RUN_BYTES of each weight row the cache tile holds per
     visit: the reduce axes after the outermost whole, the outermost (a blocked conv's
@@ -464,7 +464,7 @@ def _few_pixels_big_weight(op: ComputeOp):
     return weight, math.prod(a.extent for a in op.axis[:-1] if a.var in used)
 
 
-def _nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
+def nested_reduce_tiles(op: ComputeOp, steps: int = REDUCE_STEPS) -> list[int]:
     """Inner tiles of several reduce axes (a conv's channels and window, a blocked conv's
     channel blocks, window and in-block channels): taken whole from the innermost axis out
     while the register tile's reduction stays within `steps` multiply-adds, so the weights one
@@ -602,11 +602,11 @@ def _core_balance(count: int, cores: int) -> float:
 def _max_rows(target: Target, op: ComputeOp, rows: int) -> int | None:
     """The most rows a register tile takes: WIDE_MAX_ROWS with 32 vector registers where
     the rows read overlapping windows of a broadcast operand (`_rows_broadcast` and
-    `_taps_along_rows`: NCHW-input convs, stems over 3 channels), else None (the register budget bounds them). Elsewhere
+    `taps_along_rows`: NCHW-input convs, stems over 3 channels), else None (the register budget bounds them). Elsewhere
     the cap measured neutral to slower (depthwise convs and pools 0.8-1.0x, blocked 1x1
     convs 1.0x, 2026-11-26 14:45 UTC)."""
     if (target.vector_bits < 512 or not _rows_broadcast(op, rows)
-            or not _taps_along_rows(op, rows)):
+            or not taps_along_rows(op, rows)):
         return None
     return WIDE_MAX_ROWS
 
@@ -616,7 +616,7 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
                    max_rows: int | None = None) -> tuple[int, int]:
     """(rows, vector width) of the accumulator tile: the most accumulators within `budget`
     vector registers, rows dividing the axis (with `tails`, rows two vectors wide are
-    `_balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
+    `balanced_rows` instead: measured on AVX2 for GEMMs and blocked convs; 12 x 1-vector
     rows with a tail made an NCHW conv 0.75x); ties keep the wider vector. One vector wide
     can win for short rows when rows must divide: 7 rows x 1 vector beats 2 rows x 2
     vectors on a 14-wide axis (and 7 x 2 vectors would spill: 14 accumulators + operands
@@ -634,7 +634,7 @@ def _register_tile(rows_extent: int, vec_extent: int, width: int, lanes: int,
         vectors = -(-w // lanes)
         cap = max(1, min(budget // vectors, max_rows or budget))
         if tails and w == 2 * lanes:
-            rows = _balanced_rows(rows_extent, cap)
+            rows = balanced_rows(rows_extent, cap)
         else:
             rows = _rows_tile(rows_extent, cap)
         if rows > cap:                      # _rows_tile may take one more row than asked
@@ -732,7 +732,7 @@ def _rows_broadcast(op: ComputeOp, rows: int) -> bool:
     return False
 
 
-def _balanced_rows(extent: int, cap: int) -> int:
+def balanced_rows(extent: int, cap: int) -> int:
     """Rows of a register tile that may leave a tail: as few tiles as `cap` rows allow, each
     as short as that count permits (7 rows: 4 + 3, not 6 + 1; 14: 6 + 6 + 2, 5 is not a
     tile choice), a knob choice of the axis. A tail costs little since codegen runs every
@@ -741,11 +741,11 @@ def _balanced_rows(extent: int, cap: int) -> int:
     convs 1.05x (@56) to 1.53x (256->512/2 @14), 512->512 @7 (4+3 rows x 16 over 7 x 8)
     1.32x; GEMMs 0.98-1.12x (512^3 1.09x, 1024^3 1.00x). Not used where the row axis
     shares an operand index with the innermost taps (NCHW-input convs, the 7x7/2 stem over
-    3 channels among them): `_taps_along_rows`."""
+    3 channels among them): `taps_along_rows`."""
     if extent <= cap:
         return extent
     tiles = -(-extent // cap)
-    choices = [r for r in _factor_candidates(extent, cap) if -(-extent // r) == tiles]
+    choices = [r for r in factor_candidates(extent, cap) if -(-extent // r) == tiles]
     return min(choices) if choices else cap
 
 
@@ -812,11 +812,11 @@ def _whole_short_axes(extents, mid, inner, rows, depth: int) -> None:
             mid[p] = extents[p]
 
 
-def _taps_along_rows(op: ComputeOp, rows: int) -> bool:
+def taps_along_rows(op: ComputeOp, rows: int) -> bool:
     """Whether the anchor's innermost reduce axis longer than 1 and its register tile's row
     axis index the same dimension of an operand (an NCHW-input conv's x taps along its
     output columns, x[.., s * xx + rx]): the unrolled rows then read overlapping windows
-    of that operand, and rows beyond a divisor (`_balanced_rows`) measured slower, not
+    of that operand, and rows beyond a divisor (`balanced_rows`) measured slower, not
     faster. Old (6 rows with a tail) vs new (divisor rows) default at 1 thread: ResNet-18's
     7x7/2 stem over 3 NCHW channels 1.00-1.15x (6-row tiles ran at 0.78x the 4-row ones
     in one run; with its x taps outside the register tile, 6 and 4 rows ran alike), its
@@ -835,7 +835,7 @@ def _taps_along_rows(op: ComputeOp, rows: int) -> bool:
     return False
 
 
-def _factor_candidates(extent: int, cap: int) -> list[int]:
+def factor_candidates(extent: int, cap: int) -> list[int]:
     """Divisors of `extent`, powers of two and 3 x powers of two (register tiles such as 6
     rows x 2 vectors fill a 16-register file; non-divisors are legal: tails are guarded)."""
     out = {d for d in range(1, min(extent, cap) + 1) if extent % d == 0}

@@ -44,10 +44,10 @@ from .stages import Anchor, Pack, RowGroup
 # constants and helpers stay importable from here
 from .apply import (AT_ANCHOR, INLINE, MAX_PARALLEL_DEPTH,  # noqa: F401
                     MAX_UNROLLED_POINTS, MAX_WINDOW, MIN_PARALLEL_POINTS, ROOT_FLAT,
-                    ROOT_ROWS, ApplyMixin, _is_copy_axis, _is_row_reduction, _window_axes)
+                    ROOT_ROWS, ApplyMixin, is_copy_axis, is_row_reduction, window_axes)
 from .defaults import (MAX_WHOLE_CACHE_AXIS, MAX_WHOLE_REDUCE,  # noqa: F401
-                       MIN_STREAM_BALANCE, REDUCE_STEPS, DefaultsMixin, _balanced_rows,
-                       _factor_candidates, _nested_reduce_tiles, _taps_along_rows)
+                       MIN_STREAM_BALANCE, REDUCE_STEPS, DefaultsMixin, balanced_rows,
+                       factor_candidates, nested_reduce_tiles, taps_along_rows)
 
 MAX_INNER = 16            # inner (register) tile of a non-vector axis
 MAX_VECTOR_TILE = 64      # inner tile of the vectorised axis
@@ -66,22 +66,22 @@ class Knob:
     choices: tuple
 
     def index(self, value) -> int:
-        value = _freeze(value)
+        value = freeze(value)
         for i, choice in enumerate(self.choices):
-            if _freeze(choice) == value:
+            if freeze(choice) == value:
                 return i
         raise ScheduleError(f"config value {value!r} is not a choice of knob '{self.name}' "
                             f"(choices: {list(self.choices)[:8]}...)")
 
 
-def _freeze(value):
+def freeze(value):
     return tuple(value) if isinstance(value, list) else value
 
 
 def _tile_choices(extent: int, inner_cap: int) -> tuple:
     pairs = []
-    for inner in _factor_candidates(extent, inner_cap):
-        for mid in _factor_candidates(max(1, extent // inner), MAX_MID):
+    for inner in factor_candidates(extent, inner_cap):
+        for mid in factor_candidates(max(1, extent // inner), MAX_MID):
             pairs.append((mid, inner))
     return tuple(sorted(pairs, key=lambda p: (p[1], p[0])))
 
@@ -229,7 +229,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
                 continue
             seen.add(op)
             if op.reduce_axis:
-                if not _is_row_reduction(op, rows) or (op in outputs and op is not out):
+                if not is_row_reduction(op, rows) or (op in outputs and op is not out):
                     continue
                 members.append(op)
             elif op is not out:
@@ -316,7 +316,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
                                   _tile_choices(axis.extent, cap)))
             for pos, axis in enumerate(op.reduce_axis):
                 # up to 256, and the whole axis (one register tile accumulates all of it)
-                choices = sorted(set(_factor_candidates(axis.extent, 256)) | {axis.extent})
+                choices = sorted(set(factor_candidates(axis.extent, 256)) | {axis.extent})
                 knobs.append(Knob(f"{label}/reduce/{pos}", tuple(choices)))
             points = math.prod(op.shape) if op.shape else 1
             # output, fused epilogue, or (an intermediate read by a differently shaped
@@ -327,7 +327,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
             knobs.append(Knob(f"{label}/vectorize", (0, 1)))
             knobs.append(Knob(f"{label}/unroll", (0, 1)))
             knobs.append(Knob(f"{label}/lanes", (lanes,)))
-            if _window_axes(op):
+            if window_axes(op):
                 knobs.append(Knob(f"{label}/window", (0, 1, 2)))
             if anchor.joined:
                 # 0: the branching epilogue is its own loop nest after the anchor (the
@@ -349,7 +349,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
             label = self._stage_label(op)
             inner = op.axis[-1].extent if op.axis else 1
             knobs.append(Knob(f"{label}/vector", tuple(
-                f for f in _factor_candidates(inner, MAX_VECTOR_TILE) if f == 1 or f >= 4)))
+                f for f in factor_candidates(inner, MAX_VECTOR_TILE) if f == 1 or f >= 4)))
             knobs.append(Knob(f"{label}/parallel", (0, 1) if op.axis else (0,)))
         return knobs
 
@@ -362,7 +362,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
         return op.axis[pos].extent
 
     def sample(self, rng: random.Random) -> dict:
-        return {k.name: _json(rng.choice(k.choices)) for k in self.knobs}
+        return {k.name: json_value(rng.choice(k.choices)) for k in self.knobs}
 
     def neighbors(self, config: dict, rng: random.Random, n_mutations: int = 0) -> dict:
         """A mutation of `config`: 1-2 knobs moved one or two steps (or re-drawn)."""
@@ -374,7 +374,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
                 index = min(len(knob.choices) - 1, max(0, index + rng.choice((-2, -1, 1, 2))))
             else:
                 index = rng.randrange(len(knob.choices))
-            out[knob.name] = _json(knob.choices[index])
+            out[knob.name] = json_value(knob.choices[index])
         return out
 
     def mutations(self, config: dict, n: int, seed: str) -> list[dict]:
@@ -397,7 +397,7 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
     def grid(self):
         """Every config in a fixed order (the grid-search baseline walks it)."""
         for values in itertools.product(*(k.choices for k in self.knobs)):
-            yield {k.name: _json(v) for k, v in zip(self.knobs, values)}
+            yield {k.name: json_value(v) for k, v in zip(self.knobs, values)}
 
     def misfit(self, config: dict) -> str | None:
         """Why `config` (a stored record's, say) does not fit this space, or None if it
@@ -426,5 +426,5 @@ class SearchSpace(DefaultsMixin, ApplyMixin):
         return full
 
 
-def _json(value):
+def json_value(value):
     return list(value) if isinstance(value, tuple) else value

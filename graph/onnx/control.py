@@ -46,7 +46,7 @@ def _defined_names(g: onnx.GraphProto, out: set[str]) -> None:
             _defined_names(sub, out)
 
 
-def _rename(g: onnx.GraphProto, mapping: dict[str, str]) -> None:
+def rename(g: onnx.GraphProto, mapping: dict[str, str]) -> None:
     """Rename, in place, every value of `g` (and of its subgraphs) that `mapping` names;
     references to outer-scope values are not in `mapping` and stay as they are."""
     for vi in list(g.input) + list(g.output) + list(g.value_info):
@@ -57,7 +57,7 @@ def _rename(g: onnx.GraphProto, mapping: dict[str, str]) -> None:
         n.input[:] = [mapping.get(x, x) for x in n.input]
         n.output[:] = [mapping.get(x, x) for x in n.output]
         for sub in subgraphs(n):
-            _rename(sub, mapping)
+            rename(sub, mapping)
 
 
 def _check_supported(ctx, g: onnx.GraphProto) -> None:
@@ -88,7 +88,7 @@ def inline_graph(ctx, body: onnx.GraphProto, inputs: list[Value], tag: str) -> l
     _defined_names(body, names)
     g = onnx.GraphProto()
     g.CopyFrom(body)
-    _rename(g, {n: ctx._fresh(f"{tag}/{n}") for n in sorted(names)})
+    rename(g, {n: ctx._fresh(f"{tag}/{n}") for n in sorted(names)})
     _check_supported(ctx, g)
     saved = ctx.node_name, ctx.op_type, ctx.output_names, ctx.node_proto
     try:
@@ -180,7 +180,7 @@ def _if(ctx, cond, then_branch, else_branch):
     return tuple(out)
 
 
-def _stack(ctx, items: list[Value], axis: int) -> Value:
+def stack(ctx, items: list[Value], axis: int) -> Value:
     """The values (of one shape) stacked along a new axis `axis`."""
     shape = items[0].shape
     axis = axis + len(shape) + 1 if axis < 0 else axis
@@ -220,10 +220,10 @@ def _loop(ctx, trip=None, cond=None, *carried, body):
     if n_scan and i == 0:
         raise unsupported_error(ctx, "a Loop with scan outputs that runs no iteration (empty "
                                 "scan outputs)")
-    return name_outputs(ctx, list(values) + [_stack(ctx, s, 0) for s in scans])
+    return name_outputs(ctx, list(values) + [stack(ctx, s, 0) for s in scans])
 
 
-def _take(ctx, x: Value, axis: int, index: int) -> Value:
+def take_index(ctx, x: Value, axis: int, index: int) -> Value:
     """x[..., index, ...] along `axis`, the axis dropped."""
     rank = len(x.shape)
     starts, ends = [0] * rank, list(x.shape)
@@ -246,13 +246,13 @@ def _scan_once(ctx, body, states, scan_inputs, in_axes, in_dirs, out_axes, out_d
     n_scan_out = len(body.output) - len(states)
     collected = [[] for _ in range(n_scan_out)]
     for t in range(steps):
-        slices = [_take(ctx, x, a, steps - 1 - t if d else t)
+        slices = [take_index(ctx, x, a, steps - 1 - t if d else t)
                   for x, a, d in zip(scan_inputs, in_axes, in_dirs)]
         outs = inline_graph(ctx, body, list(states) + slices, f"{tag}/{t}")
         states = outs[:len(states)]
         for k, v in enumerate(outs[len(states):]):
             collected[k].append(v)
-    stacked = [_stack(ctx, c[::-1] if d else c, a)
+    stacked = [stack(ctx, c[::-1] if d else c, a)
                for c, a, d in zip(collected, out_axes, out_dirs)]
     return list(states) + stacked
 
@@ -304,10 +304,10 @@ def _scan8(ctx, inputs, body, m: int, directions):
     n_out = len(body.output) - len(states)
     results = []
     for b in range(batch):
-        per = _scan_once(ctx, body, [_take(ctx, s, 0, b) for s in states],
-                         [_take(ctx, x, 0, b) for x in scan_inputs], [0] * m, dirs,
+        per = _scan_once(ctx, body, [take_index(ctx, s, 0, b) for s in states],
+                         [take_index(ctx, x, 0, b) for x in scan_inputs], [0] * m, dirs,
                          [0] * n_out, [0] * n_out, f"{ctx.node_name}/b{b}")
         results.append(per)
-    return name_outputs(ctx, [_stack(ctx, [r[k] for r in results], 0)
+    return name_outputs(ctx, [stack(ctx, [r[k] for r in results], 0)
                                for k in range(len(results[0]))])
 

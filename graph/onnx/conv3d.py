@@ -28,13 +28,13 @@ from ...te.errors import ModelFormatError
 from ...te.ops.frames import frame_taps, frame_taps_shape
 from ..ir import OpClass
 from .core import unsupported_error
-from .pool3d import _pads_nd
+from .pool3d import pads_nd
 from ..ops.more import define
 
 _TAP_ATTRS = ("frames", "taps", "stride", "dilation", "begin", "end", "groups")
 
 
-def _triple(ctx, name: str, value, least: int) -> tuple[int, int, int]:
+def triple(ctx, name: str, value, least: int) -> tuple[int, int, int]:
     items = tuple(int(v) for v in (value if value is not None else (1, 1, 1)))
     if len(items) != 3 or min(items) < least:
         raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): {name} "
@@ -105,9 +105,9 @@ def conv_3d(original):
             raise ModelFormatError(f"node '{ctx.node_name}' (Conv): kernel_shape "
                                    f"{list(kernel_shape)} differs from the weight's "
                                    f"{[kd, kh, kw]}")
-        strides = _triple(ctx, "strides", strides, 1)
-        dilations = _triple(ctx, "dilations", dilations, 1)
-        begin, end = _pads_nd(ctx, auto_pad, pads, (d, h, wd), (kd, kh, kw), strides,
+        strides = triple(ctx, "strides", strides, 1)
+        dilations = triple(ctx, "dilations", dilations, 1)
+        begin, end = pads_nd(ctx, auto_pad, pads, (d, h, wd), (kd, kh, kw), strides,
                               dilations)
         group = int(group)
         if group < 1 or c != cg * group or o % group:

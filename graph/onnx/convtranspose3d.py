@@ -13,9 +13,9 @@ through unchanged."""
 from __future__ import annotations
 
 from ...te.errors import ModelFormatError
-from .core import _split_pad, unsupported_error, transpose_kernel
+from .core import split_pad, unsupported_error, transpose_kernel
 from .registry import CONVERTERS
-from .conv3d import _triple
+from .conv3d import triple
 
 
 def _spread(ctx, x, axis: int, stride: int):
@@ -49,7 +49,7 @@ def _crops(ctx, auto_pad, pads, output_shape, sizes, full, strides, out_pad):
             raise ModelFormatError(f"{where}: output_shape {list(targets)} does not fit the "
                                    f"input {list(sizes)}: the transposed conv gives {length} "
                                    f"along an axis where {target} was asked; fix output_shape")
-        b, e = _split_pad(max(total, 0), auto_pad == "SAME_UPPER")
+        b, e = split_pad(max(total, 0), auto_pad == "SAME_UPPER")
         begin.append(b), end.append(e), extra.append(max(-total, 0))
     return tuple(begin), tuple(end), tuple(extra)
 
@@ -67,9 +67,9 @@ def conv_transpose_3d(original):
         n, c, *sizes = x.shape
         group = int(group)
         kernel = transpose_kernel(ctx, x, w, group, kernel_shape)
-        strides = _triple(ctx, "strides", strides, 1)
-        dilations = _triple(ctx, "dilations", dilations, 1)
-        out_pad = _triple(ctx, "output_padding", output_padding or (0, 0, 0), 0)
+        strides = triple(ctx, "strides", strides, 1)
+        dilations = triple(ctx, "dilations", dilations, 1)
+        out_pad = triple(ctx, "output_padding", output_padding or (0, 0, 0), 0)
         full = tuple(s * (i - 1) + o + (k - 1) * d + 1 for i, s, o, k, d in
                      zip(sizes, strides, out_pad, kernel, dilations))
         begin, end, extra = _crops(ctx, auto_pad, pads, output_shape, sizes, full, strides,

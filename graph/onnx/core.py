@@ -59,7 +59,7 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
            "Or": "logical_or"}
 
 
-def _make_unary(op: str) -> Converter:
+def make_unary(op: str) -> Converter:
     return lambda ctx, x: ctx.emit(op, [x], final=True)
 
 
@@ -72,7 +72,7 @@ def _make_binary(op: str) -> Converter:
 
 
 for _t, _op in _UNARY.items():
-    register(_t, _make_unary(_op), __name__)
+    register(_t, make_unary(_op), __name__)
 for _t, _op in _BINARY.items():
     register(_t, _make_binary(_op), __name__)
 
@@ -149,7 +149,7 @@ def _dropout(ctx, x, ratio=None, training_mode=None, seed=None, is_test=None):
 
 # -- anchors -----------------------------------------------------------------------------------
 
-def _explicit_pads(ctx, auto_pad: str, pads, in_hw, kernel, strides, dilations):
+def explicit_pads(ctx, auto_pad: str, pads, in_hw, kernel, strides, dilations):
     """(top, left, bottom, right) from ONNX pads or auto_pad."""
     if auto_pad in ("NOTSET", ""):
         p = tuple(pads) if pads else (0,) * 4
@@ -172,18 +172,18 @@ def _explicit_pads(ctx, auto_pad: str, pads, in_hw, kernel, strides, dilations):
     return (begin[0], begin[1], end[0], end[1])
 
 
-def _require_2d(ctx, x: Value) -> None:
+def require_2d(ctx, x: Value) -> None:
     if len(x.shape) != 4:
         raise unsupported_error(ctx, f"a {len(x.shape) - 2}-D window (input {list(x.shape)})")
 
 
 def convert_conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
           pads=None, strides=None):
-    _require_2d(ctx, x)
+    require_2d(ctx, x)
     kernel = tuple(w.shape[2:])
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))
-    p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
+    p = explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
     # taps that read only padding: a smaller window, same result (a constant weight only:
     # a quantized model's DequantizeLinear -> Conv stays whole for the int8 passes)
     trim = trimmed_window(x.shape[2:], kernel, strides, dilations, p) \
@@ -249,12 +249,12 @@ def _transpose_pads(ctx, auto_pad: str, pads, output_shape, in_hw, full_hw, stri
                                    f"input {list(in_hw)}: the transposed conv gives {full} "
                                    f"along an axis where {target} was asked (at most "
                                    f"{full + max(most, 0)}); fix output_shape")
-        splits.append(_split_pad(max(total, 0), auto_pad == "SAME_UPPER") + (max(-total, 0),))
+        splits.append(split_pad(max(total, 0), auto_pad == "SAME_UPPER") + (max(-total, 0),))
     (top, bottom, extra_h), (left, right, extra_w) = splits
     return (top, left, bottom, right), (extra_h, extra_w)
 
 
-def _split_pad(total: int, odd_at_end: bool) -> tuple[int, int]:
+def split_pad(total: int, odd_at_end: bool) -> tuple[int, int]:
     """(begin, end) halves of `total` padding, the odd pixel at the end or the beginning."""
     small, big = total // 2, total - total // 2
     return (small, big) if odd_at_end else (big, small)
@@ -281,7 +281,7 @@ def convert_conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None,
                     strides=None):
     """conv_transpose_weight (the ONNX weight as stride-phase sub-kernels, folded at compile
     time when it is a constant) + conv2d_transpose + the bias add."""
-    _require_2d(ctx, x)
+    require_2d(ctx, x)
     kernel = transpose_kernel(ctx, x, w, group, kernel_shape)
     strides = _window_ints(ctx, "strides", strides, (1, 1), 1)
     dilations = _window_ints(ctx, "dilations", dilations, (1, 1), 1)
@@ -369,7 +369,7 @@ register("LogSoftmax", _softmax_like("log_softmax"), __name__)
 
 def convert_max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None,
               pads=None, storage_order=0, strides=None):
-    _require_2d(ctx, x)
+    require_2d(ctx, x)
     if len(ctx.output_names) > 1 and ctx.output_names[1]:
         raise unsupported_error(ctx, "MaxPool's Indices output")
     return ctx.emit("max_pool2d", [x], _pool_attrs(ctx, x, auto_pad, ceil_mode, dilations,
@@ -378,7 +378,7 @@ def convert_max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, ker
 
 def convert_average_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
               kernel_shape=None, pads=None, strides=None):
-    _require_2d(ctx, x)
+    require_2d(ctx, x)
     attrs = _pool_attrs(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
     attrs["count_include_pad"] = int(count_include_pad)
     return ctx.emit("avg_pool2d", [x], attrs, final=True)
@@ -390,7 +390,7 @@ def _pool_attrs(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, stri
     kernel = tuple(kernel_shape)
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))
-    p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
+    p = explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
     return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": p,
             "ceil_mode": int(ceil_mode)}
 

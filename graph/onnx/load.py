@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _ONNX_DOMAINS = ("", "ai.onnx")
 
 
-def _read_model(model, source: str) -> onnx.ModelProto:
+def read_model(model, source: str) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     path = os.fspath(model)
@@ -98,14 +98,14 @@ def _resolve_inputs(model, given: Mapping[str, Sequence[int]],
     values = []
     for inp in real:
         if _seq.is_structured_type(inp.type):
-            dtype = _onnx_dtype(_seq.element_type(inp.type).elem_type, f"input '{inp.name}'")
+            dtype = onnx_elem_dtype(_seq.element_type(inp.type).elem_type, f"input '{inp.name}'")
             value, flat = _seq.resolve_input(inp, given.get(inp.name, _seq._ABSENT), dtype)
             if bound is not None:
                 bound[inp.name] = value
             values += flat
             continue
         tt = inp.type.tensor_type
-        dtype = _onnx_dtype(tt.elem_type, f"input '{inp.name}'")
+        dtype = onnx_elem_dtype(tt.elem_type, f"input '{inp.name}'")
         dims = list(tt.shape.dim) if tt.HasField("shape") else None
         want = given.get(inp.name)
         if want is not None:
@@ -129,7 +129,7 @@ def _resolve_inputs(model, given: Mapping[str, Sequence[int]],
     return values
 
 
-def _onnx_dtype(elem_type: int, what: str) -> str:
+def onnx_elem_dtype(elem_type: int, what: str) -> str:
     """Kiln's dtype for an ONNX element type (a low-bit one: its storage, graph/ops/lowbit.py)."""
     if elem_type in lowbit.ONNX_FORMATS:
         return lowbit.ONNX_FORMATS[elem_type][1]
@@ -142,7 +142,7 @@ def _onnx_dtype(elem_type: int, what: str) -> str:
 
 
 def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
-    _onnx_dtype(t.data_type, what)
+    onnx_elem_dtype(t.data_type, what)
     arr = numpy_helper.to_array(t)
     if t.data_type in lowbit.ONNX_FORMATS:   # unpacked by numpy_helper; Kiln's storage
         return np.array(lowbit.to_storage(arr, lowbit.ONNX_FORMATS[t.data_type][0]),
@@ -204,7 +204,7 @@ class ConvertContext:
         return name
 
     def onnx_dtype(self, elem_type: int) -> str:
-        return _onnx_dtype(elem_type, f"node '{self.node_name}' ({self.op_type})")
+        return onnx_elem_dtype(elem_type, f"node '{self.node_name}' ({self.op_type})")
 
     def emit(self, op: str, inputs, attrs=None, n_out: int = 1, final: bool = False):
         """Append a node; `final` names its outputs after the ONNX node's outputs."""
@@ -377,7 +377,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     Without a value, InputValueNeeded names the input. Inputs that decide no shape (Clip's
     bounds, Pad's constant value) are never read here: they stay runtime kernel arguments."""
     source = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    read = proto = _read_model(model, source) if proto is None else proto
+    read = proto = read_model(model, source) if proto is None else proto
     opset = model_opset(proto)
     proto = expand_functions(proto, lambda domain, op: converter_key(domain, op) in CONVERTERS)
     check_supported(proto, opset)  # first: the most useful message for an exotic model

@@ -15,7 +15,7 @@ from ..ops import lowbit
 from ..ir import Value
 from .core import unsupported_error, convert_cast
 from .more import convert_cast_like, convert_is_inf, convert_is_nan
-from .quant import (MS, _check_axis_len, _per_axis, convert_dequantize_linear,
+from .quant import (MS, check_axis_len, per_axis, convert_dequantize_linear,
                     convert_quantize_linear)
 from .registry import register
 
@@ -102,10 +102,10 @@ def _params(ctx, x, scale, zp, axis, block_size):
         axis = axis % max(len(x.shape), 1)
         return (_blocked(ctx, scale, x, axis, block_size, "scale"),
                 _blocked(ctx, zp, x, axis, block_size, "zero point"))
-    _check_axis_len(ctx, x, scale, axis, "the scale")
+    check_axis_len(ctx, x, scale, axis, "the scale")
     rank = max(len(x.shape), 1)
-    return (_per_axis(ctx, scale, axis, rank, "scale"),
-            _per_axis(ctx, zp, axis, rank, "zero point"))
+    return (per_axis(ctx, scale, axis, rank, "scale"),
+            per_axis(ctx, zp, axis, rank, "zero point"))
 
 
 def _quantize_any(ctx, x, scale, zero_point=None, axis=1, saturate=1, block_size=0,

@@ -12,7 +12,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops import more as ops_more  # noqa: F401 - registers the graph ops these converters emit
 from ..ir import Value
-from .core import checked_axis, _make_unary, unsupported_error
+from .core import checked_axis, make_unary, unsupported_error
 from .registry import converter, register
 
 # -- elementwise -------------------------------------------------------------------------------
@@ -23,9 +23,9 @@ _UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "aco
           "BitwiseNot": "bit_not", "IsNaN": "is_nan", "Softplus": "softplus",
           "Softsign": "softsign", "Mish": "mish"}
 # IsNaN reads low-bit floats decoded: lowbit.py registers it around this converter
-convert_is_nan = _make_unary(_UNARY.pop("IsNaN"))
+convert_is_nan = make_unary(_UNARY.pop("IsNaN"))
 for _t, _op in _UNARY.items():
-    register(_t, _make_unary(_op), __name__)
+    register(_t, make_unary(_op), __name__)
 
 _BINARY = {"BitwiseAnd": "bit_and", "BitwiseOr": "bit_or", "BitwiseXor": "bit_xor",
            "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...te.errors import ModelFormatError
 
 
-def _pads_nd(ctx, auto_pad: str, pads, sizes, kernel, strides, dilations):
+def pads_nd(ctx, auto_pad: str, pads, sizes, kernel, strides, dilations):
     """(begin per axis, end per axis) from ONNX pads or auto_pad."""
     n = len(sizes)
     if auto_pad in ("NOTSET", ""):
@@ -49,7 +49,7 @@ def windowed_3d(original):
         kernel = tuple(kernel_shape)
         strides = tuple(strides or (1, 1, 1))
         dilations = tuple(dilations or (1, 1, 1))
-        begin, end = _pads_nd(ctx, auto_pad, pads, (d, h, w), kernel, strides, dilations)
+        begin, end = pads_nd(ctx, auto_pad, pads, (d, h, w), kernel, strides, dilations)
         names = ctx.output_names
         ctx.output_names = [""] * len(names)   # the partial pools are not the node's outputs
         try:

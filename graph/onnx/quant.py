@@ -21,7 +21,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ops.int8 import core as quant_ops  # noqa: F401 - registers the quantized graph ops
 from ..ir import Value
-from .core import _explicit_pads, _require_2d, unsupported_error
+from .core import explicit_pads, require_2d, unsupported_error
 from .registry import converter, register
 
 MS = "com.microsoft."
@@ -33,7 +33,7 @@ def converter_key(domain: str, op_type: str) -> str:
     return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
 
 
-def _per_axis(ctx, v: Value | None, axis: int, rank: int, what: str) -> Value | None:
+def per_axis(ctx, v: Value | None, axis: int, rank: int, what: str) -> Value | None:
     """A scalar/1-element scale or zero point as it is; a 1-D per-axis one reshaped to
     broadcast along `axis` of a rank-`rank` tensor."""
     if v is None or v.size == 1 and len(v.shape) <= 1:
@@ -47,7 +47,7 @@ def _per_axis(ctx, v: Value | None, axis: int, rank: int, what: str) -> Value | 
     return ctx.emit("reshape", [v], {"shape": tuple(shape)})
 
 
-def _check_axis_len(ctx, x: Value, v: Value | None, axis: int, what: str) -> None:
+def check_axis_len(ctx, x: Value, v: Value | None, axis: int, what: str) -> None:
     if v is not None and v.size > 1 and (len(x.shape) == 0 or v.size != x.shape[axis %
                                                                               len(x.shape)]):
         raise ModelFormatError(f"node '{ctx.node_name}' ({ctx.op_type}): {what} has "
@@ -63,10 +63,10 @@ def convert_quantize_linear(ctx, x, scale, zero_point=None, axis=1, saturate=1, 
         ctx.onnx_dtype(output_dtype) if output_dtype else "uint8")
     if dtype not in quant_ops.QUANT_DTYPES:
         raise unsupported_error(ctx, f"quantization to {dtype} (only uint8 and int8)")
-    _check_axis_len(ctx, x, scale, axis, "the scale")
+    check_axis_len(ctx, x, scale, axis, "the scale")
     rank = max(len(x.shape), 1)
-    s = _per_axis(ctx, scale, axis, rank, "scale")
-    zp = _per_axis(ctx, zero_point, axis, rank, "zero point")
+    s = per_axis(ctx, scale, axis, rank, "scale")
+    zp = per_axis(ctx, zero_point, axis, rank, "zero point")
     return ctx.emit("quantize_linear", [x, s, zp], {"dtype": dtype}, final=True)
 
 
@@ -76,10 +76,10 @@ def convert_dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size
         raise unsupported_error(ctx, "blocked quantization (block_size)")
     if x.dtype not in quant_ops.QUANT_DTYPES + ("int32",):
         raise unsupported_error(ctx, f"dequantizing {x.dtype} (only uint8, int8 and int32)")
-    _check_axis_len(ctx, x, scale, axis, "the scale")
+    check_axis_len(ctx, x, scale, axis, "the scale")
     rank = max(len(x.shape), 1)
-    s = _per_axis(ctx, scale, axis, rank, "scale")
-    zp = _per_axis(ctx, zero_point, axis, rank, "zero point")
+    s = per_axis(ctx, scale, axis, rank, "scale")
+    zp = per_axis(ctx, zero_point, axis, rank, "zero point")
     return ctx.emit("dequantize_linear", [x, s, zp], final=True)
 
 
@@ -87,7 +87,7 @@ def convert_dequantize_linear(ctx, x, scale, zero_point=None, axis=1, block_size
 
 # -- integer accumulation with zero-point compensation -----------------------------------------
 
-def _i32(ctx, v: Value) -> Value:
+def i32(ctx, v: Value) -> Value:
     return v if v.dtype == "int32" else ctx.emit("cast", [v], {"to": "int32"})
 
 
@@ -100,7 +100,7 @@ def _is_zero(ctx, v: Value | None) -> bool:
     return False
 
 
-def _integer_matmul(ctx, a: Value, b: Value, a_zp: Value | None, b_zp: Value | None,
+def integer_matmul(ctx, a: Value, b: Value, a_zp: Value | None, b_zp: Value | None,
                     final: bool) -> Value:
     """int32 sum_k (a - a_zp)(b - b_zp): a_zp scalar or per row (M), b_zp scalar or per
     column (N)."""
@@ -112,17 +112,17 @@ def _integer_matmul(ctx, a: Value, b: Value, a_zp: Value | None, b_zp: Value | N
                    _is_zero(ctx, b_zp))
     if _is_zero(ctx, a_zp) and _is_zero(ctx, b_zp):
         return acc
-    za = None if _is_zero(ctx, a_zp) else _i32(ctx, _per_axis(ctx, a_zp, -2, 2, "a zero "
+    za = None if _is_zero(ctx, a_zp) else i32(ctx, per_axis(ctx, a_zp, -2, 2, "a zero "
                                                               "point"))
-    zb = None if _is_zero(ctx, b_zp) else _i32(ctx, _per_axis(ctx, b_zp, -1, 1, "b zero "
+    zb = None if _is_zero(ctx, b_zp) else i32(ctx, per_axis(ctx, b_zp, -1, 1, "b zero "
                                                               "point"))
     terms = []
     if za is not None:                                 # za * sum_k b: [..., 1, N]
-        col = ctx.emit("reduce_sum", [_i32(ctx, b)], {"axes": (len(b.shape) - 2,),
+        col = ctx.emit("reduce_sum", [i32(ctx, b)], {"axes": (len(b.shape) - 2,),
                                                       "keepdims": 1})
         terms.append(ctx.emit("mul", [col, za]))
     if zb is not None:                                 # zb * sum_k a: [..., M, 1]
-        row = ctx.emit("reduce_sum", [_i32(ctx, a)], {"axes": (len(a.shape) - 1,),
+        row = ctx.emit("reduce_sum", [i32(ctx, a)], {"axes": (len(a.shape) - 1,),
                                                       "keepdims": 1})
         terms.append(ctx.emit("mul", [row, zb]))
     for term in terms:
@@ -137,16 +137,16 @@ def _integer_conv(ctx, x, w, x_zp, w_zp, auto_pad, dilations, group, pads, strid
                   final: bool) -> Value:
     """int32 sum over taps of (x - x_zp)(w - w_zp[f]); x_zp per tensor, w_zp per tensor or
     per output channel."""
-    _require_2d(ctx, x)
+    require_2d(ctx, x)
     if x_zp is not None and x_zp.size != 1:
         raise unsupported_error(ctx, f"a per-channel activation zero point {list(x_zp.shape)}")
     kernel = tuple(w.shape[2:])
     strides = tuple(strides or (1, 1))
     dilations = tuple(dilations or (1, 1))
-    p = _explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
+    p = explicit_pads(ctx, auto_pad, pads, x.shape[2:], kernel, strides, dilations)
     attrs = {"strides": strides, "dilations": dilations, "pads": p, "groups": int(group)}
-    zx = None if _is_zero(ctx, x_zp) else _per_axis(ctx, x_zp, 0, 1, "x zero point")
-    zw = None if _is_zero(ctx, w_zp) else _i32(ctx, _per_axis(ctx, w_zp, 0, 3,
+    zx = None if _is_zero(ctx, x_zp) else per_axis(ctx, x_zp, 0, 1, "x zero point")
+    zw = None if _is_zero(ctx, w_zp) else i32(ctx, per_axis(ctx, w_zp, 0, 3,
                                                               "w zero point"))
     plain = zx is None and zw is None
     acc = ctx.emit("conv2d_integer", [x, w] + ([zx] if zx is not None else []), attrs,
@@ -154,9 +154,9 @@ def _integer_conv(ctx, x, w, x_zp, w_zp, auto_pad, dilations, group, pads, strid
     if plain:
         return acc
     if zx is not None:                                 # zx * sum_{c,ky,kx} w[f]: [F, 1, 1]
-        wsum = ctx.emit("reduce_sum", [_i32(ctx, w)], {"axes": (1, 2, 3), "keepdims": 0})
+        wsum = ctx.emit("reduce_sum", [i32(ctx, w)], {"axes": (1, 2, 3), "keepdims": 0})
         wsum = ctx.emit("reshape", [wsum], {"shape": (w.shape[0], 1, 1)})
-        acc = ctx.emit("sub", [acc, ctx.emit("mul", [wsum, _i32(ctx, zx)])])
+        acc = ctx.emit("sub", [acc, ctx.emit("mul", [wsum, i32(ctx, zx)])])
     if zw is not None:                                 # zw[f] * sum_window (x - zx)
         acc = ctx.emit("sub", [acc, ctx.emit("mul", [_window_sums(ctx, x, w, zx, attrs),
                                                      zw])])
@@ -172,7 +172,7 @@ def _window_sums(ctx, x, w, zx, attrs) -> Value:
     sums = ctx.emit("conv2d_integer", [x, ones] + ([zx] if zx is not None else []), attrs)
     if zx is not None:                                 # - zx * taps per window
         taps = ctx.const(np.array(cg * kh * kw, np.int32))
-        sums = ctx.emit("sub", [sums, ctx.emit("mul", [_i32(ctx, zx), taps])])
+        sums = ctx.emit("sub", [sums, ctx.emit("mul", [i32(ctx, zx), taps])])
     n, _, oh, ow = sums.shape
     per_group = ctx.emit("reshape", [sums], {"shape": (n, groups, 1, oh, ow)})
     wide = ctx.emit("broadcast_to", [per_group], {"shape": (n, groups, f // groups, oh, ow)})
@@ -181,7 +181,7 @@ def _window_sums(ctx, x, w, zx, attrs) -> Value:
 
 @converter("MatMulInteger")
 def _matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
-    return _integer_matmul(ctx, a, b, a_zero_point, b_zero_point, final=True)
+    return integer_matmul(ctx, a, b, a_zero_point, b_zero_point, final=True)
 
 
 def _conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET",
@@ -194,13 +194,13 @@ def _multiplier(ctx, in_scale: Value, w_scale: Value, out_scale: Value, w_axis: 
                 rank: int) -> Value:
     """(in_scale * w_scale) / out_scale in float32, in that order, broadcasting along the
     weight's output-channel axis."""
-    ws = _per_axis(ctx, w_scale, w_axis, rank, "weight scale")
-    prod = ctx.emit("mul", [_per_axis(ctx, in_scale, 0, 1, "scale"), ws])
-    return ctx.emit("div", [prod, _per_axis(ctx, out_scale, 0, 1, "output scale")])
+    ws = per_axis(ctx, w_scale, w_axis, rank, "weight scale")
+    prod = ctx.emit("mul", [per_axis(ctx, in_scale, 0, 1, "scale"), ws])
+    return ctx.emit("div", [prod, per_axis(ctx, out_scale, 0, 1, "output scale")])
 
 
-def _requantize(ctx, acc: Value, mult: Value, y_zp: Value | None, dtype: str) -> Value:
-    zp = None if y_zp is None else _per_axis(ctx, y_zp, 0, 1, "output zero point")
+def emit_requantize(ctx, acc: Value, mult: Value, y_zp: Value | None, dtype: str) -> Value:
+    zp = None if y_zp is None else per_axis(ctx, y_zp, 0, 1, "output zero point")
     return ctx.emit("requantize", [acc, mult, zp], {"dtype": dtype, "lo": None, "hi": None},
                     final=True)
 
@@ -211,34 +211,34 @@ def _qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None
     acc = _integer_conv(ctx, x, w, x_zp, w_zp, auto_pad, dilations, group, pads, strides,
                         final=False)
     if b is not None:
-        acc = ctx.emit("add", [acc, ctx.emit("reshape", [_i32(ctx, b)],
+        acc = ctx.emit("add", [acc, ctx.emit("reshape", [i32(ctx, b)],
                                              {"shape": (b.shape[0], 1, 1)})])
     mult = _multiplier(ctx, x_scale, w_scale, y_scale, 0, 3)
-    return _requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else x.dtype)
+    return emit_requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else x.dtype)
 
 
 @converter("QLinearMatMul")
 def _qlinear_matmul(ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
-    acc = _integer_matmul(ctx, a, b, a_zp, b_zp, final=False)
+    acc = integer_matmul(ctx, a, b, a_zp, b_zp, final=False)
     mult = _multiplier(ctx, a_scale, b_scale, y_scale, 0, 1)   # b_scale per column (N)
-    return _requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else a.dtype)
+    return emit_requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else a.dtype)
 
 
-def _dq(ctx, x: Value, scale: Value, zp: Value | None) -> Value:
-    return ctx.emit("dequantize_linear", [x, _per_axis(ctx, scale, 0, 1, "scale"),
-                                          _per_axis(ctx, zp, 0, 1, "zero point")])
+def dq(ctx, x: Value, scale: Value, zp: Value | None) -> Value:
+    return ctx.emit("dequantize_linear", [x, per_axis(ctx, scale, 0, 1, "scale"),
+                                          per_axis(ctx, zp, 0, 1, "zero point")])
 
 
-def _q(ctx, y: Value, scale: Value, zp: Value | None, dtype: str) -> Value:
-    return ctx.emit("quantize_linear", [y, _per_axis(ctx, scale, 0, 1, "scale"),
-                                        _per_axis(ctx, zp, 0, 1, "zero point")],
+def q(ctx, y: Value, scale: Value, zp: Value | None, dtype: str) -> Value:
+    return ctx.emit("quantize_linear", [y, per_axis(ctx, scale, 0, 1, "scale"),
+                                        per_axis(ctx, zp, 0, 1, "zero point")],
                     {"dtype": dtype}, final=True)
 
 
 def _qlinear_binary(op: str):
     def conv(ctx, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp=None):
-        y = ctx.emit(op, [_dq(ctx, a, a_scale, a_zp), _dq(ctx, b, b_scale, b_zp)])
-        return _q(ctx, y, c_scale, c_zp, a.dtype)
+        y = ctx.emit(op, [dq(ctx, a, a_scale, a_zp), dq(ctx, b, b_scale, b_zp)])
+        return q(ctx, y, c_scale, c_zp, a.dtype)
     return conv
 
 
@@ -250,9 +250,9 @@ register(MS + "QLinearMul", _qlinear_binary("mul"), __name__)
 def _qlinear_global_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_last=0):
     axes = tuple(range(1, len(x.shape) - 1)) if channels_last else tuple(
         range(2, len(x.shape)))
-    mean = ctx.emit("reduce_mean", [_dq(ctx, x, x_scale, x_zp)], {"axes": axes,
+    mean = ctx.emit("reduce_mean", [dq(ctx, x, x_scale, x_zp)], {"axes": axes,
                                                                   "keepdims": 1})
-    return _q(ctx, mean, y_scale, y_zp, x.dtype)
+    return q(ctx, mean, y_scale, y_zp, x.dtype)
 
 
 @converter(MS + "QLinearConcat")
@@ -261,13 +261,13 @@ def _qlinear_concat(ctx, y_scale, y_zp, *triples, axis):
         raise ModelFormatError(f"node '{ctx.node_name}' (QLinearConcat): inputs after "
                                "Y_scale, Y_zero_point must be (X, X_scale, X_zero_point) "
                                f"triples, got {len(triples)} inputs")
-    xs = [_dq(ctx, *triples[k:k + 3]) for k in range(0, len(triples), 3)]
+    xs = [dq(ctx, *triples[k:k + 3]) for k in range(0, len(triples), 3)]
     rank = len(xs[0].shape)
     if not -rank <= axis < rank:
         raise ModelFormatError(f"node '{ctx.node_name}' (QLinearConcat): axis {axis} is out "
                                f"of range for rank {rank}")
     y = ctx.emit("concat", xs, {"axis": axis % rank})
-    return _q(ctx, y, y_scale, y_zp, triples[0].dtype)
+    return q(ctx, y, y_scale, y_zp, triples[0].dtype)
 
 
 @converter("DynamicQuantizeLinear")
@@ -316,9 +316,9 @@ def _renamed(ctx, value: Value, name: str) -> Value:
 def _integer_conv_1d(original, w_index: int):
     """Wrap an integer conv converter (ConvInteger, QLinearConv): a rank-3 input [N, C, L]
     and weight [F, Cg, K] run as [N, C, 1, L] and [F, Cg, 1, K] with the window attributes
-    lifted (onnx_ops_spatial._lift_1d), the result viewed back as [N, F, L'] (Whisper's and
+    lifted (onnx_ops_spatial.lift_1d), the result viewed back as [N, F, L'] (Whisper's and
     wav2vec2's audio convs under quantize_dynamic)."""
-    from .spatial import _lift_1d
+    from .spatial import lift_1d
 
     def conv(ctx, *args, **attrs):
         x, w = args[0], args[w_index]
@@ -330,7 +330,7 @@ def _integer_conv_1d(original, w_index: int):
         names = ctx.output_names
         ctx.output_names = [""] * len(names)   # the 4-D result is not the node's output
         try:
-            y4 = original(ctx, *args, **_lift_1d(attrs))
+            y4 = original(ctx, *args, **lift_1d(attrs))
         finally:
             ctx.output_names = names
         n, f, _, length = y4.shape

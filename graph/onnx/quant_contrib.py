@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Value
-from .core import checked_axis, _require_2d, unsupported_error
+from .core import checked_axis, require_2d, unsupported_error
 from .registry import CONVERTERS, converter, register
-from .quant import MS, _dq, _i32, _integer_matmul, _per_axis, _q, \
-    _requantize
+from .quant import MS, dq, i32, integer_matmul, per_axis, q, \
+    emit_requantize
 
 
 def _as_intermediate(ctx, converter, *args, opset: int | None = None, **attrs) -> Value:
@@ -43,24 +43,24 @@ def _qgemm(ctx, a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=N
         a = ctx.emit("transpose", [a], {"perm": (1, 0)})
     if transB:                          # per-column zero points stay per column (N)
         b = ctx.emit("transpose", [b], {"perm": (1, 0)})
-    acc = _integer_matmul(ctx, a, b, a_zp, b_zp, final=False)
+    acc = integer_matmul(ctx, a, b, a_zp, b_zp, final=False)
     if c is not None:
-        acc = ctx.emit("add", [acc, _i32(ctx, c)])
-    scale = ctx.emit("mul", [_per_axis(ctx, a_scale, 0, 1, "a scale"),
-                             _per_axis(ctx, b_scale, -1, 1, "b scale")])
+        acc = ctx.emit("add", [acc, i32(ctx, c)])
+    scale = ctx.emit("mul", [per_axis(ctx, a_scale, 0, 1, "a scale"),
+                             per_axis(ctx, b_scale, -1, 1, "b scale")])
     if alpha != 1.0:
         scale = ctx.emit("mul", [scale, ctx.const(np.array(alpha, np.float32))])
     if y_scale is None:
         return ctx.emit("mul", [ctx.emit("cast", [acc], {"to": "float32"}), scale],
                         final=True)
-    mult = ctx.emit("div", [scale, _per_axis(ctx, y_scale, 0, 1, "y scale")])
-    return _requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else a.dtype)
+    mult = ctx.emit("div", [scale, per_axis(ctx, y_scale, 0, 1, "y scale")])
+    return emit_requantize(ctx, acc, mult, y_zp, y_zp.dtype if y_zp is not None else a.dtype)
 
 
 def _qlinear_unary(float_op: str):
     def conv(ctx, x, x_scale, x_zp, y_scale, y_zp=None, **attrs):
-        y = _as_intermediate(ctx, CONVERTERS[float_op], _dq(ctx, x, x_scale, x_zp), **attrs)
-        return _q(ctx, y, y_scale, y_zp, x.dtype)
+        y = _as_intermediate(ctx, CONVERTERS[float_op], dq(ctx, x, x_scale, x_zp), **attrs)
+        return q(ctx, y, y_scale, y_zp, x.dtype)
     return conv
 
 
@@ -71,14 +71,14 @@ register(MS + "QLinearLeakyRelu", _qlinear_unary("LeakyRelu"), __name__)
 @converter(MS + "QLinearAveragePool")
 def _qlinear_average_pool(ctx, x, x_scale, x_zp, y_scale, y_zp=None, channels_last=0,
                           **attrs):
-    _require_2d(ctx, x)
-    xf = _dq(ctx, x, x_scale, x_zp)
+    require_2d(ctx, x)
+    xf = dq(ctx, x, x_scale, x_zp)
     if channels_last:                   # NHWC in and out: pool in NCHW between transposes
         xf = ctx.emit("transpose", [xf], {"perm": (0, 3, 1, 2)})
     y = _as_intermediate(ctx, CONVERTERS["AveragePool"], xf, **attrs)
     if channels_last:
         y = ctx.emit("transpose", [y], {"perm": (0, 2, 3, 1)})
-    return _q(ctx, y, y_scale, y_zp, x.dtype)
+    return q(ctx, y, y_scale, y_zp, x.dtype)
 
 
 @converter(MS + "QLinearSoftmax")
@@ -86,12 +86,12 @@ def _qlinear_softmax(ctx, x, x_scale, x_zp, y_scale, y_zp=None, axis=-1, opset=1
     """`opset` is the Softmax the quantizer replaced: before 13, softmax over the input
     flattened to 2-D at `axis`."""
     checked_axis(ctx, axis, len(x.shape))
-    y = _as_intermediate(ctx, CONVERTERS["Softmax"], _dq(ctx, x, x_scale, x_zp), axis=axis,
+    y = _as_intermediate(ctx, CONVERTERS["Softmax"], dq(ctx, x, x_scale, x_zp), axis=axis,
                          opset=int(opset))
-    return _q(ctx, y, y_scale, y_zp, x.dtype)
+    return q(ctx, y, y_scale, y_zp, x.dtype)
 
 
 @converter(MS + "QLinearWhere")
 def _qlinear_where(ctx, cond, x, x_scale, x_zp, y, y_scale, y_zp, z_scale, z_zp):
-    picked = ctx.emit("where", [cond, _dq(ctx, x, x_scale, x_zp), _dq(ctx, y, y_scale, y_zp)])
-    return _q(ctx, picked, z_scale, z_zp, x.dtype)
+    picked = ctx.emit("where", [cond, dq(ctx, x, x_scale, x_zp), dq(ctx, y, y_scale, y_zp)])
+    return q(ctx, picked, z_scale, z_zp, x.dtype)

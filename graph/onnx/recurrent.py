@@ -14,7 +14,7 @@ import numpy as np
 from ...te.errors import ModelFormatError
 from ..ir import Value
 from .core import unsupported_error, converter
-from .control import name_outputs, _stack, _take
+from .control import name_outputs, stack, take_index
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
@@ -171,12 +171,12 @@ def _recurrent(ctx, x, w, r, b=None, seq_lens=None, init_h=None, init_c=None, pe
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
         cell = _Cell(ctx, acts[d], clip, hidden, x.dtype)
-        wt = ctx.emit("transpose", [_take(ctx, w, 0, d)], {"perm": (1, 0)})
-        rt = ctx.emit("transpose", [_take(ctx, r, 0, d)], {"perm": (1, 0)})
+        wt = ctx.emit("transpose", [take_index(ctx, w, 0, d)], {"perm": (1, 0)})
+        rt = ctx.emit("transpose", [take_index(ctx, r, 0, d)], {"perm": (1, 0)})
         proj = ctx.emit("matmul", [flat_x, wt])
         rb = None
         if b is not None:
-            bd = ctx.emit("reshape", [_take(ctx, b, 0, d)], {"shape": (1, 2 * gates * hidden)})
+            bd = ctx.emit("reshape", [take_index(ctx, b, 0, d)], {"shape": (1, 2 * gates * hidden)})
             wb, rb = _cols(ctx, bd, 0, gates * hidden), _cols(ctx, bd, gates * hidden,
                                                                 2 * gates * hidden)
             proj = ctx.emit("add", [proj, wb])
@@ -184,13 +184,13 @@ def _recurrent(ctx, x, w, r, b=None, seq_lens=None, init_h=None, init_c=None, pe
                 proj, rb = ctx.emit("add", [proj, rb]), None
         proj = ctx.emit("reshape", [proj], {"shape": (steps, batch, gates * hidden)})
         zeros = ctx.const(np.zeros((batch, hidden), dtype=x.dtype))
-        h = zeros if init_h is None else _take(ctx, init_h, 0, d)
-        c = zeros if init_c is None else _take(ctx, init_c, 0, d)
-        peep_d = None if peep is None else ctx.emit("reshape", [_take(ctx, peep, 0, d)],
+        h = zeros if init_h is None else take_index(ctx, init_h, 0, d)
+        c = zeros if init_c is None else take_index(ctx, init_c, 0, d)
+        peep_d = None if peep is None else ctx.emit("reshape", [take_index(ctx, peep, 0, d)],
                                                     {"shape": (1, 3 * hidden)})
         out = [None] * steps
         for t in (reversed(range(steps)) if reverse else range(steps)):
-            h_new, c_new = _step(kind, cell, _take(ctx, proj, 0, t), h, c, rt, rb, peep_d,
+            h_new, c_new = _step(kind, cell, take_index(ctx, proj, 0, t), h, c, rt, rb, peep_d,
                                  int(linear_before_reset), int(input_forget))
             if masks is None:
                 h, c, out[t] = h_new, c_new, h_new
@@ -199,11 +199,11 @@ def _recurrent(ctx, x, w, r, b=None, seq_lens=None, init_h=None, init_c=None, pe
                 if c_new is not None:
                     c = ctx.emit("where", [masks[t], c_new, c])
                 out[t] = ctx.emit("where", [masks[t], h_new, zeros])
-        ys.append(_stack(ctx, out, 0))
+        ys.append(stack(ctx, out, 0))
         hs.append(h)
         cs.append(c)
-    y = _stack(ctx, ys, 1)
-    states = [_stack(ctx, hs, 0)] + ([_stack(ctx, cs, 0)] if kind == "LSTM" else [])
+    y = stack(ctx, ys, 1)
+    states = [stack(ctx, hs, 0)] + ([stack(ctx, cs, 0)] if kind == "LSTM" else [])
     if layout:
         y = ctx.emit("transpose", [y], {"perm": (2, 0, 1, 3)})
         states = [ctx.emit("transpose", [s], {"perm": (1, 0, 2)}) for s in states]

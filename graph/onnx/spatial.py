@@ -12,7 +12,7 @@ from .registry import CONVERTERS, converter
 
 # -- 1-D windows as 2-D ones -----------------------------------------------------------------------
 
-def _lift_1d(attrs: dict) -> dict:
+def lift_1d(attrs: dict) -> dict:
     """Window attributes of a 1-D op as those of the same op over [N, C, 1, L]."""
     out = dict(attrs)
     for name, fill in (("kernel_shape", 1), ("strides", 1), ("dilations", 1),
@@ -40,7 +40,7 @@ def windowed_1d(original):
         names = ctx.output_names
         ctx.output_names = [""] * len(names)   # the 4-D result is not the node's output
         try:
-            y4 = original(ctx, x4, *rest, **_lift_1d(attrs))
+            y4 = original(ctx, x4, *rest, **lift_1d(attrs))
         finally:
             ctx.output_names = names
         n, c, _, length = y4.shape

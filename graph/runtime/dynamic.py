@@ -23,7 +23,7 @@ from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
 from ..compile.model import _open_db, compile_model
 from .executor import CompiledModel, given_inputs
-from ..onnx.load import (InputValueNeeded, _onnx_dtype, _read_model, check_supported,
+from ..onnx.load import (InputValueNeeded, onnx_elem_dtype, read_model, check_supported,
                          model_opset)
 from ..ir import Graph
 from ..ops.lowbit import ONNX_FORMATS
@@ -106,12 +106,12 @@ def input_specs(proto: onnx.ModelProto,
             dims = None if not tt.HasField("shape") else tuple(
                 int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
                 for d in tt.shape.dim)
-            specs.append(InputSpec(inp.name, _onnx_dtype(tt.elem_type, f"input '{inp.name}'"),
+            specs.append(InputSpec(inp.name, onnx_elem_dtype(tt.elem_type, f"input '{inp.name}'"),
                                    dims, kind))
             continue
         tt = inp.type.tensor_type
         dtype = (ONNX_FORMATS[tt.elem_type][0] if tt.elem_type in ONNX_FORMATS  # ml_dtypes'
-                 else _onnx_dtype(tt.elem_type, f"input '{inp.name}'"))
+                 else onnx_elem_dtype(tt.elem_type, f"input '{inp.name}'"))
         dims = None
         if tt.HasField("shape"):
             dims = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
@@ -142,7 +142,7 @@ def compile_specialized(model, target: Target | str = "native", db=None,
                    winograd=winograd, zero_shot=zero_shot)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)
-    proto = _read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)
+    proto = read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)
                         else str(model))
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
     _check_constant_names(proto, constants)

@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 
 from ...te.errors import KernelArgumentError, KilnError
 from .executor import given_inputs, median_run_seconds
-from ..onnx.control import _rename, subgraphs
+from ..onnx.control import rename, subgraphs
 from ..onnx.datadep import DOMAIN, OP_TYPES
 
 _ONNX = ("", "ai.onnx")
@@ -67,7 +67,7 @@ def _branch_nodes(node: onnx.NodeProto, take_then: bool) -> list[onnx.NodeProto]
     tag = f"{node.output[0]}__{attr}/"     # an output name: unique in the graph
     local = {t.name for t in branch.initializer}
     local.update(o for n in branch.node for o in n.output if o)
-    _rename(branch, {v: tag + v for v in local})
+    rename(branch, {v: tag + v for v in local})
     nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in branch.initializer]
     nodes += list(branch.node)
     for out, res in zip(node.output, branch.output):

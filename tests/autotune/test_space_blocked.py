@@ -11,8 +11,8 @@ from kiln.codegen.target import Target
 from kiln.schedule.ir import ForKind
 from kiln.schedule.visitor import StmtVisitor
 from kiln.te.reference import evaluate
-from kiln.autotune.space.rules import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace, _is_copy_axis,
-                                       _nested_reduce_tiles)
+from kiln.autotune.space.rules import (AT_ANCHOR, REDUCE_STEPS, ROOT_ROWS, SearchSpace, is_copy_axis,
+                                       nested_reduce_tiles)
 from kiln.autotune.task import Task
 from kiln.schedule.lower import lower
 from kiln.te import ops
@@ -29,8 +29,8 @@ def test_only_an_unpadded_innermost_axis_is_a_copy_axis():
                                          te.placeholder((2, 3, 3, 8), name="W"), 1, 1)
     plain = ops.depthwise_conv2d_nchw(te.placeholder((1, 16, 9, 7), name="X"),
                                       te.placeholder((16, 1, 3, 3), name="W"), 1, 1)
-    assert _is_copy_axis(_pad_op(blocked))
-    assert not _is_copy_axis(_pad_op(plain))
+    assert is_copy_axis(_pad_op(blocked))
+    assert not is_copy_axis(_pad_op(plain))
 
 
 def test_the_blocked_pad_copy_is_vectorised_as_rows_and_at_the_anchor():
@@ -51,11 +51,11 @@ def test_nested_reduce_tiles_fill_the_step_budget_from_the_innermost_axis():
     w1 = te.placeholder((2, 32, 1, 1, 16, 16), name="W1")
     conv3 = ops.conv2d_nchwc(x, w3, 1, 1)
     conv1 = ops.conv2d_nchwc(x, w1)
-    assert _nested_reduce_tiles(conv3.op) == [1, 3, 3, 16]     # 144 steps
-    assert _nested_reduce_tiles(conv1.op) == [16, 1, 1, 16]    # 256 steps
+    assert nested_reduce_tiles(conv3.op) == [1, 3, 3, 16]     # 144 steps
+    assert nested_reduce_tiles(conv1.op) == [16, 1, 1, 16]    # 256 steps
     plain = ops.conv2d_nchw(te.placeholder((1, 256, 14, 14), name="X"),
                             te.placeholder((64, 256, 3, 3), name="W"), 1, 1)
-    tiles = _nested_reduce_tiles(plain.op)
+    tiles = nested_reduce_tiles(plain.op)
     assert tiles[1:] == [3, 3] and 256 % tiles[0] == 0
     assert tiles[0] * 9 <= REDUCE_STEPS < 2 * tiles[0] * 9 * 2
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kiln import te
-from kiln.autotune.space.rules import SearchSpace, _balanced_rows, _taps_along_rows
+from kiln.autotune.space.rules import SearchSpace, balanced_rows, taps_along_rows
 from kiln.autotune.space.defaults import _rows_broadcast
 from kiln.autotune.task import Task
 from kiln.schedule.interpret import interpret
@@ -58,7 +58,7 @@ def test_many_spatial_axes_get_one_row_axis_not_a_product():
     tile = _register_tile(space, "Oc")
     assert tile[-1] == 16                            # ki: two AVX2 vectors
     assert [t > 1 for t in tile[:-1]] == [False, False, False, True]   # only x has rows
-    assert tile[3] == 4          # rows divide: its x taps run along them (_taps_along_rows)
+    assert tile[3] == 4          # rows divide: its x taps run along them (taps_along_rows)
     blocked = SearchSpace(Task.from_op("conv2d_nchwc", (1, 64, 56, 56, 64, 3, 3, 1, 1, 16, 16),
                                        target=AVX2))
     tile = _register_tile(blocked, "conv")
@@ -157,7 +157,7 @@ def test_short_rows_fill_the_budget_in_as_few_balanced_tiles_as_it_allows(width,
 def test_rows_that_taps_run_along_divide_the_axis(width, rows, vector):
     """An NCHW-input conv's x taps index the input with the register tile's rows: tiles
     with a tail there ran at 0.4-0.8x the divisor rows (ResNet-18's NCHW layout, old vs
-    new default 1.9-2.8x at 1 thread), so rows divide the axis as before _balanced_rows."""
+    new default 1.9-2.8x at 1 thread), so rows divide the axis as before balanced_rows."""
     space = SearchSpace(blocked_conv(1, 32, width, width, 64, 16, target=AVX2))
     tile = _register_tile(space, "Oc")
     assert (tile[3], tile[4]) == (rows, vector)
@@ -192,16 +192,16 @@ def test_rows_broadcast_only_for_operands_the_lanes_do_not_index():
 
 def test_taps_along_rows_only_when_the_innermost_long_tap_shares_the_rows_index():
     nchw = SearchSpace(blocked_conv(1, 32, 14, 14, 64, 16)).anchors[0].op
-    assert _taps_along_rows(nchw, 3)                       # P[.., y + ry, x + rx], rows x
-    assert not _taps_along_rows(nchw, 2)                   # y meets ry, not the inner rx
+    assert taps_along_rows(nchw, 3)                       # P[.., y + ry, x + rx], rows x
+    assert not taps_along_rows(nchw, 2)                   # y meets ry, not the inner rx
     blocked = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 64, 3, 3, 1, 1, 16, 16)))
-    assert not _taps_along_rows(blocked.anchors[0].op, 3)  # innermost: the channel block
+    assert not taps_along_rows(blocked.anchors[0].op, 3)  # innermost: the channel block
     stem = SearchSpace(Task.from_op("conv2d_nchwc", (1, 3, 32, 32, 64, 7, 7, 2, 3, 1, 16)))
-    assert _taps_along_rows(stem.anchors[0].op, 3)         # x[.., 2 * xx + rx]
+    assert taps_along_rows(stem.anchors[0].op, 3)         # x[.., 2 * xx + rx]
     one = SearchSpace(Task.from_op("conv2d", (1, 32, 14, 14, 64, 1, 1, 1, 0)))
-    assert not _taps_along_rows(one.anchors[0].op, 2)      # unit taps do not count
+    assert not taps_along_rows(one.anchors[0].op, 2)      # unit taps do not count
     gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
-    assert not _taps_along_rows(gemm.anchors[0].op, 0)
+    assert not taps_along_rows(gemm.anchors[0].op, 0)
 
 
 def test_first_conv_keeps_four_row_tiles():
@@ -228,7 +228,7 @@ def test_a_short_cache_tile_axis_is_taken_whole(width, mid):
                                          (1024, 6), (96, 6)])
 def test_balanced_rows_take_as_few_tiles_as_the_cap_allows_and_no_longer_than_needed(
         extent, rows):
-    assert _balanced_rows(extent, 6) == rows
+    assert balanced_rows(extent, 6) == rows
 
 
 @pytest.mark.parametrize("width", [28, 14, 7, 13])

@@ -57,7 +57,7 @@ def _pad_nhwc(x: np.ndarray, pads, fill) -> np.ndarray:
     return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=fill)
 
 
-def _taps(xp: np.ndarray, kernel, attrs, out_hw):
+def window_taps(xp: np.ndarray, kernel, attrs, out_hw):
     """(ry, rx, the window's tap of every output pixel [N, OH, OW, C]) over padded xp."""
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = out_hw
@@ -116,7 +116,7 @@ def _im2col_nhwc_reference(node, x):
         start, count = attrs["words"]
         x = x[..., start:start + count]
     xp = _pad_nhwc(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
-    taps = [t for _, _, t in _taps(xp, attrs["kernel"], attrs, node.outputs[0].shape[1:3])]
+    taps = [t for _, _, t in window_taps(xp, attrs["kernel"], attrs, node.outputs[0].shape[1:3])]
     cols = np.ascontiguousarray(np.stack(taps, axis=3)).astype(np.int32)
     if attrs.get("pairs"):
         cols = np.stack([cols & BYTE_PAIR_MASK, (cols >> 8) & BYTE_PAIR_MASK], axis=-2)
@@ -138,7 +138,7 @@ def _infer_depthwise_nhwc(ins, attrs):
 def _depthwise_nhwc_reference(node, x, w):
     xp = _pad_nhwc(x, node.attrs["pads"], int(node.attrs["pad_value"])).astype(np.int64)
     out = np.zeros(node.outputs[0].shape, np.int64)
-    for ry, rx, tap in _taps(xp, w.shape[:2], node.attrs, node.outputs[0].shape[1:3]):
+    for ry, rx, tap in window_taps(xp, w.shape[:2], node.attrs, node.outputs[0].shape[1:3]):
         out += tap * w[ry, rx].astype(np.int64)
     return out.astype(np.int32)
 

@@ -27,7 +27,7 @@ def _infer_matmul_int8x4_perm(ins, attrs):
     return [(tuple(a.shape[:-1]) + (int(attrs["n"]),), "int32")]
 
 
-def _matmul_int8x4_perm_reference(node, a, sel, w):
+def matmul_int8x4_perm_reference(node, a, sel, w):
     """Straight from dot4_u8s8perm's definition, summed over groups and slots."""
     p, g, _, block = w.shape
     a = np.asarray(a, np.int32)
@@ -45,6 +45,6 @@ def _matmul_int8x4_perm_reference(node, a, sel, w):
 
 OPS["matmul_int8x4_perm"] = OpDef("matmul_int8x4_perm", OpClass.OUT_ELEMWISE_FUSABLE,
                                   _infer_matmul_int8x4_perm)
-IMPLS["matmul_int8x4_perm"] = _matmul_int8x4_perm_reference
+IMPLS["matmul_int8x4_perm"] = matmul_int8x4_perm_reference
 LOWERINGS["matmul_int8x4_perm"] = lambda node, args: [tqm.matmul_int8x4_perm(
     args[0], args[1], args[2], n=int(node.attrs["n"]))]

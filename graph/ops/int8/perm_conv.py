@@ -11,8 +11,8 @@ from ....te.ops.int8 import perm_conv as tqc
 from ...ir import OpClass
 from ...lower_te import LOWERINGS
 from ..core import OPS, OpDef
-from .nhwc import _taps
-from .perm import _matmul_int8x4_perm_reference
+from .nhwc import window_taps
+from .perm import matmul_int8x4_perm_reference
 from ...reference import IMPLS
 
 _ATTRS = ("n", "kernel", "strides", "dilations", "out_hw")
@@ -38,9 +38,9 @@ def _conv_int8x4_perm_reference(node, x, sel, w):
     """The im2col columns of x (no padding: x holds it), then matmul_int8x4_perm's
     reference."""
     a = node.attrs
-    taps = [t for _, _, t in _taps(np.asarray(x), a["kernel"], a, a["out_hw"])]
+    taps = [t for _, _, t in window_taps(np.asarray(x), a["kernel"], a, a["out_hw"])]
     cols = np.stack(taps, axis=3).reshape(node.outputs[0].shape[0], -1)
-    return _matmul_int8x4_perm_reference(node, np.ascontiguousarray(cols, np.int32), sel, w)
+    return matmul_int8x4_perm_reference(node, np.ascontiguousarray(cols, np.int32), sel, w)
 
 
 OPS["conv_int8x4_perm"] = OpDef("conv_int8x4_perm", OpClass.OUT_ELEMWISE_FUSABLE,

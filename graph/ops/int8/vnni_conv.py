@@ -13,7 +13,7 @@ from ....te.ops.int8 import vnni_conv as tvc
 from ...ir import OpClass
 from ...lower_te import LOWERINGS
 from ..core import OPS, OpDef
-from .nhwc import _taps
+from .nhwc import window_taps
 from ...reference import IMPLS
 
 _ATTRS = ("n", "kernel", "strides", "dilations", "out_hw")
@@ -49,7 +49,7 @@ def _conv_int8x4_panels_reference(node, x, w):
     """The im2col columns' bytes (no padding: x holds it) times the weight bytes, in int64."""
     a = node.attrs
     rows, n = node.outputs[0].shape
-    taps = [t for _, _, t in _taps(np.asarray(x), a["kernel"], a, a["out_hw"])]
+    taps = [t for _, _, t in window_taps(np.asarray(x), a["kernel"], a, a["out_hw"])]
     cols = np.ascontiguousarray(np.stack(taps, axis=3), np.int32).reshape(rows, -1)
     cols8 = cols.view(np.uint8).astype(np.int64)                       # [rows, 4 K4]
     p, k4, block = w.shape

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...ir import Graph, Node, Value
 from ..dce import eliminate_dead_code
-from .quantize import _Matcher, _scalar, _single_reader
+from .quantize import Matcher, scalar_value, single_reader
 from ..rewrite import Namer
 
 
@@ -19,18 +19,18 @@ def requantized_concats(graph: Graph) -> Graph:
     """Rewrite Q(concat(DQ(a_i)...)) with static per-tensor parameters (module doc)."""
     if not any(n.op == "concat" for n in graph.nodes):
         return graph
-    matcher = _Matcher(graph)
+    matcher = Matcher(graph)
     namer = Namer(graph)
     replaced: dict[str, list[Node]] = {}
     for node in graph.nodes:
         if node.op != "concat":
             continue
-        q = _single_reader(matcher.consumers, matcher.outputs, node.outputs[0])
+        q = single_reader(matcher.consumers, matcher.outputs, node.outputs[0])
         if q is None or q.op != "quantize_linear":
             continue
-        y_scale = _scalar(matcher.static(q.inputs[1]))
+        y_scale = scalar_value(matcher.static(q.inputs[1]))
         zp_in = q.inputs[2] if len(q.inputs) > 2 else None
-        y_zp = _scalar(matcher.static(zp_in) if zp_in is not None else None, 0)
+        y_zp = scalar_value(matcher.static(zp_in) if zp_in is not None else None, 0)
         acts = [matcher.activation(v) for v in node.inputs]
         if y_scale is None or y_zp is None or any(a is None for a in acts):
             continue

@@ -29,15 +29,15 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import FrozenDict, Graph, Node, Value
-from .quantize import _Static, _scalar
+from .quantize import Static, scalar_value
 from .add import quantized_binaries, replace_quantize_nodes
 from ..rewrite import Namer
 
 
-def _params(static: _Static, dq: Node):
-    scale = _scalar(static(dq.inputs[1]))
+def _params(static: Static, dq: Node):
+    scale = scalar_value(static(dq.inputs[1]))
     zp = dq.inputs[2] if len(dq.inputs) > 2 else None
-    zero = _scalar(static(zp), None) if zp is not None else 0
+    zero = scalar_value(static(zp), None) if zp is not None else 0
     return None if scale is None or zero is None else (float(scale), int(zero))
 
 
@@ -87,7 +87,7 @@ def onnxruntime_rounded_muls(graph: Graph) -> Graph:
     """Rewrite every matched quantized multiply (module docstring) into onnxruntime's form."""
     if not any(n.op == "mul" for n in graph.nodes):
         return graph
-    static = _Static(graph)
+    static = Static(graph)
     namer, constants = Namer(graph), dict(graph.constants)
     swap: dict[str, list[Node]] = {}
     for q, _, dqs in quantized_binaries(graph, "mul"):

@@ -30,7 +30,7 @@ from ...ops.core import OPS
 from ....te.ops.int8 import core as tq
 from ..dce import eliminate_dead_code
 from .vnni_conv import grouped_panel_block, grouped_weight_panels, takes_vnni
-from .quantize import _word
+from .quantize import byte_word
 from ..rewrite import Namer
 from ..simplify import cancel_transposes
 from ..layout.sink import sink_layout_moves
@@ -193,7 +193,7 @@ class _Rewriter:
         c4 = words.shape[3]
         top, left, bottom, right = a["pads"]
         if any(a["pads"]):
-            pad_word = _word((pad_byte + 128) % 256 if flip else pad_byte % 256)
+            pad_word = byte_word((pad_byte + 128) % 256 if flip else pad_byte % 256)
             nb, h, wd, _ = words.shape
             words, node = self.node("pad", (words,), (nb, h + top + bottom,
                                                       wd + left + right, c4), "int32",
@@ -241,7 +241,7 @@ class _Rewriter:
         words, flip = self.activation_words(x, emitted)
         c4 = words.shape[3]
         window = (kh, kw) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"])
-        pad_word = _word((pad_byte + 128) % 256 if flip else pad_byte % 256)
+        pad_word = byte_word((pad_byte + 128) % 256 if flip else pad_byte % 256)
         rows = n * oh * ow
         parts = []
         for g in range(groups):

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 _QTYPES = ("uint8", "int8")
 
 
-class _Static:
+class Static:
     """Compile-time values: constants, and node outputs computed from constants only."""
 
     def __init__(self, graph: Graph):
@@ -79,30 +79,30 @@ class _Match:
     hi: int
 
 
-def _scalar(arr: np.ndarray | None, default=None):
+def scalar_value(arr: np.ndarray | None, default=None):
     if arr is None:
         return default
     return arr.reshape(-1)[0].item() if arr.size == 1 else None
 
 
-def _single_reader(graph_consumers, outputs, v: Value) -> Node | None:
+def single_reader(graph_consumers, outputs, v: Value) -> Node | None:
     readers = graph_consumers.get(v.name, [])
     return readers[0] if len(readers) == 1 and v.name not in outputs else None
 
 
-class _GraphIndex:
+class GraphIndex:
     """What a QDQ pattern walk reads about a graph: its constant values (folded on demand),
     each value's producer and readers, and the graph outputs."""
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.static = _Static(graph)
+        self.static = Static(graph)
         self.producers = graph.producers()
         self.consumers = graph.consumers()
         self.outputs = {v.name for v in graph.outputs}
 
 
-class _Matcher(_GraphIndex):
+class Matcher(GraphIndex):
     def _dq(self, v: Value) -> Node | None:
         node = self.producers.get(v.name)
         return node if node is not None and node.op == "dequantize_linear" else None
@@ -112,8 +112,8 @@ class _Matcher(_GraphIndex):
         dq = self._dq(v)
         if dq is None or dq.inputs[0].dtype not in _QTYPES:
             return None
-        scale = _scalar(self.static(dq.inputs[1]))
-        zp = _scalar(self.static(dq.inputs[2]) if len(dq.inputs) > 2 else None, 0)
+        scale = scalar_value(self.static(dq.inputs[1]))
+        zp = scalar_value(self.static(dq.inputs[2]) if len(dq.inputs) > 2 else None, 0)
         if scale is None or zp is None:
             return None
         return dq.inputs[0], float(scale), int(zp)
@@ -179,7 +179,7 @@ class _Matcher(_GraphIndex):
         channels = w_q.shape[0] if conv else w_q.shape[1]
         bias = np.zeros(channels, np.int64)
         lo, hi = -np.inf, np.inf
-        cur, node = anchor.outputs[0], _single_reader(self.consumers, self.outputs,
+        cur, node = anchor.outputs[0], single_reader(self.consumers, self.outputs,
                                                       anchor.outputs[0])
         if node is not None and node.op == "add":
             other = node.inputs[1] if node.inputs[0].name == cur.name else node.inputs[0]
@@ -187,17 +187,17 @@ class _Matcher(_GraphIndex):
             if got is None or node.outputs[0].shape != cur.shape:
                 return None
             bias, cur = got, node.outputs[0]
-            node = _single_reader(self.consumers, self.outputs, cur)
+            node = single_reader(self.consumers, self.outputs, cur)
         if node is not None and node.op in ("relu", "clip"):
             lo = 0.0 if node.op == "relu" else node.attr("min")
             hi = np.inf if node.op == "relu" else node.attr("max")
             lo, hi = (-np.inf if lo is None else lo), (np.inf if hi is None else hi)
             cur = node.outputs[0]
-            node = _single_reader(self.consumers, self.outputs, cur)
+            node = single_reader(self.consumers, self.outputs, cur)
         if node is None or node.op != "quantize_linear":
             return None
-        y_scale = _scalar(self.static(node.inputs[1]))
-        y_zp = _scalar(self.static(node.inputs[2]) if len(node.inputs) > 2 else None, 0)
+        y_scale = scalar_value(self.static(node.inputs[1]))
+        y_zp = scalar_value(self.static(node.inputs[2]) if len(node.inputs) > 2 else None, 0)
         if y_scale is None or y_zp is None:
             return None
         info = np.iinfo(node.attrs["dtype"])
@@ -252,14 +252,14 @@ def _rewrite(m: _Match, namer: Namer, constants: dict) -> list[Node]:
     return nodes
 
 
-def _max_pool_on_integers(node: Node, matcher: _Matcher) -> Node | None:
+def _max_pool_on_integers(node: Node, matcher: Matcher) -> Node | None:
     """Q(max_pool(DQ(x_q))) with Q's scale and zero point equal to DQ's -> max_pool(x_q)."""
     act = matcher.activation(node.inputs[0])
-    q = _single_reader(matcher.consumers, matcher.outputs, node.outputs[0])
+    q = single_reader(matcher.consumers, matcher.outputs, node.outputs[0])
     if act is None or q is None or q.op != "quantize_linear":
         return None
-    y_scale = _scalar(matcher.static(q.inputs[1]))
-    y_zp = _scalar(matcher.static(q.inputs[2]) if len(q.inputs) > 2 else None, 0)
+    y_scale = scalar_value(matcher.static(q.inputs[1]))
+    y_zp = scalar_value(matcher.static(q.inputs[2]) if len(q.inputs) > 2 else None, 0)
     if (y_scale, y_zp) != (act[1], act[2]) or q.outputs[0].dtype != act[0].dtype:
         return None
     return Node("max_pool2d", (act[0],), q.outputs, node.attrs, node.name + ".int")
@@ -269,7 +269,7 @@ def _max_pool_on_integers(node: Node, matcher: _Matcher) -> Node | None:
 _MOVES = ("reshape", "transpose", "slice", "split", "concat")
 
 
-def _move_on_integers(node: Node, matcher: _Matcher) -> tuple[list[Node], Node] | None:
+def _move_on_integers(node: Node, matcher: Matcher) -> tuple[list[Node], Node] | None:
     """Q(move(DQ(x_q), ...)) with every DQ's and every Q's scale, zero point and type equal
     -> move(x_q, ...) (a reshape, transpose, slice, split or concat; ShuffleNet's channel
     shuffles and splits): exact, since the move picks elements and Q(DQ(v)) = v for one
@@ -289,11 +289,11 @@ def _move_on_integers(node: Node, matcher: _Matcher) -> tuple[list[Node], Node] 
         return None
     qs = []
     for out in node.outputs:
-        q = _single_reader(matcher.consumers, matcher.outputs, out)
+        q = single_reader(matcher.consumers, matcher.outputs, out)
         if q is None or q.op != "quantize_linear":
             return None
-        y_scale = _scalar(matcher.static(q.inputs[1]))
-        y_zp = _scalar(matcher.static(q.inputs[2]) if len(q.inputs) > 2 else None, 0)
+        y_scale = scalar_value(matcher.static(q.inputs[1]))
+        y_zp = scalar_value(matcher.static(q.inputs[2]) if len(q.inputs) > 2 else None, 0)
         if y_scale is None or (float(y_scale), y_zp, q.outputs[0].dtype) != params:
             return None
         qs.append(q)
@@ -306,7 +306,7 @@ def fuse_quantized_kernels(graph: Graph) -> Graph:
     """Rewrite DQ -> conv/matmul -> Q (and DQ -> max pool -> Q) into integer kernels."""
     if not any(n.op == "dequantize_linear" for n in graph.nodes):
         return graph
-    matcher = _Matcher(graph)
+    matcher = Matcher(graph)
     namer = Namer(graph)
     constants = dict(graph.constants)
     replaced: dict[str, list[Node]] = {}        # the Q node's name -> nodes emitted there
@@ -370,7 +370,7 @@ def _sink_dequantizes(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
 
 # -- packed int8 kernels -----------------------------------------------------------------------
 
-def _word(byte: int) -> int:
+def byte_word(byte: int) -> int:
     """The int32 whose 4 bytes all equal `byte` (0..255)."""
     return int(np.full(4, byte, np.uint8).view(np.int32)[0])
 
@@ -428,7 +428,7 @@ def _pack_rewrite(node: Node, graph: Graph, namer: Namer, constants: dict) -> li
     if conv:
         attrs = {"strides": node.attrs["strides"], "dilations": node.attrs["dilations"],
                  "pads": pads}
-        attrs.update(pad_word=_word((pad_byte + 128) % 256 if flip else pad_byte % 256),
+        attrs.update(pad_word=byte_word((pad_byte + 128) % 256 if flip else pad_byte % 256),
                      seven_bit=seven_bit, symmetric=symmetric)
         nodes.append(Node("conv2d_int8x4", (xp, wp), (acc,), attrs,
                           namer(f"{hint}:conv2d_int8x4")))

@@ -36,7 +36,7 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from ...reference import run_node
 from ..dce import eliminate_dead_code
-from .quantize import _GraphIndex
+from .quantize import GraphIndex
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _FLOAT_OPS = frozenset({
 _QDQ = ("quantize_linear", "dequantize_linear")
 
 
-class _Chains(_GraphIndex):
+class _Chains(GraphIndex):
     def _scalar_params(self, node: Node) -> bool:
         for v in node.inputs[1:]:
             arr = None if v is None else self.static(v)
