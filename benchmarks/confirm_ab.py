@@ -33,6 +33,7 @@ import kiln  # noqa: E402
 from kiln.autotune.confirm import confirm_tasks  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
 from kiln.autotune.dispatch import canonical_target  # noqa: E402
+from kiln.codegen.target import Target  # noqa: E402
 from kiln.autotune.measure import MeasureOptions, Runner  # noqa: E402
 from kiln.graph.compile.model import model_tasks  # noqa: E402
 from tests.models_zoo import regnetx_like  # noqa: E402
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         with Runner(MeasureOptions(threads=1)) as runner:
             choices = confirm_tasks([(mt.task.retargeted(target), None) for mt in tasks],
-                                    target, confirmed_db, runner)
+                                    Target.from_string(target), confirmed_db, runner)
         confirm_s = time.perf_counter() - start
         variants = {"defaults": kiln.compile(model, db=None, threads=1),
                     "fastest records": kiln.compile(model, db=Database(args.db), threads=1),

@@ -38,9 +38,9 @@ from tests.graph.test_random_onnx_graphs import MIXES  # noqa: E402
 
 def kernel_texts(model, target: str, only: str | None, threads: int):
     """(task name, LLVM IR text) of every kernel of `model` for `target`."""
-    graph, groups = prepare_graph(model, target=target)
-    tasks, _ = extract_tasks(graph, groups, target)
     tgt = Target.from_string(target)
+    graph, groups = prepare_graph(model, target=tgt)
+    tasks, _ = extract_tasks(graph, groups, tgt)
     out = []
     for mt in tasks:
         if only and only.lower() not in (mt.name + " " + mt.task.description).lower():
@@ -50,7 +50,7 @@ def kernel_texts(model, target: str, only: str | None, threads: int):
             module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
             add_python_entry(module, symbol_name(func.name), param_specs(func))
             return str(module)
-        text, _ = _build_task(mt, target, Selection(None), emit, threads)
+        text, _ = _build_task(mt, tgt, Selection(None), emit, threads)
         out.append((mt.name, text))
     return out
 

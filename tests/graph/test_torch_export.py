@@ -71,9 +71,10 @@ def test_torch_resnet18_takes_every_schedule_kiln_resnet18_takes(torch_resnet18,
     theirs = {mt.task.workload_key: mt.task for mt in model_tasks(str(torch_resnet18), target)}
     assert set(theirs) == set(own)
     from_db = 0
+    tgt = Target.from_string(target)
     for key, task in own.items():
-        mine = select_record(task, target, shipped, threads=threads)
-        other = select_record(theirs[key], target, shipped, threads=threads)
+        mine = select_record(task, tgt, shipped, threads=threads)
+        other = select_record(theirs[key], tgt, shipped, threads=threads)
         assert not mine.skipped and not other.skipped
         assert (other.record and other.record.record_id) == (mine.record and
                                                             mine.record.record_id), task.name
