@@ -243,7 +243,7 @@ def _windows(x: np.ndarray, kernel, strides, dilations, out_hw) -> np.ndarray:
     return as_strided(x, shape, st, writeable=False)
 
 
-def _pad_hw(x: np.ndarray, pads, fill, extra=(0, 0)) -> np.ndarray:
+def pad_hw(x: np.ndarray, pads, fill, extra=(0, 0)) -> np.ndarray:
     t, l, b, r = pads
     return np.pad(x, ((0, 0), (0, 0), (t, b + extra[0]), (l, r + extra[1])),
                   constant_values=fill)
@@ -264,7 +264,7 @@ def _max_pool(node, x):
         return _blocked(_max_pool(node, _unblocked(x)), x.shape[4])
     a = node.attrs
     fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
-    xp = _pad_hw(x, a["pads"], fill, _ceil_extra(node, x))
+    xp = pad_hw(x, a["pads"], fill, _ceil_extra(node, x))
     win = _windows(xp, a["kernel"], a["strides"], a["dilations"], node.outputs[0].shape[2:4])
     return win.max(axis=(4, 5))
 
@@ -276,30 +276,30 @@ def _avg_pool(node, x):
     a = node.attrs
     extra = _ceil_extra(node, x)
     out_hw = node.outputs[0].shape[2:]
-    xp = _pad_hw(x, a["pads"], 0, extra)
+    xp = pad_hw(x, a["pads"], 0, extra)
     total = _windows(xp, a["kernel"], a["strides"], a["dilations"], out_hw).sum(axis=(4, 5))
     ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
     if a["count_include_pad"]:
-        ones = _pad_hw(ones, a["pads"], 1)
-        ones = _pad_hw(ones, (0, 0, 0, 0), 0, extra)
+        ones = pad_hw(ones, a["pads"], 1)
+        ones = pad_hw(ones, (0, 0, 0, 0), 0, extra)
     else:
-        ones = _pad_hw(ones, a["pads"], 0, extra)
+        ones = pad_hw(ones, a["pads"], 0, extra)
     count = _windows(ones, a["kernel"], a["strides"], a["dilations"], out_hw).sum(axis=(4, 5))
     return (total / count).astype(x.dtype)
 
 
 @_impl("conv2d")
 def _conv2d(node, x, w):
-    return _conv_nchw(x, w, node.attrs, node.outputs[0].shape[2:4])
+    return conv_nchw(x, w, node.attrs, node.outputs[0].shape[2:4])
 
 
-def _conv_nchw(x, w, attrs, out_hw):
+def conv_nchw(x, w, attrs, out_hw):
     """NCHW conv of x with weight [O, C / groups, KH, KW] (attrs: pads, strides, dilations,
     groups) as a tensordot/einsum over strided windows."""
     g = attrs["groups"]
     o, cg, kh, kw = w.shape
     n = x.shape[0]
-    win = _windows(_pad_hw(x, attrs["pads"], 0), (kh, kw), attrs["strides"],
+    win = _windows(pad_hw(x, attrs["pads"], 0), (kh, kw), attrs["strides"],
                    attrs["dilations"], out_hw)
     if g == 1:
         out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3]))  # N, OH, OW, O
@@ -348,7 +348,7 @@ def _conv2d_nchwc(node, x, w):
         x, w = _unblocked(x), unpack_conv_weight_blocked(w)
     else:
         w = unpack_conv_weight(w, node.attrs["block"])
-    out = _conv_nchw(x, w, dict(node.attrs, groups=1), node.outputs[0].shape[2:4])
+    out = conv_nchw(x, w, dict(node.attrs, groups=1), node.outputs[0].shape[2:4])
     return _blocked(out, node.attrs["block"])
 
 
@@ -393,14 +393,14 @@ def _winograd_output(node, mm):
 def _grouped_conv2d_nchwc(node, x, w):
     groups = node.attrs["groups"]
     w = unpack_grouped_conv_weight(w, groups, x.shape[1] * x.shape[4], node.attrs["per_group"])
-    out = _conv_nchw(_unblocked(x), w, dict(node.attrs), node.outputs[0].shape[2:4])
+    out = conv_nchw(_unblocked(x), w, dict(node.attrs), node.outputs[0].shape[2:4])
     return _blocked(out, x.shape[4])
 
 
 @_impl("depthwise_conv2d_nchwc")
 def _depthwise_conv2d_nchwc(node, x, w):
     attrs = dict(node.attrs, groups=x.shape[1] * x.shape[4])
-    out = _conv_nchw(_unblocked(x), unpack_depthwise_weight(w), attrs,
+    out = conv_nchw(_unblocked(x), unpack_depthwise_weight(w), attrs,
                      node.outputs[0].shape[2:4])
     return _blocked(out, x.shape[4])
 

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 TARGET_TYPE = Target.from_string
 
 
-def _open_db(db) -> Database | None:
+def open_db(db) -> Database | None:
     """None, "default" (the user's log over the shipped one), a path or a Database."""
     return open_database(db)
 
@@ -243,7 +243,7 @@ def compile_model(model, target: str | Target = "native", db=None,
     """
     start = time.perf_counter()
     target = Target.from_string(target)     # an entry point: parsed once, here
-    database = _open_db(db)
+    database = open_db(db)
     if threads is not None and threads < 1:
         raise KilnError(f"compile_model(threads={threads}): the thread count the model runs "
                         "at must be >= 1 (None: KILN_NUM_THREADS, else every core)")
@@ -321,7 +321,7 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     from ...autotune.confirm import CONFIRM
     from ...autotune.measure import MeasureOptions
     from . import model_check as check
-    database = _open_db(db)
+    database = open_db(db)
     if database is None:
         raise KilnError("tune_model needs a tuning database to write to: pass db=Database(path) "
                         "or a path such as 'tuning_logs/kiln.db'")
@@ -366,7 +366,7 @@ def confirm_model(model, target: str | Target = "native", db=None, options=None,
     `db` (required). Returns workload key -> Choice of the tasks confirmed."""
     from ...autotune.confirm import CONFIRM, confirm_tasks
     from ...autotune.measure import MeasureOptions, Runner
-    database = _open_db(db)
+    database = open_db(db)
     if database is None:
         raise KilnError("confirm_model needs a tuning database to write to: pass "
                         "db=Database(path) or a path such as 'tuning_logs/kiln.db'")

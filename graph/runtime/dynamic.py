@@ -21,7 +21,7 @@ import onnx
 
 from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
-from ..compile.model import _open_db, compile_model
+from ..compile.model import open_db, compile_model
 from .executor import CompiledModel, given_inputs
 from ..onnx.load import (InputValueNeeded, onnx_elem_dtype, read_model, check_supported,
                          model_opset)
@@ -138,7 +138,7 @@ def compile_specialized(model, target: Target | str = "native", db=None,
     DynamicModel that compiles a specialisation per input shape at run time (module doc); a
     StagedModel (graph/runtime/staged.py) if the main graph has an op whose output size depends on
     the data."""
-    options = dict(target=target, db=_open_db(db), jobs=jobs, layout=layout, threads=threads,
+    options = dict(target=target, db=open_db(db), jobs=jobs, layout=layout, threads=threads,
                    winograd=winograd, zero_shot=zero_shot)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)

@@ -23,7 +23,7 @@ def conv_output_extent(op_name: str, extent: int, kernel: int, stride: int, dila
     return span // stride + 1
 
 
-def _padded_window(op: str, x: Tensor, kh: int, kw: int, stride, padding, dilation):
+def padded_window(op: str, x: Tensor, kh: int, kw: int, stride, padding, dilation):
     """The padded input (a separate pad stage, or x itself) and the stride, dilation and
     output extents of a kh x kw window sliding over x[N, C, H, W] (or x[N, C/b, H, W, b])."""
     h, w = x.shape[2], x.shape[3]
@@ -66,7 +66,7 @@ def conv2d_nchw(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1, grou
     if out_dtype is None and x.dtype != weight.dtype:
         raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{weight.name}' is {weight.dtype}; "
                       "cast one of them or pass out_dtype=")
-    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+    padded, (sh, sw), (dh, dw), (oh, ow) = padded_window(op, x, kh, kw, stride, padding,
                                                           dilation)
     rc, ry, rx = reduce_axis(c_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
     per_group = f // groups
@@ -159,7 +159,7 @@ def conv2d_nchw_kpacked_blocked(x: Tensor, packed_weight: Tensor, stride=1, padd
     if out_dtype is None and x.dtype != packed_weight.dtype:
         raise TEError(f"{op}(): '{x.name}' is {x.dtype} but '{packed_weight.name}' is "
                       f"{packed_weight.dtype}; cast one of them or pass out_dtype=")
-    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+    padded, (sh, sw), (dh, dw), (oh, ow) = padded_window(op, x, kh, kw, stride, padding,
                                                           dilation)
     rc, ry, rx = reduce_axis(c, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
 

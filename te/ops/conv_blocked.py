@@ -17,7 +17,7 @@ from ..errors import TEError
 from ..tensor import Tensor, compute, reduce_axis
 from ..tensor import sum as te_sum
 from ._common import check_tensor, clamp
-from .conv import _padded_window
+from .conv import padded_window
 from .tags import CONV2D_NCHW, INJECTIVE
 
 
@@ -147,7 +147,7 @@ def conv2d_nchwc(x: Tensor, weight: Tensor, stride=1, padding=0, dilation=1,
         raise TEError(f"{op}(): the channels of '{x.name}'{list(x.shape)} do not match the "
                       f"packed weight '{weight.name}'{list(weight.shape)}")
     _check_dtypes(op, x, weight, out_dtype)
-    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+    padded, (sh, sw), (dh, dw), (oh, ow) = padded_window(op, x, kh, kw, stride, padding,
                                                           dilation)
     read = _read(out_dtype)
     rc, ry, rx = reduce_axis(cw, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
@@ -178,7 +178,7 @@ def depthwise_conv2d_nchwc(x: Tensor, weight: Tensor, stride=1, padding=0, dilat
                       f"'{x.name}'{list(x.shape)} and '{weight.name}'{list(weight.shape)}")
     _check_dtypes(op, x, weight, out_dtype)
     _, kh, kw, block = weight.shape
-    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+    padded, (sh, sw), (dh, dw), (oh, ow) = padded_window(op, x, kh, kw, stride, padding,
                                                           dilation)
     read = _read(out_dtype)
     ry, rx = reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
@@ -285,7 +285,7 @@ def grouped_conv2d_nchwc(x: Tensor, weight: Tensor, per_group: int, stride=1, pa
                       f"{in_blocks} input block(s) each, do not fit the {x.shape[1]} input "
                       f"blocks of '{x.name}'{list(x.shape)}")
     _check_dtypes(op, x, weight, out_dtype)
-    padded, (sh, sw), (dh, dw), (oh, ow) = _padded_window(op, x, kh, kw, stride, padding,
+    padded, (sh, sw), (dh, dw), (oh, ow) = padded_window(op, x, kh, kw, stride, padding,
                                                           dilation)
     read = _read(out_dtype)
     rc, ry, rx = reduce_axis(in_blocks, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")

@@ -12,7 +12,7 @@ from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.space.int8 import MADD_TEMPORARIES, dot4_register_budget
 from kiln.autotune.task import Task
 from kiln.codegen.target import Target
-from kiln.graph.reference import _conv_nchw
+from kiln.graph.reference import conv_nchw
 from kiln.schedule.lower import lower
 from kiln.te.ops.int8.core import conv2d_integer, matmul_int8x4, pack_weight_int8x4
 from kiln.te.tensor import placeholder
@@ -93,7 +93,7 @@ def test_depthwise_default_takes_a_tail_free_vector(width, stride, xdtype):
     out = np.empty(y.shape, np.int32)
     f(x8, w8, out)
     padded = np.pad(x8.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=zp)
-    want = _conv_nchw(padded, w8.astype(np.int64), {"pads": (0, 0, 0, 0), "strides": (stride,
+    want = conv_nchw(padded, w8.astype(np.int64), {"pads": (0, 0, 0, 0), "strides": (stride,
                       stride), "dilations": (1, 1), "groups": channels}, y.shape[2:])
     np.testing.assert_array_equal(out, want)
 

@@ -11,7 +11,7 @@ from kiln.autotune.measure import MeasureOptions
 from kiln.autotune.task import Task
 from kiln.autotune.tuner import build_best, canonical_target, tune_task
 from kiln.graph.ops.int8.core import _unpack_words
-from kiln.graph.reference import _conv_nchw
+from kiln.graph.reference import conv_nchw
 from kiln.te.ops.int8.core import conv2d_int8x4, pack_weight_int8x4
 from kiln.te.tensor import placeholder
 
@@ -51,7 +51,7 @@ def test_tuning_an_int8_conv_records_measurements_and_features(tmp_path):
     out = np.empty((1, 11, 7, 5), np.int32)
     build_best(task, "native", db)(x_words, pack_weight_int8x4(w8, 1), out)
     padded = np.pad(x8, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=5)
-    want = _conv_nchw(padded.astype(np.int64), w8.astype(np.int64),
+    want = conv_nchw(padded.astype(np.int64), w8.astype(np.int64),
                       {"pads": (0, 0, 0, 0), "strides": (1, 1), "dilations": (1, 1),
                        "groups": 1}, (7, 5))
     np.testing.assert_array_equal(out, want)

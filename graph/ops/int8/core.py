@@ -20,7 +20,7 @@ from ....te.ops.int8 import core as tq
 from ...ir import OpClass
 from ...lower_te import LOWERINGS
 from ..core import OPS, OpDef, broadcast_shapes, conv_output_shape
-from ...reference import IMPLS, _conv_nchw, _pad_hw
+from ...reference import IMPLS, conv_nchw, pad_hw
 
 QUANT_DTYPES = tq.QUANT_DTYPES
 
@@ -118,9 +118,9 @@ IMPLS["matmul_integer"] = lambda node, a, b: np.matmul(a.astype(np.int64),
 def _conv2d_integer_reference(node, x, w, pad_value=None):
     fill = 0 if pad_value is None else int(np.asarray(pad_value).reshape(-1)[0])
     attrs = dict(node.attrs)
-    xp = _pad_hw(x.astype(np.int64), attrs["pads"], fill)
+    xp = pad_hw(x.astype(np.int64), attrs["pads"], fill)
     attrs["pads"] = (0, 0, 0, 0)
-    return _conv_nchw(xp, w.astype(np.int64), attrs, node.outputs[0].shape[2:4]).astype(
+    return conv_nchw(xp, w.astype(np.int64), attrs, node.outputs[0].shape[2:4]).astype(
         np.int32)
 
 
@@ -257,11 +257,11 @@ def _matmul_int8x4_reference(node, a, w):
 def _conv2d_int8x4_reference(node, x, w):
     attrs = dict(node.attrs)
     word = np.array(attrs["pad_word"], np.int32)
-    x8 = _unpack_words(_pad_hw(x, attrs["pads"], word), 1, np.uint8).astype(np.int64)
+    x8 = _unpack_words(pad_hw(x, attrs["pads"], word), 1, np.uint8).astype(np.int64)
     w8 = (_unpack_pairs(w, 4, 1) if w.ndim == 5 else
           _unpack_words(w, 1, np.int8).astype(np.int64))
     attrs.update(pads=(0, 0, 0, 0), groups=1)
-    return _conv_nchw(x8, w8, attrs, node.outputs[0].shape[2:4]).astype(np.int32)
+    return conv_nchw(x8, w8, attrs, node.outputs[0].shape[2:4]).astype(np.int32)
 
 
 IMPLS["pack_int8x4"] = _pack_reference
@@ -303,7 +303,7 @@ def _im2col_reference(node, x):
     attrs = node.attrs
     kh, kw = attrs["kernel"]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
-    xp = _pad_hw(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
+    xp = pad_hw(x, attrs["pads"], np.array(attrs["pad_word"], np.int32))
     oh, ow = node.outputs[0].shape[2:]
     cols = [xp[:, :, ry * dh: ry * dh + sh * (oh - 1) + 1: sh,
                rx * dw: rx * dw + sw * (ow - 1) + 1: sw]

@@ -27,7 +27,7 @@ from ...errors import TEError
 from ...tensor import Tensor, compute, reduce_axis
 from ...tensor import sum as te_sum
 from .._common import broadcast_shape, check_tensor, read_broadcast
-from ..conv import _padded_window, conv2d_nchw
+from ..conv import padded_window, conv2d_nchw
 from ..linalg import pack_matmul_weight
 from ..tags import BATCH_MATMUL, BROADCAST, CONV2D_NCHW, ELEMWISE, MATMUL, PAD
 
@@ -375,7 +375,7 @@ def conv2d_int8x4(x: Tensor, weight: Tensor, pad_word: int = 0, stride=1,
     padded = x
     if any(padding):
         padded = pad_with_zero_point(x, tuple(padding), pad_word, name="conv2d_int8x4_pad")
-    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("conv2d_int8x4", padded, kh, kw, stride,
+    _, (sh, sw), (dh, dw), (oh, ow) = padded_window("conv2d_int8x4", padded, kh, kw, stride,
                                                      (0, 0, 0, 0), dilation)
     rc, ry, rx = reduce_axis(c4, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
     dot = _dot4(seven_bit, symmetric)
@@ -407,7 +407,7 @@ def im2col_int8x4(x: Tensor, kh: int, kw: int, pad_word: int = 0, stride=1,
     padded = x
     if any(padding):
         padded = pad_with_zero_point(x, tuple(padding), pad_word, name="im2col_int8x4_pad")
-    _, (sh, sw), (dh, dw), (oh, ow) = _padded_window("im2col_int8x4", padded, kh, kw, stride,
+    _, (sh, sw), (dh, dw), (oh, ow) = padded_window("im2col_int8x4", padded, kh, kw, stride,
                                                      (0, 0, 0, 0), dilation)
 
     def body(b, k, y, xx):
