@@ -1,0 +1,320 @@
+"""Where the time goes at 2 threads (issue 33 item 3, first step): per model and per kernel.
+
+    python benchmarks/thread_scaling.py [--models mobilenetv2_like,resnet18_like,bert_like,
+        hf_gpt2,hf_llama] [--rounds 5] [--calls 20]
+
+Each model is compiled twice (db=None, default schedules): for threads=1 and for threads=2.
+Reported, in one process:
+- whole-model latency at 1 and 2 threads (median of --rounds alternating rounds, each a
+  median of runs) and onnxruntime's at intra_op_num_threads 1 and 2, as ratios;
+- per kernel call of the plan: its time at 1 and at 2 threads, timed in isolation on the
+  model's own buffers by a native call sequence that repeats the one call --calls times (no
+  Python between calls), alternating 1T and 2T over the rounds; its speedup; how many
+  PARALLEL loops it holds, the fork/joins one call makes and the iterations the parallel
+  loop splits (from the kernel's loop IR when it carries one; else from the `__par`
+  functions of its LLVM IR, iterations unknown);
+- the fork/joins per model run and an estimate of a fork/join's cost: over the parallel
+  kernels below 30 us at 1 thread, the median of (t2 - t1/2) / forks (what 2 threads cost
+  beyond a perfect split);
+- a summary per model: kernels slower at 2 threads, their share of the 1-thread time, the
+  time they lose. Prints a table and, last, one JSON object of the figures.
+
+Both compiled models live in one process and share Kiln's pool; each side sets its kernels'
+thread count before it is timed. The machine's load (os.getloadavg) is printed first and last:
+on a shared 2-core machine a second thread competes with whatever else runs.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import emit_json, ort_session, print_table  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+SEQ = 64                                  # the HF fixtures' sequence length here
+MODELS = ("mobilenetv2_like", "resnet18_like", "bert_like", "hf_gpt2", "hf_llama")
+
+
+def load_model(name: str):
+    """(ModelProto, input_shapes or None, feeds builder)."""
+    import onnx
+    from kiln.graph import models
+    if name == "mobilenetv2_like":
+        return models.mobilenetv2_like(image_size=128), None
+    if name == "resnet18_like":
+        return models.resnet18_like(image_size=112), None
+    if name == "bert_like":
+        return models.bert_like_encoder(seq=64, hidden=256, layers=2), None
+    proto = onnx.load_from_string(gzip.open(os.path.join(FIXTURES, name + ".onnx.gz")).read())
+    return proto, {v.name: [1, SEQ] for v in proto.graph.input}
+
+
+def feeds_for(proto, shapes) -> dict:
+    rng = np.random.default_rng(0)
+    out = {}
+    for v in proto.graph.input:
+        t = v.type.tensor_type
+        shape = shapes[v.name] if shapes else [d.dim_value or 1 for d in t.shape.dim]
+        if t.elem_type == 1:
+            out[v.name] = rng.standard_normal(shape).astype(np.float32)
+        elif "mask" in v.name:
+            out[v.name] = np.ones(shape, np.int64)
+        else:
+            out[v.name] = rng.integers(0, 100, shape).astype(np.int64)
+    return out
+
+
+# ---------------------------------------------------------------- parallel structure
+def _const(e):
+    v = getattr(e, "value", None)
+    return v if isinstance(v, (int, np.integer)) else None
+
+
+def parallel_info(kernel) -> dict:
+    """{"loops": PARALLEL loops in the kernel, "forks": fork/joins per call (a parallel loop
+    inside serial loops forks once per enclosing iteration), "iters": the parallel loops'
+    trip counts (None when not constant), "source": "loop IR" or "llvm"}."""
+    from kiln.schedule.ir import For, ForKind
+    func = getattr(kernel, "func", None)
+    if func is not None and not callable(func):
+        loops, forks, iters = 0, 0, []
+
+        def visit(stmt, mult):
+            nonlocal loops, forks
+            if stmt is None:
+                return
+            if isinstance(stmt, For):
+                ext = _const(stmt.extent)
+                if stmt.kind == ForKind.PARALLEL:
+                    loops += 1
+                    forks += mult
+                    iters.append(ext)
+                    return
+                visit(stmt.body, mult * (ext if ext is not None else 1))
+                return
+            for name in ("body", "then_case", "else_case"):
+                if hasattr(stmt, name):
+                    visit(getattr(stmt, name), mult)
+            for s in getattr(stmt, "stmts", ()) or ():
+                visit(s, mult)
+
+        visit(func.body, 1)
+        return {"loops": loops, "forks": forks, "iters": iters, "source": "loop IR"}
+    try:
+        text = kernel.llvm_ir()
+    except Exception:                                   # noqa: BLE001 - no IR kept
+        return {"loops": None, "forks": None, "iters": [], "source": "none"}
+    n = len(set(re.findall(r"define[^@]*@\"?([\w.$]*__par\d+)", text)))
+    return {"loops": n, "forks": n, "iters": [], "source": "llvm"}
+
+
+# ---------------------------------------------------------------- timing
+def median_of(fn, repeat: int, with_min: bool = False):
+    """Median seconds of one call of fn over `repeat` calls (and the fastest, with_min)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return (statistics.median(times), min(times)) if with_min else statistics.median(times)
+
+
+def step_sequences(compiled, calls: int):
+    """One CallSequence per plan step repeating that call `calls` times."""
+    from kiln.codegen.sequence import CallSequence
+    seqs = []
+    for step, (_, args) in zip(compiled.plan.steps, compiled._steps):
+        address = compiled._kernel(step).address
+        ptrs = [a.ctypes.data for a in args]
+        seqs.append(CallSequence([(address, ptrs)] * calls, name=f"t_{step.group}"))
+    return seqs
+
+
+def measure_model(name: str, rounds: int, calls: int, ort_ok: bool) -> dict:
+    from kiln.graph.compile.model import compile_model
+    proto, shapes = load_model(name)
+    t0 = time.perf_counter()
+    m = {n: compile_model(proto, db=None, threads=n, input_shapes=shapes) for n in (1, 2)}
+    compile_s = time.perf_counter() - t0
+    feeds = feeds_for(proto, shapes)
+    kin = {n: {k: v for k, v in feeds.items() if k in m[n].input_names} for n in (1, 2)}
+    sess = {}
+    if ort_ok:
+        try:
+            sess = {n: ort_session(proto, n) for n in (1, 2)}
+        except Exception as exc:                      # noqa: BLE001 - report, go on
+            print(f"{name}: onnxruntime failed: {exc}", file=sys.stderr)
+
+    def use(n):
+        m[n].set_num_threads(n)
+
+    # whole model: alternating rounds
+    whole = {"k1": [], "k2": [], "o1": [], "o2": []}
+    best = {k: float("inf") for k in whole}
+    reps = 10
+    for _ in range(rounds):
+        for n in (1, 2):
+            use(n)
+            for key, fn in ((f"k{n}", lambda: m[n].run(kin[n])),
+                            (f"o{n}", lambda: sess[n].run(None, feeds) if sess else None)):
+                if key[0] == "o" and not sess:
+                    continue
+                t, lo = median_of(fn, reps, with_min=True)
+                whole[key].append(t)
+                best[key] = min(best[key], lo)
+    med = {k: statistics.median(v) if v else None for k, v in whole.items()}
+
+    # per kernel: both plans must have the same steps to pair them
+    steps1, steps2 = m[1].plan.steps, m[2].plan.steps
+    paired = len(steps1) == len(steps2) and all(
+        a.group == b.group for a, b in zip(steps1, steps2))
+    if not paired:       # pair by group name where both have it
+        idx2 = {s.group: i for i, s in enumerate(steps2)}
+        pairs = [(i, idx2[s.group]) for i, s in enumerate(steps1) if s.group in idx2]
+    else:
+        pairs = [(i, i) for i in range(len(steps1))]
+    seq = {n: step_sequences(m[n], calls) for n in (1, 2)}
+    per = {n: [[] for _ in pairs] for n in (1, 2)}
+    for _ in range(rounds):
+        for n in (1, 2):
+            use(n)
+            for k, (i1, i2) in enumerate(pairs):
+                s = seq[n][i1 if n == 1 else i2]
+                per[n][k].append(median_of(s, 3) / calls)
+    kernels = []
+    for k, (i1, i2) in enumerate(pairs):
+        step = steps2[i2]
+        info = parallel_info(m[2]._kernel(step))
+        t1, t2 = statistics.median(per[1][k]), statistics.median(per[2][k])
+        kernels.append({"group": step.group, "kernel": step.kernel, "ops": "+".join(step.ops),
+                        "t1_us": t1 * 1e6, "t2_us": t2 * 1e6, "speedup": t1 / t2,
+                        "par_loops": info["loops"], "forks": info["forks"],
+                        "par_iters": info["iters"], "par_source": info["source"],
+                        "same_kernel": steps1[i1].kernel == step.kernel})
+    sum1 = sum(k["t1_us"] for k in kernels)
+    sum2 = sum(k["t2_us"] for k in kernels)
+    losers = [k for k in kernels if k["speedup"] < 1.0]
+    forks = sum(k["forks"] or 0 for k in kernels)
+    small = [(k["t2_us"] - k["t1_us"] / 2) / k["forks"] for k in kernels
+             if k["forks"] and k["t1_us"] < 30]
+    return {
+        "model": name, "compile_s": round(compile_s, 1), "steps": len(steps2),
+        "paired_steps": len(pairs), "same_plan": paired,
+        "kiln_1t_ms": med["k1"] * 1e3, "kiln_2t_ms": med["k2"] * 1e3,
+        "kiln_speedup": med["k1"] / med["k2"],
+        "ort_1t_ms": med["o1"] * 1e3 if med["o1"] else None,
+        "ort_2t_ms": med["o2"] * 1e3 if med["o2"] else None,
+        "ort_speedup": med["o1"] / med["o2"] if med["o1"] else None,
+        "kiln_vs_ort_1t": med["k1"] / med["o1"] if med["o1"] else None,
+        "kiln_vs_ort_2t": med["k2"] / med["o2"] if med["o2"] else None,
+        "min_ms": {k: v * 1e3 for k, v in best.items() if v != float("inf")},
+        "kiln_speedup_min": best["k1"] / best["k2"],
+        "kernel_sum_1t_us": sum1, "kernel_sum_2t_us": sum2,
+        "parallel_kernels": sum(1 for k in kernels if k["par_loops"]),
+        "serial_kernels": sum(1 for k in kernels if k["par_loops"] == 0),
+        "forks_per_run": forks,
+        "fork_cost_us_est": statistics.median(small) if small else None,
+        "fork_cost_samples": len(small),
+        "losers": len(losers),
+        "losers_share_1t": sum(k["t1_us"] for k in losers) / sum1 if sum1 else 0.0,
+        "losers_lost_us": sum(k["t2_us"] - k["t1_us"] for k in losers),
+        "gainers_saved_us": sum(k["t1_us"] - k["t2_us"] for k in kernels
+                                if k["speedup"] >= 1.0),
+        "kernels": kernels,
+    }
+
+
+def bucket_rows(results) -> list[list]:
+    """Speedup by the kernel's 1-thread time, over every model: where splitting pays."""
+    edges = [0, 10, 30, 100, 300, 1e9]
+    rows = []
+    allk = [k for r in results for k in r["kernels"] if k["par_loops"]]
+    for lo, hi in zip(edges, edges[1:]):
+        ks = [k for k in allk if lo <= k["t1_us"] < hi]
+        if not ks:
+            continue
+        label = f"{lo:g}-{hi:g} us" if hi < 1e9 else f">= {lo:g} us"
+        rows.append([label, len(ks), sum(1 for k in ks if k["speedup"] < 1),
+                     statistics.median(k["speedup"] for k in ks),
+                     sum(k["t2_us"] - k["t1_us"] for k in ks if k["speedup"] < 1)])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20,
+                        help="repeats of one kernel call per native timing sequence")
+    parser.add_argument("--top", type=int, default=8, help="kernel rows shown per model")
+    parser.add_argument("--no-ort", action="store_true")
+    args = parser.parse_args()
+    try:
+        import onnxruntime  # noqa: F401
+        ort_ok = not args.no_ort
+    except ImportError:
+        ort_ok = False
+    load0 = os.getloadavg()
+    print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
+          f"({os.cpu_count()} CPUs)")
+    results = []
+    for name in args.models.split(","):
+        r = measure_model(name, args.rounds, args.calls, ort_ok)
+        results.append(r)
+        print(f"\n{name}: {r['steps']} kernel calls ({r['parallel_kernels']} with a parallel "
+              f"loop), {r['forks_per_run']} fork/joins per run; compiled in "
+              f"{r['compile_s']} s; plans {'identical' if r['same_plan'] else 'differ'}")
+        rows = sorted(r["kernels"], key=lambda k: k["t2_us"] - k["t1_us"], reverse=True)
+        print_table(["kernel call (worst 2T loss first)", "ops", "1T us", "2T us", "1T/2T",
+                     "par", "forks", "iters"],
+                    [[k["group"][:34], k["ops"][:30], k["t1_us"], k["t2_us"], k["speedup"],
+                      k["par_loops"], k["forks"],
+                      ",".join(str(i) for i in k["par_iters"][:3])] for k in rows[:args.top]])
+    print("\nper model (kernel sums are of calls timed alone)")
+    print_table(["model", "kiln 1T ms", "kiln 2T ms", "kiln 1T/2T", "ort 1T/2T", "kiln/ort 2T",
+                 "sum 1T ms", "sum 2T ms", "forks/run", "fork us", "losers",
+                 "losers' 1T share", "lost ms"],
+                [[r["model"], r["kiln_1t_ms"], r["kiln_2t_ms"], r["kiln_speedup"],
+                  r["ort_speedup"] if r["ort_speedup"] else "-",
+                  r["kiln_vs_ort_2t"] if r["kiln_vs_ort_2t"] else "-",
+                  r["kernel_sum_1t_us"] / 1e3, r["kernel_sum_2t_us"] / 1e3, r["forks_per_run"],
+                  r["fork_cost_us_est"] if r["fork_cost_us_est"] is not None else "-",
+                  f"{r['losers']}/{r['steps']}", r["losers_share_1t"],
+                  r["losers_lost_us"] / 1e3] for r in results])
+    print("\nfastest single runs (less exposed to other processes' time slices)")
+    print_table(["model", "kiln 1T ms", "kiln 2T ms", "kiln 1T/2T", "ort 1T ms", "ort 2T ms",
+                 "ort 1T/2T"],
+                [[r["model"], r["min_ms"]["k1"], r["min_ms"]["k2"], r["kiln_speedup_min"],
+                  r["min_ms"].get("o1", "-"), r["min_ms"].get("o2", "-"),
+                  r["min_ms"]["o1"] / r["min_ms"]["o2"] if "o2" in r["min_ms"] else "-"]
+                 for r in results])
+    print("\nparallel kernels by 1-thread time, all models")
+    print_table(["1T time", "kernels", "slower at 2T", "median 1T/2T", "us lost"],
+                bucket_rows(results))
+    load1 = os.getloadavg()
+    print(f"load average at end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+
+    def rnd(v):
+        return round(v, 4) if isinstance(v, float) else v
+    emit_json({"bench": "thread_scaling", "cpu_count": os.cpu_count(),
+               "load_start": [round(x, 2) for x in load0],
+               "load_end": [round(x, 2) for x in load1],
+               "rounds": args.rounds, "calls": args.calls,
+               "buckets": [[rnd(v) for v in row] for row in bucket_rows(results)],
+               "models": [{k: ([{kk: rnd(vv) for kk, vv in x.items()} for x in v]
+                               if k == "kernels" else rnd(v)) for k, v in r.items()}
+                          for r in results]})
+
+
+if __name__ == "__main__":
+    main()
