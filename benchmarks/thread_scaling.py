@@ -35,6 +35,15 @@ import time
 
 import numpy as np
 
+# an empty kernel cache unless --warm-cache: kernels built in this process keep their loop IR,
+# which gives each parallel loop's trip count and the fork/joins of loops nested in serial
+# ones (a kernel loaded from the cache only has LLVM IR: its `__par` functions are counted)
+_TMP_CACHE = None
+if __name__ == "__main__" and "--warm-cache" not in sys.argv:
+    import tempfile
+    _TMP_CACHE = tempfile.mkdtemp(prefix="kiln_thread_scaling_")
+    os.environ["KILN_CACHE_DIR"] = _TMP_CACHE
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit_json, ort_session, print_table  # noqa: E402
 
@@ -258,6 +267,8 @@ def main() -> None:
                         help="repeats of one kernel call per native timing sequence")
     parser.add_argument("--top", type=int, default=8, help="kernel rows shown per model")
     parser.add_argument("--no-ort", action="store_true")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="use the kernel cache (faster; parallel trip counts unknown)")
     args = parser.parse_args()
     try:
         import onnxruntime  # noqa: F401
@@ -317,4 +328,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        if _TMP_CACHE:
+            import shutil
+            shutil.rmtree(_TMP_CACHE, ignore_errors=True)
