@@ -138,12 +138,14 @@ class _Pool:
         self.chunks = var("chunks", I32, 0)
         self.bigs = var("bigs", I32, 0)          # big chunks at the head (0: equal chunks)
         self.head = var("head", I32, 0)          # iterations in the big chunks
+        self.forks = var("forks", I64, 0)        # jobs posted to workers (FORKS reads it)
         if shutdown:       # (only then: the JIT's pool module stays as it was)
             self.quit = var("quit", I32, 0)      # workers exit at the next generation
             self.exited = var("exited", I32, 0)  # workers that have exited since
 
 
 SHUTDOWN = "kiln_rt_shutdown"
+FORKS = "kiln_rt_fork_count"
 
 
 def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.Module:
@@ -174,6 +176,7 @@ def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.
     move_off = _emit_move_off(module, ext)
     worker = _emit_worker(module, pool, run_chunks, move_off, ext, futex, shutdown)
     _emit_entry(module, pool, run_chunks, worker, ext, futex)
+    _emit_fork_count(module, pool)
     if shutdown:
         _emit_shutdown(module, pool, ext, futex)
     return module
@@ -457,6 +460,8 @@ def _emit_entry(module, pool: _Pool, run_chunks, worker, ext, futex: int) -> Non
     b.ret_void()
 
     b.position_at_end(bb["wake"])
+    # one more fork: a plain increment, the job lock (`busy`) is held
+    b.store(b.add(b.load(pool.forks, typ=I64), ir.Constant(I64, 1)), pool.forks)
     team = b.add(helpers, one)
     smalls = b.mul(team, ir.Constant(I32, TAIL_CHUNKS_PER_THREAD))
     long_loop = b.icmp_signed(">=", extent, b.mul(team, ir.Constant(I32, HEAD_MIN_PER_THREAD)))
@@ -514,6 +519,17 @@ def _emit_entry(module, pool: _Pool, run_chunks, worker, ext, futex: int) -> Non
     b.ret_void()
 
 
+def _emit_fork_count(module, pool: _Pool) -> None:
+    """FORKS() -> i64: the parallel loops this process has handed to worker threads so far
+    (a loop run serially - one iteration, one thread, a busy pool - is not counted). Tests
+    and benchmarks read it to count the fork/joins of a call; a counter under the job lock
+    costs the caller one increment per fork."""
+    fn = ir.Function(module, ir.FunctionType(I64, []), FORKS)
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(b.load_atomic(pool.forks, SEQ, 8, typ=I64))
+
+
 def _emit_shutdown(module, pool: _Pool, ext, futex: int) -> None:
     """SHUTDOWN() -> i32: take the job lock (1 if a job holds it), post a generation with the
     quit flag and no chunks, wake every sleeper, wait until every started worker has exited,
@@ -553,6 +569,7 @@ def _emit_shutdown(module, pool: _Pool, ext, futex: int) -> None:
 _lock = threading.Lock()
 _engine: llvm.ExecutionEngine | None = None
 _address: int | None = None
+_fork_count = None
 
 
 def _compile_runtime(text: str, target) -> bytes:
@@ -605,3 +622,15 @@ def pool_address() -> int:
             _address = _engine.get_function_address(ENTRY)
             log.debug("Kiln thread pool compiled at %#x", _address)
         return _address
+
+
+def fork_count() -> int:
+    """Parallel loops handed to Kiln's pool's workers in this process so far (see FORKS);
+    0 before the pool's first use."""
+    global _fork_count
+    if _address is None:
+        return 0
+    if _fork_count is None:
+        import ctypes
+        _fork_count = ctypes.CFUNCTYPE(ctypes.c_int64)(_engine.get_function_address(FORKS))
+    return int(_fork_count())
