@@ -2,6 +2,17 @@
 
     python benchmarks/thread_scaling.py [--models mobilenetv2_like,resnet18_like,bert_like,
         hf_gpt2,hf_llama] [--rounds 5] [--calls 20]
+    python benchmarks/thread_scaling.py --ab --zoo [--onnx DIR] --no-kernels
+
+--ab also compiles each model for 2 threads without the per-kernel thread decision
+(autotune/space/thread_plan.py `disabled()`: every parallel loop a config asks for kept, as
+before it) and times it in the same alternating rounds ("2T old"), so the decision's gain is
+measured against the same machine load. --zoo adds tests/models_zoo.py's architectures,
+--onnx DIR every DIR/*.onnx (inputs as benchmarks/architectures.py makes them). Fork/joins
+per run are counted by Kiln's pool (codegen.runtime.fork_count) while the model runs. Each
+kernel row also carries `est_us`, the thread decision's 1-thread estimate of it (how the
+estimate's rates were fitted: the module's docstring), and the median error of that estimate
+over the kernels timed.
 
 Each model is compiled twice (db=None, default schedules): for threads=1 and for threads=2.
 Reported, in one process:
@@ -53,10 +64,19 @@ SEQ = 64                                  # the HF fixtures' sequence length her
 MODELS = ("mobilenetv2_like", "resnet18_like", "bert_like", "hf_gpt2", "hf_llama")
 
 
+ONNX_DIR = None                           # --onnx: models by file stem
+
+
 def load_model(name: str):
-    """(ModelProto, input_shapes or None, feeds builder)."""
+    """(ModelProto, input_shapes or None)."""
     import onnx
     from kiln.graph import models
+    if name.startswith("zoo:"):
+        sys.path.insert(1, ROOT)
+        from tests.models_zoo import ARCHITECTURES
+        return ARCHITECTURES[name[4:]](), None
+    if name.startswith("onnx:"):
+        return onnx.load(os.path.join(ONNX_DIR, name[5:] + ".onnx")), None
     if name == "mobilenetv2_like":
         return models.mobilenetv2_like(image_size=128), None
     if name == "resnet18_like":
@@ -68,6 +88,9 @@ def load_model(name: str):
 
 
 def feeds_for(proto, shapes) -> dict:
+    if shapes is None:
+        from architectures import example_feeds
+        return example_feeds(proto, SEQ)
     rng = np.random.default_rng(0)
     out = {}
     for v in proto.graph.input:
@@ -149,14 +172,50 @@ def step_sequences(compiled, calls: int):
     return seqs
 
 
-def measure_model(name: str, rounds: int, calls: int, ort_ok: bool) -> dict:
+def kernel_estimates(proto, shapes) -> dict:
+    """{kernel name: the thread decision's 1-thread estimate of its default schedule, us}."""
+    from kiln.autotune.space.rules import SearchSpace
+    from kiln.autotune.space.thread_plan import kernel_estimate_us
+    from kiln.codegen.target import Target
+    from kiln.graph.compile.model import model_tasks
+    target = Target.native()
+    out = {}
+    for mt in model_tasks(proto, target, shapes):
+        try:
+            space = SearchSpace(mt.task.retargeted(target), 1, target)
+            sch, _ = space.apply(space.default_config())
+            out[mt.name] = kernel_estimate_us(sch, target)
+        except Exception:                             # noqa: BLE001 - an estimate is optional
+            pass
+    return out
+
+
+def forks_per_run(model, feeds) -> int:
+    from kiln.codegen.runtime import fork_count
+    model.run(feeds)
+    before = fork_count()
+    model.run(feeds)
+    return fork_count() - before
+
+
+def measure_model(name: str, rounds: int, calls: int, ort_ok: bool, ab: bool = False,
+                  kernels_too: bool = True) -> dict:
+    from kiln.autotune.space.thread_plan import disabled
     from kiln.graph.compile.model import compile_model
     proto, shapes = load_model(name)
     t0 = time.perf_counter()
-    m = {n: compile_model(proto, db=None, threads=n, input_shapes=shapes) for n in (1, 2)}
+    m = {n: compile_model(proto, db=None, threads=n, input_shapes=shapes, cache_model=False)
+         for n in (1, 2)}
+    if ab:
+        with disabled():
+            m["2old"] = compile_model(proto, db=None, threads=2, input_shapes=shapes,
+                                      cache_model=False)
     compile_s = time.perf_counter() - t0
     feeds = feeds_for(proto, shapes)
-    kin = {n: {k: v for k, v in feeds.items() if k in m[n].input_names} for n in (1, 2)}
+    kin = {n: {k: v for k, v in feeds.items() if k in m[n].input_names} for n in m}
+    for n in m:
+        m[n].set_num_threads(2 if n == "2old" else n)
+    fork_runs = {n: forks_per_run(m[n], kin[n]) for n in m}
     sess = {}
     if ort_ok:
         try:
@@ -168,20 +227,23 @@ def measure_model(name: str, rounds: int, calls: int, ort_ok: bool) -> dict:
         m[n].set_num_threads(n)
 
     # whole model: alternating rounds
-    whole = {"k1": [], "k2": [], "o1": [], "o2": []}
+    whole = {"k1": [], "k2": [], "o1": [], "o2": [], "k2old": []}
     best = {k: float("inf") for k in whole}
     reps = 10
+    sides = [(1, 1), (2, 2)] + ([("2old", 2)] if ab else [])
     for _ in range(rounds):
-        for n in (1, 2):
-            use(n)
-            for key, fn in ((f"k{n}", lambda: m[n].run(kin[n])),
-                            (f"o{n}", lambda: sess[n].run(None, feeds) if sess else None)):
-                if key[0] == "o" and not sess:
-                    continue
+        for n, threads in sides:
+            runs = [(f"k{n}", lambda: m[n].run(kin[n]))]
+            if sess and n != "2old":
+                runs.append((f"o{n}", lambda: sess[threads].run(None, feeds)))
+            for key, fn in runs:
                 t, lo = median_of(fn, reps, with_min=True)
                 whole[key].append(t)
                 best[key] = min(best[key], lo)
     med = {k: statistics.median(v) if v else None for k, v in whole.items()}
+    estimates = kernel_estimates(proto, shapes)
+    if not kernels_too:
+        return _summary(name, compile_s, m, med, best, fork_runs, [], True, [])
 
     # per kernel: both plans must have the same steps to pair them
     steps1, steps2 = m[1].plan.steps, m[2].plan.steps
@@ -205,19 +267,32 @@ def measure_model(name: str, rounds: int, calls: int, ort_ok: bool) -> dict:
         step = steps2[i2]
         info = parallel_info(m[2]._kernel(step))
         t1, t2 = statistics.median(per[1][k]), statistics.median(per[2][k])
+        est = estimates.get(steps1[i1].kernel)
         kernels.append({"group": step.group, "kernel": step.kernel, "ops": "+".join(step.ops),
                         "t1_us": t1 * 1e6, "t2_us": t2 * 1e6, "speedup": t1 / t2,
+                        "est_us": est,
                         "par_loops": info["loops"], "forks": info["forks"],
                         "par_iters": info["iters"], "par_source": info["source"],
                         "same_kernel": steps1[i1].kernel == step.kernel})
+    return _summary(name, compile_s, m, med, best, fork_runs, kernels, paired, pairs)
+
+
+def _summary(name, compile_s, m, med, best, fork_runs, kernels, paired, pairs) -> dict:
+    steps2 = m[2].plan.steps
     sum1 = sum(k["t1_us"] for k in kernels)
     sum2 = sum(k["t2_us"] for k in kernels)
     losers = [k for k in kernels if k["speedup"] < 1.0]
     forks = sum(k["forks"] or 0 for k in kernels)
     small = [(k["t2_us"] - k["t1_us"] / 2) / k["forks"] for k in kernels
              if k["forks"] and k["t1_us"] < 30]
+    errs = [abs(np.log(k["est_us"] / k["t1_us"])) for k in kernels
+            if k.get("est_us") and k["t1_us"] > 0.5]
     return {
         "model": name, "compile_s": round(compile_s, 1), "steps": len(steps2),
+        "kiln_2t_old_ms": med["k2old"] * 1e3 if med["k2old"] else None,
+        "kiln_new_vs_old_2t": med["k2old"] / med["k2"] if med["k2old"] else None,
+        "forks_measured": {str(n): v for n, v in fork_runs.items()},
+        "estimate_median_error": float(np.exp(np.median(errs))) if errs else None,
         "paired_steps": len(pairs), "same_plan": paired,
         "kiln_1t_ms": med["k1"] * 1e3, "kiln_2t_ms": med["k2"] * 1e3,
         "kiln_speedup": med["k1"] / med["k2"],
@@ -228,6 +303,8 @@ def measure_model(name: str, rounds: int, calls: int, ort_ok: bool) -> dict:
         "kiln_vs_ort_2t": med["k2"] / med["o2"] if med["o2"] else None,
         "min_ms": {k: v * 1e3 for k, v in best.items() if v != float("inf")},
         "kiln_speedup_min": best["k1"] / best["k2"],
+        "kiln_new_vs_old_2t_min": (best["k2old"] / best["k2"]
+                                   if best["k2old"] != float("inf") else None),
         "kernel_sum_1t_us": sum1, "kernel_sum_2t_us": sum2,
         "parallel_kernels": sum(1 for k in kernels if k["par_loops"]),
         "serial_kernels": sum(1 for k in kernels if k["par_loops"] == 0),
@@ -269,7 +346,23 @@ def main() -> None:
     parser.add_argument("--no-ort", action="store_true")
     parser.add_argument("--warm-cache", action="store_true",
                         help="use the kernel cache (faster; parallel trip counts unknown)")
+    parser.add_argument("--ab", action="store_true",
+                        help="also time 2 threads without the per-kernel thread decision")
+    parser.add_argument("--zoo", action="store_true", help="add tests/models_zoo.py's models")
+    parser.add_argument("--onnx", default=None, metavar="DIR", help="add DIR/*.onnx")
+    parser.add_argument("--no-kernels", action="store_true",
+                        help="whole models only (no per-kernel timing)")
     args = parser.parse_args()
+    global ONNX_DIR
+    names = args.models.split(",") if args.models else []
+    if args.zoo:
+        sys.path.insert(1, ROOT)
+        from tests.models_zoo import ARCHITECTURES
+        names += [f"zoo:{n}" for n in ARCHITECTURES]
+    if args.onnx:
+        ONNX_DIR = args.onnx
+        names += [f"onnx:{f[:-5]}" for f in sorted(os.listdir(args.onnx))
+                  if f.endswith(".onnx")]
     try:
         import onnxruntime  # noqa: F401
         ort_ok = not args.no_ort
@@ -279,18 +372,41 @@ def main() -> None:
     print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
           f"({os.cpu_count()} CPUs)")
     results = []
-    for name in args.models.split(","):
-        r = measure_model(name, args.rounds, args.calls, ort_ok)
+    for name in names:
+        try:
+            r = measure_model(name, args.rounds, args.calls, ort_ok, args.ab,
+                              not args.no_kernels)
+        except Exception as exc:                      # noqa: BLE001 - report, go on
+            print(f"\n{name}: failed: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
         results.append(r)
-        print(f"\n{name}: {r['steps']} kernel calls ({r['parallel_kernels']} with a parallel "
-              f"loop), {r['forks_per_run']} fork/joins per run; compiled in "
-              f"{r['compile_s']} s; plans {'identical' if r['same_plan'] else 'differ'}")
+        print(f"\n{name}: {r['steps']} kernel calls, fork/joins per run (counted) "
+              f"{r['forks_measured']}; compiled in {r['compile_s']} s; 2T/1T "
+              f"{r['kiln_2t_ms'] / r['kiln_1t_ms']:.3f}"
+              + (f", 2T new/old {1 / r['kiln_new_vs_old_2t']:.3f}" if args.ab else ""),
+              flush=True)
+        if args.no_kernels:
+            continue
         rows = sorted(r["kernels"], key=lambda k: k["t2_us"] - k["t1_us"], reverse=True)
         print_table(["kernel call (worst 2T loss first)", "ops", "1T us", "2T us", "1T/2T",
                      "par", "forks", "iters"],
                     [[k["group"][:34], k["ops"][:30], k["t1_us"], k["t2_us"], k["speedup"],
                       k["par_loops"], k["forks"],
                       ",".join(str(i) for i in k["par_iters"][:3])] for k in rows[:args.top]])
+    print("\nper model, medians of alternating rounds (2T/1T: time at 2 threads over 1; "
+          "new/old: 2T with the thread decision over 2T without)")
+    print_table(["model", "kiln 1T ms", "kiln 2T ms", "kiln 2T/1T", "ort 2T/1T", "kiln/ort 1T",
+                 "kiln/ort 2T", "2T new/old", "forks 2T new", "forks 2T old"],
+                [[r["model"], r["kiln_1t_ms"], r["kiln_2t_ms"], 1 / r["kiln_speedup"],
+                  1 / r["ort_speedup"] if r["ort_speedup"] else "-",
+                  r["kiln_vs_ort_1t"] if r["kiln_vs_ort_1t"] else "-",
+                  r["kiln_vs_ort_2t"] if r["kiln_vs_ort_2t"] else "-",
+                  1 / r["kiln_new_vs_old_2t"] if r["kiln_new_vs_old_2t"] else "-",
+                  r["forks_measured"].get("2"), r["forks_measured"].get("2old", "-")]
+                 for r in results])
+    if args.no_kernels:
+        results_json(args, load0, results)
+        return
     print("\nper model (kernel sums are of calls timed alone)")
     print_table(["model", "kiln 1T ms", "kiln 2T ms", "kiln 1T/2T", "ort 1T/2T", "kiln/ort 2T",
                  "sum 1T ms", "sum 2T ms", "forks/run", "fork us", "losers",
@@ -312,15 +428,26 @@ def main() -> None:
     print("\nparallel kernels by 1-thread time, all models")
     print_table(["1T time", "kernels", "slower at 2T", "median 1T/2T", "us lost"],
                 bucket_rows(results))
+    results_json(args, load0, results)
+
+
+def results_json(args, load0, results) -> None:
     load1 = os.getloadavg()
     print(f"load average at end: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    geo = {}
+    for key in ("kiln_vs_ort_1t", "kiln_vs_ort_2t", "kiln_new_vs_old_2t"):
+        vals = [r[key] for r in results if r.get(key)]
+        if vals:
+            geo[key] = float(np.exp(np.mean(np.log(vals))))
+    if geo:
+        print("geomeans: " + ", ".join(f"{k} {v:.3f}" for k, v in geo.items()))
 
     def rnd(v):
         return round(v, 4) if isinstance(v, float) else v
     emit_json({"bench": "thread_scaling", "cpu_count": os.cpu_count(),
                "load_start": [round(x, 2) for x in load0],
                "load_end": [round(x, 2) for x in load1],
-               "rounds": args.rounds, "calls": args.calls,
+               "rounds": args.rounds, "calls": args.calls, "geomeans": geo,
                "buckets": [[rnd(v) for v in row] for row in bucket_rows(results)],
                "models": [{k: ([{kk: rnd(vv) for kk, vv in x.items()} for x in v]
                                if k == "kernels" else rnd(v)) for k, v in r.items()}

@@ -15,7 +15,7 @@ from ...te.ops.tags import PAD
 from ...te.tensor import ComputeOp, Tensor, TensorLoad, compute, reduce_axis
 from ...te.visit import ExprMutator, substitute, walk
 from .stages import Anchor, RowGroup
-from .thread_plan import decide_parallel
+from .thread_plan import decide_parallel, planned
 
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
@@ -66,7 +66,7 @@ class ApplyMixin:
             _schedule_row_group(sch, sch[remap.get(group.out, group.out)],
                                 [parts[op] for op in group.members], per_row[group.out],
                                 self.target.vector_lanes(group.out.dtype),
-                                self.threads > 1
+                                planned(self.threads)
                                 or _row_group_points(group) >= MIN_PARALLEL_POINTS)
         # at more than 1 thread, every parallel loop too small to pay for a fork runs
         # serially (row groups are offered one above; the decision is the cost's)

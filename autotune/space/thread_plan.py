@@ -22,6 +22,7 @@ kernel and its IR stay exactly what the config makes.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -51,6 +52,28 @@ BYTES_PER_NS = 160.0
 # A call (exp, erf, tanh, log, sqrt, ...) costs this many arithmetic operations: Kiln's
 # float32 exp/log/tanh/erf are vectorised polynomials of a dozen or so operations.
 CALL_OPS = 12
+
+
+_enabled = True
+
+
+def planned(threads: int) -> bool:
+    """Whether schedules for `threads` get the decision (and row groups their row loop)."""
+    return _enabled and threads > 1
+
+
+@contextlib.contextmanager
+def disabled():
+    """Schedules made inside the block are as before this module: every parallel loop a
+    config asks for is kept, row groups run in parallel from MIN_PARALLEL_POINTS on. For A/B
+    benchmarks in one process (benchmarks/thread_scaling.py --ab); compile such models
+    without the model cache, whose key does not know the switch."""
+    global _enabled
+    before, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = before
 
 
 @dataclass(frozen=True)
@@ -153,7 +176,7 @@ def kernel_estimate_us(sch: Schedule, target: Target) -> float:
 def decide_parallel(sch: Schedule, target: Target, threads: int) -> list[LoopDecision]:
     """Make serial every PARALLEL loop of `sch` that does not pay at `threads` (see the
     module docstring); returns the decisions. At 1 thread `sch` is left as it is."""
-    if threads <= 1:
+    if not planned(threads):
         return []
     decisions = []
     for stage, est in root_groups(sch, target):
