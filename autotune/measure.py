@@ -250,8 +250,8 @@ def features_payload(payload: dict, held: dict[int, _HeldTask] | None = None) ->
     out: list[np.ndarray | None] = []
     for config in payload["configs"]:
         try:
-            if entry.space is None:
-                entry.space = SearchSpace(entry.task)
+            if entry.space is None:     # the count the candidates run at: it decides
+                entry.space = SearchSpace(entry.task, payload.get("threads"))   # their forks
             sch, args = entry.space.apply(config)
             out.append(extract_features(lower(sch, args, name=entry.task.name)))
         except KilnError:
@@ -504,7 +504,7 @@ class Runner:
             self.start()
             token, fresh = self._token(task, data)
             payload = {"kind": "features", "token": token, "held": tuple(self._held),
-                       "configs": configs}
+                       "configs": configs, "threads": self.options.threads}
             if fresh:
                 payload.update(task=pickle.dumps(task), inputs=data.inputs,
                                expected=data.expected)

@@ -49,6 +49,11 @@ FORK_COST_US = 5.0
 # reach (exp's denormal slow path on masked softmax rows: 50 us measured, 3 us estimated).
 FLOPS_PER_LANE_NS = 10.0
 BYTES_PER_NS = 160.0
+# ... but a tensor larger than a core's L2 comes from L3 or memory: its bytes beyond
+# CACHED_BYTES go at FAR_BYTES_PER_NS (a 1 x 192 -> 1000 GEMV's 768 KB weight took 43 us,
+# 18 bytes per ns; estimated 4.8 us at the cached rate, which made it serial).
+CACHED_BYTES = 256 << 10
+FAR_BYTES_PER_NS = 20.0
 # A call (exp, erf, tanh, log, sqrt, ...) costs this many arithmetic operations: Kiln's
 # float32 exp/log/tanh/erf are vectorised polynomials of a dozen or so operations.
 CALL_OPS = 12
@@ -104,7 +109,9 @@ def estimate_us(ops: list[ComputeOp], reads: dict, out_bytes: float, target: Tar
     for op in ops:
         lanes = max(1, target.vector_lanes(op.dtype))
         ns += _weighted_flops(op) / (FLOPS_PER_LANE_NS * lanes)
-    ns += (sum(reads.values()) + out_bytes) / BYTES_PER_NS
+    for size in list(reads.values()) + [out_bytes]:
+        near = min(size, CACHED_BYTES)
+        ns += near / BYTES_PER_NS + (size - near) / FAR_BYTES_PER_NS
     return ns / 1e3
 
 
