@@ -4,6 +4,8 @@ iteration never forks, 1-thread schedules are untouched, and every kernel - seri
 parallel - gives numpy's answer on awkward shapes."""
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kiln import codegen, te
 from kiln.autotune.space.rules import SearchSpace
@@ -66,6 +68,19 @@ def test_fork_pays_rule():
     # 3 iterations on 2 threads: the busier thread does 2/3, a third of the time is saved
     assert not fork_pays(2.5 * FORK_COST_US, 3, 2)
     assert fork_pays(3.5 * FORK_COST_US, 3, 2)
+
+
+@given(est=st.floats(0, 1e6), iterations=st.integers(1, 10_000), threads=st.integers(1, 64),
+       more=st.floats(0, 1e6))
+def test_fork_pays_is_monotone_and_never_for_one(est, iterations, threads, more):
+    """More work never turns a paying fork into a losing one; one iteration or one thread
+    never forks; a loop that pays saves more than a fork."""
+    pays = fork_pays(est, iterations, threads)
+    if pays:
+        assert fork_pays(est + more, iterations, threads)
+        assert iterations > 1 and threads > 1 and est > FORK_COST_US
+    if iterations == 1 or threads == 1:
+        assert not pays
 
 
 def test_estimate_grows_with_work():
