@@ -1,7 +1,9 @@
-"""A GEMM's column axis between one and two 16-lane vectors long (MobileViT's and EdgeNeXt's
-24-wide attention heads): the default vector tile is a half or partial vector, or one vector
-with a tail, never 1.5 vectors (a 24-lane register tile ran 10-20x slower). Outputs of
-awkward shapes checked against onnxruntime."""
+"""GEMMs whose columns are not a multiple of 16 (MobileViT's and EdgeNeXt's 24-wide heads and
+channels, 40, 72, 120, ...). A batched MatMul's column axis between one and two 16-lane vectors
+long gets a half or partial vector tile, or one vector with a tail, never 1.5 vectors (a
+24-lane register tile ran 10-20x slower); a constant weight whose columns 8 divides but 16 does
+not is packed in panels of 8 (a tail panel's guard ran 3-9x slower). Outputs of awkward shapes
+checked against onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +14,8 @@ import kiln
 from kiln.autotune.space.defaults import _vector_tile
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
+from kiln.graph.onnx.load import load_onnx
+from kiln.graph.passes import optimize
 from tests.util import knob
 
 AVX512 = "llvm -mcpu=znver4"
@@ -72,4 +76,44 @@ def test_short_axis_matmul_matches_onnxruntime(a_shape, b_shape):
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     (want,) = session.run(None, {"a": a, "b": b})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _linear_model(rows, k, n, gemm=False):
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-1, 1, (n, k) if gemm else (k, n)).astype(np.float32)
+    b = rng.uniform(-1, 1, n).astype(np.float32)
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+        x_shape = [rows, k]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]),
+                 helper.make_node("Add", ["t", "b"], ["y"])]
+        x_shape = [1, rows, k]
+    graph = helper.make_graph(
+        nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x_shape[:-1] + [n])],
+        [helper.make_tensor(name, TensorProto.FLOAT, a.shape, a.ravel().tolist())
+         for name, a in (("w", w), ("b", b))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), x_shape
+
+
+@pytest.mark.parametrize("rows,k,n,gemm,panel", [
+    (33, 96, 24, False, 8),      # EdgeNeXt's pointwise 96 -> 24, prime rows
+    (5, 17, 40, True, 8),        # Gemm transB form, prime K
+    (130, 64, 120, False, 8),    # MobileViT's 120 channels
+    (12, 64, 20, True, 16),      # 8 does not divide: panels of 16 and a guarded tail
+    (7, 31, 48, False, 16),      # whole panels of 16
+])
+def test_linear_panels_match_onnxruntime(rows, k, n, gemm, panel):
+    import onnxruntime as ort
+    model, x_shape = _linear_model(rows, k, n, gemm)
+    graph = optimize(load_onnx(model))
+    packed = [n_ for n_ in graph.nodes if n_.op == "matmul_prepacked"]
+    assert len(packed) == 1 and packed[0].inputs[1].shape[-1] == panel
+    x = np.random.default_rng(6).uniform(-1, 1, x_shape).astype(np.float32)
+    (got,) = kiln.compile(model, db=None, threads=1).run([x])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
