@@ -27,6 +27,12 @@ benchmarks/export_torchvision.py writes torchvision's architectures there,
 benchmarks/export_transformers.py Hugging Face ones), named by file stem; every graph input
 gets an example (`example_feeds`: token ids, all-ones masks, dynamic dims --dynamic-size);
 a model that fails to compile or run is reported in the table and the JSON, not fatal.
+
+`--threads 1,2` measures every model at each count in one run (compiled once per count, the
+counts of one model measured back to back, so they see the same machine load), prints a
+table per count and one of each model's time at the last count over the first for Kiln and
+onnxruntime; the JSON then has the single-count figures per count under "by_threads" and
+the time ratios under "scaling".
 """
 from __future__ import annotations
 
@@ -125,7 +131,8 @@ def main(argv=None) -> int:
                              "or every .onnx file of --onnx)")
     parser.add_argument("--onnx", default=None, metavar="DIR",
                         help="benchmark the DIR/*.onnx files instead of the built-in models")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1",
+                        help="thread count, or comma-separated counts (e.g. 1,2)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--dynamic-size", type=int, default=32,
@@ -137,7 +144,13 @@ def main(argv=None) -> int:
                              "(1 thread only: both runtimes then run on the calling thread; "
                              "a shared machine's time slices taken by others drop out)")
     args = parser.parse_args(argv)
-    if args.cpu and args.threads != 1:
+    try:
+        counts = [int(t) for t in args.threads.split(",") if t]
+    except ValueError:
+        parser.error(f"--threads {args.threads!r}: expected counts like 1 or 1,2")
+    if not counts or min(counts) < 1:
+        parser.error(f"--threads {args.threads!r}: expected counts of at least 1")
+    if args.cpu and counts != [1]:
         parser.error("--cpu measures the calling thread: use it with --threads 1")
     logging.basicConfig(level=logging.WARNING)
     if args.onnx is not None:
@@ -150,21 +163,36 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         parser.error(f"unknown model(s) {unknown}; known: {known}")
-    results, failures = [], {}
-    with kiln_threads(args.threads):
-        for name in names:
+    results = {t: [] for t in counts}
+    failures = {t: {} for t in counts}
+    for name in names:
+        for t in counts:
             try:
-                results.append(measure(name, args.threads, args.rounds, args.repeat,
-                                       args.profile, args.onnx,
-                                       time.thread_time if args.cpu else time.perf_counter,
-                                       args.dynamic_size))
+                with kiln_threads(t):
+                    results[t].append(measure(name, t, args.rounds, args.repeat,
+                                              args.profile, args.onnx,
+                                              time.thread_time if args.cpu
+                                              else time.perf_counter, args.dynamic_size))
             except Exception as exc:  # a failure is a result here: report it, go on
-                failures[name] = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"-- {name}: FAILED {failures[name]}", flush=True)
+                failures[t][name] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"-- {name} ({t}T): FAILED {failures[t][name]}", flush=True)
+    summaries = {t: summarize(results[t], failures[t], t, args) for t in counts}
+    if len(counts) == 1:
+        emit_json(summaries[counts[0]])
+        return 0 if results[counts[0]] else 1
+    first, last = counts[0], counts[-1]
+    scaling = scaling_table(results[first], results[last], first, last)
+    emit_json({"bench": "architectures", "source": args.onnx or "models_zoo",
+               "threads": counts, "by_threads": {str(t): summaries[t] for t in counts},
+               "scaling": scaling})
+    return 0 if all(results.values()) else 1
+
+
+def summarize(results: list[dict], failures: dict, threads: int, args) -> dict:
+    """Print one thread count's table; return its JSON figures."""
     if not results:
-        emit_json({"bench": "architectures", "failures": failures})
-        return 1
-    print(f"default schedules (db=None) vs onnxruntime, {args.threads} thread(s), median of "
+        return {"bench": "architectures", "threads": threads, "failures": failures}
+    print(f"default schedules (db=None) vs onnxruntime, {threads} thread(s), median of "
           f"{args.rounds} interleaved rounds of {args.repeat} runs"
           + (" (CPU time of the calling thread)" if args.cpu else "")
           + "; shared machine: compare ratios, not absolute ms")
@@ -178,16 +206,36 @@ def main(argv=None) -> int:
     print(f"geomean kiln/ort {geo:.3f}; worst {worst['model']} {worst['ratio']:.3f}")
     for name, why in failures.items():
         print(f"failed: {name}: {why}")
-    emit_json({"bench": "architectures", "source": args.onnx or "models_zoo",
-               "threads": args.threads, "rounds": args.rounds,
-               "clock": "thread_time" if args.cpu else "perf_counter",
-               "repeat": args.repeat, "geomean_ratio": round(geo, 3),
-               "worst_ratio": round(worst["ratio"], 3),
-               "models": {r["model"]: {k: (float(f"{v:.4g}") if isinstance(v, float) else v)
-                                       for k, v in r.items() if k != "model"}
-                          for r in results},
-               "failures": failures})
-    return 0
+    return {"bench": "architectures", "source": args.onnx or "models_zoo",
+            "threads": threads, "rounds": args.rounds,
+            "clock": "thread_time" if args.cpu else "perf_counter",
+            "repeat": args.repeat, "geomean_ratio": round(geo, 3),
+            "worst_ratio": round(worst["ratio"], 3),
+            "models": {r["model"]: {k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                                    for k, v in r.items() if k != "model"}
+                       for r in results},
+            "failures": failures}
+
+
+def scaling_table(low: list[dict], high: list[dict], first: int, last: int) -> dict:
+    """Each model's time at `last` threads over its time at `first`, Kiln and onnxruntime."""
+    at_low = {r["model"]: r for r in low}
+    rows, out = [], {}
+    for r in high:
+        if r["model"] not in at_low:
+            continue
+        base = at_low[r["model"]]
+        kiln_x, ort_x = r["kiln_ms"] / base["kiln_ms"], r["ort_ms"] / base["ort_ms"]
+        rows.append([r["model"], kiln_x, ort_x, base["ratio"], r["ratio"]])
+        out[r["model"]] = {"kiln": round(kiln_x, 3), "ort": round(ort_x, 3)}
+    if rows:
+        print(f"time at {last} threads over time at {first} (below 1: the threads pay)")
+        print_table(["model", f"kiln {last}T/{first}T", f"ort {last}T/{first}T",
+                     f"kiln/ort {first}T", f"kiln/ort {last}T"], rows)
+        geo = lambda k: float(np.exp(np.mean(np.log([row[k] for row in rows]))))  # noqa: E731
+        print(f"geomean kiln {geo(1):.3f}, ort {geo(2):.3f}; kiln slower at {last}T than at "
+              f"{first}T: {sum(row[1] > 1.0 for row in rows)} of {len(rows)}")
+    return out
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ dynamic batch and sequence axes, wav2vec2 a dynamic sample count. Then
 
 compares Kiln's default schedules with onnxruntime on them (audio needs
 `--dynamic-size 4000`: wav2vec2's feature convs need at least 400 samples).
+
+`--seq N` sets the text models' example length (32); `--static` exports fixed shapes (no
+dynamic axes), so architectures.py runs the example's shapes; `--dynamo a,b` exports those
+models with torch's dynamo exporter (`dynamo=True`, opset 18, fixed shapes) instead.
+`--models` may name models of either set. `<out>/exports.json` records each file's exporter.
 """
 from __future__ import annotations
 
@@ -26,10 +31,10 @@ TEXT = ["input_ids", "attention_mask"]
 TEXT_AXES = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
 
 
-def architectures(T):
+def architectures(T, seq: int = 32):
     """name -> (model, example input shapes by name, dynamic axes)."""
     small = dict(attn_implementation="eager")
-    text = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    text = {"input_ids": (1, seq), "attention_mask": (1, seq)}
     image = {"pixel_values": (1, 3, 64, 64)}
     return {
         "bert": (lambda: T.BertModel(T.BertConfig(
@@ -82,14 +87,14 @@ def architectures(T):
     }
 
 
-def extra_architectures(T):
+def extra_architectures(T, seq: int = 32):
     """A second set (`--extra`): more encoders (DistilBERT, RoBERTa, ALBERT's shared layers,
     MobileBERT's bottlenecks and NoNorm, ELECTRA, SqueezeBERT's grouped 1-D convs), decoders
     (OPT, BLOOM's ALiBi, GPT-NeoX's and Phi's partial rotary), vision transformers (DeiT,
     BEiT's relative position bias, DINOv2's interpolated position embedding, LeViT) and CNNs
     (PoolFormer, ResNet, MobileNetV2)."""
     small = dict(attn_implementation="eager")
-    text = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    text = {"input_ids": (1, seq), "attention_mask": (1, seq)}
     image = {"pixel_values": (1, 3, 64, 64)}
     bert_like = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
                      num_attention_heads=4, intermediate_size=512)
@@ -147,6 +152,10 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=None, help="comma-separated (default: all)")
     parser.add_argument("--extra", action="store_true",
                         help="the second set (extra_architectures) instead of the first")
+    parser.add_argument("--seq", type=int, default=32, help="text models' example length")
+    parser.add_argument("--static", action="store_true", help="no dynamic axes")
+    parser.add_argument("--dynamo", default="",
+                        help="comma-separated models to export with dynamo=True, opset 18")
     args = parser.parse_args(argv)
     sys.modules["torchvision"] = None   # transformers imports it when present; not needed
     import torch
@@ -164,13 +173,18 @@ def main(argv=None) -> int:
             return out[0]
 
     torch.manual_seed(0)
-    known = (extra_architectures if args.extra else architectures)(transformers)
+    known = (extra_architectures if args.extra else architectures)(transformers, args.seq)
     names = args.models.split(",") if args.models else list(known)
+    if args.models:     # a model of either set
+        known = {**architectures(transformers, args.seq),
+                 **extra_architectures(transformers, args.seq)}
+    dynamo = {n for n in args.dynamo.split(",") if n}
+    from export_timm import export, record
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {list(known)}")
     os.makedirs(args.out, exist_ok=True)
-    failed = []
+    failed, done = [], {}
     for name in names:
         build, shapes, axes = known[name]
         path = os.path.join(args.out, f"{name}.onnx")
@@ -180,18 +194,22 @@ def main(argv=None) -> int:
             inputs = tuple(torch.ones(s, dtype=torch.long) if n == "attention_mask" else
                            torch.randint(0, 1000, s) if n == "input_ids" else torch.randn(s)
                            for n, s in shapes.items())
+            exporter = "dynamo" if name in dynamo else "script"
             with torch.no_grad():
-                torch.onnx.export(FirstOutput(net, list(shapes)), inputs, path,
-                                  input_names=list(shapes), output_names=["output"],
-                                  dynamic_axes=axes, opset_version=17, dynamo=False)
+                opset = export(torch, FirstOutput(net, list(shapes)), inputs, path, exporter,
+                               list(shapes), None if args.static else axes)
         except Exception as exc:  # report and go on with the others
             failed.append(name)
             print(f"{name}: export failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
-        print(f"{name}: -> {path} ({os.path.getsize(path) / 2**20:.1f} MB, "
-              f"{time.perf_counter() - start:.1f} s)")
+        done[name] = {"source": f"transformers:{type(net).__name__}", "exporter": exporter,
+                      "opset": opset, "input": {n: list(s) for n, s in shapes.items()}}
+        print(f"{name}: -> {path} ({exporter}, opset {opset}, "
+              f"{os.path.getsize(path) / 2**20:.1f} MB, {time.perf_counter() - start:.1f} s)")
+    record(args.out, done)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main())

@@ -502,8 +502,16 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
     takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
     a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
-    tail."""
-    if extent <= 2 * lanes:
+    tail.
+
+    Outside window anchors, an axis between one and two vectors long that a whole vector
+    does not divide is not taken whole either: a GEMM's register tile 1.5 vectors wide
+    (<24 x float> with 16 lanes) ran 10-20x slower than three 8-lane tiles (MobileViT's
+    attention-times-V, 16 x 64x64 @ 64x24: 0.43 vs 0.039 ms at 1 thread; 128x96 @ 96x24:
+    0.17 vs 0.008 ms), so it takes a half or partial vector as above (24 -> 8, 20 -> 10),
+    or one vector with a guarded tail (17, 23, 31). (8-lane vectors keep the whole axis:
+    AVX2 showed no such cliff, 12 columns ran 0.07 ms whole, 0.12 as 8 lanes and a tail.)"""
+    if extent <= lanes or (extent <= 2 * lanes and (odd or lanes < 16 or extent % lanes == 0)):
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
     for width in widths:
