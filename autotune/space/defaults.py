@@ -43,6 +43,9 @@ WIDE_MAX_ROWS = 12
 # x 2 vectors (72) is unaffected. Windows with weights (depthwise convs, stems over 3
 # channels) keep their unrolling: the cap would change them too, and that is not measured.
 MAX_UNROLLED_TAPS = 128
+# A window with weights of this many taps or more (5x5, 7x7 depthwise convs) defaults to its
+# taps outside the register tile on AVX-512 (DefaultsMixin._window_default)
+WINDOW_TAPS_OUTSIDE = 25
 
 
 class DefaultsMixin:
@@ -70,7 +73,7 @@ class DefaultsMixin:
             elif kind == "inline":
                 config[knob.name] = self._producer_default(knob.name)
             elif kind == "window":
-                config[knob.name] = 2
+                config[knob.name] = self._window_default(knob.name)
             elif kind == "epilogue":
                 config[knob.name] = 1
             elif kind == "rows":
@@ -82,6 +85,22 @@ class DefaultsMixin:
             else:
                 config[knob.name] = knob.choices[0]
         return config
+
+    def _window_default(self, knob_name: str) -> int:
+        """Mode 2 (each tap updates the register tile's rows in place), but for a window with
+        weights of WINDOW_TAPS_OUTSIDE taps or more on a 32-register (AVX-512) target: mode 1,
+        taps outside the register tile, so the tile's accumulators are independent chains and
+        each weight vector is loaded once per tap, not once per pixel. In mode 2 every
+        pixel's taps are one chain of dependent multiply-adds, latency-bound once the window
+        is long (1 thread, rocketlake: 7x7 depthwise over 40 and 64 channels at 32 x 32, 105
+        -> 56 us; 5x5 over 96 at 28 x 28, 48 -> 36 us; 3x3 stays faster in mode 2). Pools
+        (no weights) and 16-register targets keep mode 2: not measured."""
+        op = next(a.op for a in self.anchors if f"{self._stage_label(a.op)}/window" == knob_name)
+        taps = math.prod(r.extent for r in op.reduce_axis)
+        if (self.target.vector_bits >= 512 and len(op.input_tensors) > 1
+                and taps >= WINDOW_TAPS_OUTSIDE):
+            return 1
+        return 2
 
     def _producer_default(self, knob_name: str) -> int:
         """A window anchor's padding is computed per tile, where the anchor reads it (it
