@@ -521,8 +521,11 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
     takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
     a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
-    tail."""
-    if extent <= 2 * lanes:
+    tail. With 16-lane vectors an axis between one and two vectors long is taken whole
+    only at exactly two: a 24- or 25-lane tile (a register and a partial one) leaves LLVM
+    splitting its accumulators into scalars (MobileViT's (16, 64, 64) @ (16, 64, 24)
+    attention, 1 thread: 843 us whole, 45 us as 3 x 8 lanes by the half-vector rule)."""
+    if extent <= lanes or extent == 2 * lanes or (extent < 2 * lanes and lanes < 16):
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
     for width in widths:
