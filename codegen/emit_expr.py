@@ -61,6 +61,11 @@ def _at_lane_base(index: E.Expr, var: E.Var, base: E.Expr) -> E.Expr:
 
 
 class ExprEmitter:
+    # a vector tail's lane mask while one guarded statement is emitted masked, and the
+    # buffers it reads and writes unmasked (codegen/masked_tail.py)
+    lane_mask: ir.Value | None = None
+    unmasked: frozenset = frozenset()
+
     """Mixin of FunctionEmitter: expression emission. Needs builder, vars, buffers, lanes,
     nonneg, fastmath flags and the module context `mod`.
 
@@ -248,6 +253,9 @@ class ExprEmitter:
         if lane_stride(e.index, lanes.var) == 1:
             base = self.expr(_at_lane_base(e.index, lanes.var, lanes.base), index=ADDRESS)
             vty = ir.VectorType(mem_ty, lanes.count)
+            if self.lane_mask is not None and e.buffer not in self.unmasked:
+                return self._from_memory(e.buffer.dtype, self.masked_access(
+                    "load", self.element_ptr(ptr, mem_ty, base), vty, e.buffer.dtype))
             value = self.builder.load(self.element_ptr(ptr, mem_ty, base), typ=vty, align=align)
             return self._from_memory(e.buffer.dtype, value)
         idx = self.expr(e.index, index=ADDRESS)
@@ -257,6 +265,22 @@ class ExprEmitter:
             v = self.builder.load(self.element_ptr(ptr, mem_ty, i), typ=mem_ty, align=align)
             out = self.builder.insert_element(out, v, ir.Constant(T.I32, lane))
         return self._from_memory(e.buffer.dtype, out)
+
+    def masked_access(self, kind: str, ptr: ir.Value, vty: ir.VectorType, dtype: str,
+                      value: ir.Value | None = None) -> ir.Value | None:
+        """llvm.masked.load (masked-off lanes 0) or llvm.masked.store under `lane_mask`
+        (codegen/masked_tail.py): masked-off lanes touch no memory."""
+        align = ir.Constant(T.I32, dt.itemsize(dtype))
+        mask = self.lane_mask
+        name = f"v{vty.count}{_mangle(vty.element)}"
+        if kind == "load":
+            fn = self.mod.declare(f"llvm.masked.load.{name}.p0", vty,
+                                  [T.PTR, T.I32, mask.type, vty])
+            return self.builder.call(fn, [ptr, align, mask, ir.Constant(vty, None)])
+        fn = self.mod.declare(f"llvm.masked.store.{name}.p0", ir.VoidType(),
+                              [vty, T.PTR, T.I32, mask.type])
+        self.builder.call(fn, [value, ptr, align, mask])
+        return None
 
     def _emit_GuardedLoad(self, e):
         """A masked contiguous vector load (schedule/passes/uniform_select.py); its safe, clamped

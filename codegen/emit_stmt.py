@@ -14,7 +14,7 @@ from ..te import dtype as dt
 from ..te import expr as E
 from ..te.errors import CodegenError
 from ..te.visit import substitute
-from . import emit_expr, fold, loop_hints
+from . import emit_expr, fold, loop_hints, masked_tail
 from . import llvm_types as T
 from ..schedule.analysis import free_vars as _free_vars
 from ..schedule.analysis import lane_stride
@@ -201,6 +201,10 @@ class FunctionEmitter(ExprEmitter):
         value = self.to_memory(buf.dtype, value)
         if lane_stride(s.index, lanes.var) == 1:
             base = self.expr(_at_lane_base(s.index, lanes.var, lanes.base), index=ADDRESS)
+            if self.lane_mask is not None and buf not in self.unmasked:
+                self.masked_access("store", self.element_ptr(ptr, mem_ty, base), value.type,
+                                   buf.dtype, value)
+                return
             bld.store(value, self.element_ptr(ptr, mem_ty, base), align=align)
             return
         idx = self.expr(s.index, index=ADDRESS)
@@ -279,7 +283,26 @@ class FunctionEmitter(ExprEmitter):
         else_vector = (lambda: self.emit(s.else_case)) if s.else_case is not None else (
             lambda: None)
         self._branch(all_true, lambda: self.emit(s.then_case), lambda: self._branch(
-            all_false, else_vector, lambda: self._scalar_lanes(s)))
+            all_false, else_vector, lambda: self._mixed_lanes(s, cond)))
+
+    def _mixed_lanes(self, s: IfThenElse, cond: ir.Value) -> None:
+        """Some lanes true: the then-case as one masked vector statement where
+        codegen/masked_tail.py proves it safe and the target masks natively, else a scalar
+        loop over the lanes."""
+        lanes = self.lanes
+        unmasked = (masked_tail.plan(s.then_case, lanes.var, lanes.base, lanes.count)
+                    if s.else_case is None and self.lane_mask is None else None)
+        target = getattr(self.mod, "target", None)
+        if unmasked is None or not all(
+                emit_expr._native_masked_load(target, b.dtype)
+                for b in masked_tail.buffers(s.then_case) if b not in unmasked):
+            self._scalar_lanes(s)
+            return
+        self.lane_mask, self.unmasked = cond, unmasked
+        try:
+            self.emit(s.then_case)
+        finally:
+            self.lane_mask, self.unmasked = None, frozenset()
 
     def _scalar_lanes(self, s: Stmt) -> None:
         lanes = self.lanes

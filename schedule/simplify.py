@@ -4,6 +4,8 @@ Integer Add/Sub/Mul trees become sum(coef * atom) + const with atoms in first-ap
 order, which cancels terms like (io*32 + ii) - io*32 -> ii. Rules that need no range facts:
   floordiv(c*x + r, c) -> x + floordiv(r, c)       (the terms divisible by c > 0 move out)
   floormod(c*x + r, c) -> floormod(r, c)           (drop terms divisible by c > 0)
+With loop ranges, for g dividing c and 0 <= r < g (r from the ranges):
+  floordiv(g*y + r, c) -> floordiv(y, c/g);  floormod(g*y + r, c) -> g*floormod(y, c/g) + r
   m*c*floordiv(x, c) + m*floormod(x, c) -> m*x     (a split index joined again: a reshape
                                                     of a reshape reads contiguous memory)
   min(a, b) / max(a, b) -> a or b                  (sign of a - b known)
@@ -113,7 +115,8 @@ class _Simplifier(ExprMutator):
                 return const(a.value // c, e.dtype)
             if all(v % c == 0 for v in terms.values()):
                 return _rebuild({t: v // c for t, v in terms.items()}, k // c, e.dtype)
-            split = self._split_remainder(terms, k, c, e.dtype)
+            split = (self._split_remainder(terms, k, c, e.dtype)
+                     or self._split_coarse(terms, k, c, e.dtype))
             if split is not None:
                 return split[0]
             outside = {t: v // c for t, v in terms.items() if v % c == 0}
@@ -144,6 +147,31 @@ class _Simplifier(ExprMutator):
             return None
         return _rebuild(quotient, q_const, dtype), remainder
 
+    def _split_coarse(self, terms: dict, k: int, c: int, dtype: str):
+        """(floordiv(y, c/g), g*floormod(y, c/g) + r) for x = g*y + r, g a proper divisor
+        of c shared by the large terms and 0 <= r < g (needs ranges): an index fused and
+        split by a factor that divides the reshape's extents (i + 48*f over rows of 96).
+
+        floordiv(g*y + r, c) = floordiv(y, c/g) and floormod(g*y + r, c) =
+        g*floormod(y, c/g) + r, since floor((g*y + r)/g) = y when 0 <= r < g."""
+        if not self.ranges:
+            return None
+        from math import gcd
+        candidates, common = {gcd(c, v) for v in terms.values()}, c
+        for v in sorted(terms.values(), key=abs, reverse=True):  # the large terms' divisor
+            common = gcd(common, v)
+            candidates.add(common)
+        for g in sorted(candidates - {c, 1}, reverse=True):
+            split = self._split_remainder(terms, k, g, dtype)
+            if split is None:
+                continue
+            y, r = split
+            n = const(c // g, dtype)
+            div = self.visit(FloorDiv(dtype, y, n))
+            mod = self.visit(Add(dtype, Mul(dtype, FloorMod(dtype, y, n), const(g, dtype)), r))
+            return div, mod
+        return None
+
     def visit_FloorMod(self, e: FloorMod) -> Expr:
         a, b = self.visit(e.a), self.visit(e.b)
         if isinstance(b, IntImm) and b.value > 0:
@@ -154,7 +182,8 @@ class _Simplifier(ExprMutator):
             kept = {t: v for t, v in terms.items() if v % c != 0}
             if not kept:
                 return const(k % c, e.dtype)
-            split = self._split_remainder(terms, k, c, e.dtype)
+            split = (self._split_remainder(terms, k, c, e.dtype)
+                     or self._split_coarse(terms, k, c, e.dtype))
             if split is not None:
                 return split[1]
             if len(kept) != len(terms) or k % c != k:

@@ -43,6 +43,9 @@ WIDE_MAX_ROWS = 12
 # x 2 vectors (72) is unaffected. Windows with weights (depthwise convs, stems over 3
 # channels) keep their unrolling: the cap would change them too, and that is not measured.
 MAX_UNROLLED_TAPS = 128
+# A window with weights of this many taps or more (5x5, 7x7 depthwise convs) defaults to its
+# taps outside the register tile on AVX-512 (DefaultsMixin._window_default)
+WINDOW_TAPS_OUTSIDE = 25
 
 
 class DefaultsMixin:
@@ -70,7 +73,7 @@ class DefaultsMixin:
             elif kind == "inline":
                 config[knob.name] = self._producer_default(knob.name)
             elif kind == "window":
-                config[knob.name] = 2
+                config[knob.name] = self._window_default(knob.name)
             elif kind == "epilogue":
                 config[knob.name] = 1
             elif kind == "rows":
@@ -82,6 +85,22 @@ class DefaultsMixin:
             else:
                 config[knob.name] = knob.choices[0]
         return config
+
+    def _window_default(self, knob_name: str) -> int:
+        """Mode 2 (each tap updates the register tile's rows in place), but for a window with
+        weights of WINDOW_TAPS_OUTSIDE taps or more on a 32-register (AVX-512) target: mode 1,
+        taps outside the register tile, so the tile's accumulators are independent chains and
+        each weight vector is loaded once per tap, not once per pixel. In mode 2 every
+        pixel's taps are one chain of dependent multiply-adds, latency-bound once the window
+        is long (1 thread, rocketlake: 7x7 depthwise over 40 and 64 channels at 32 x 32, 105
+        -> 56 us; 5x5 over 96 at 28 x 28, 48 -> 36 us; 3x3 stays faster in mode 2). Pools
+        (no weights) and 16-register targets keep mode 2: not measured."""
+        op = next(a.op for a in self.anchors if f"{self._stage_label(a.op)}/window" == knob_name)
+        taps = math.prod(r.extent for r in op.reduce_axis)
+        if (self.target.vector_bits >= 512 and len(op.input_tensors) > 1
+                and taps >= WINDOW_TAPS_OUTSIDE):
+            return 1
+        return 2
 
     def _producer_default(self, knob_name: str) -> int:
         """A window anchor's padding is computed per tile, where the anchor reads it (it
@@ -502,16 +521,15 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
     takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
     a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
-    tail.
-
-    Outside window anchors, an axis between one and two vectors long that a whole vector
-    does not divide is not taken whole either: a GEMM's register tile 1.5 vectors wide
-    (<24 x float> with 16 lanes) ran 10-20x slower than three 8-lane tiles (MobileViT's
-    attention-times-V, 16 x 64x64 @ 64x24: 0.43 vs 0.039 ms at 1 thread; 128x96 @ 96x24:
-    0.17 vs 0.008 ms), so it takes a half or partial vector as above (24 -> 8, 20 -> 10),
-    or one vector with a guarded tail (17, 23, 31). (8-lane vectors keep the whole axis:
-    AVX2 showed no such cliff, 12 columns ran 0.07 ms whole, 0.12 as 8 lanes and a tail.)"""
-    if extent <= lanes or (extent <= 2 * lanes and (odd or lanes < 16 or extent % lanes == 0)):
+    tail. With 16-lane vectors an axis between one and two vectors long is taken whole
+    only at exactly two: a 24- or 25-lane tile (a register and a partial one) leaves LLVM
+    splitting its accumulators into scalars, 10-20x slower than three 8-lane tiles
+    (MobileViT's (16, 64, 64) @ (16, 64, 24) attention, 1 thread: 843 us whole, 45 us as
+    3 x 8 lanes; 128x96 @ 96x24: 0.17 vs 0.008 ms), so it takes a half or partial vector
+    as above (24 -> 8, 20 -> 10), or one vector with a guarded tail (17, 23, 31). (8-lane
+    vectors keep the whole axis: AVX2 showed no such cliff, 12 columns ran 0.07 ms whole,
+    0.12 as 8 lanes and a tail.)"""
+    if extent <= lanes or extent == 2 * lanes or (extent < 2 * lanes and lanes < 16):
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
     for width in widths:

@@ -25,11 +25,38 @@ def softmax(x: Tensor, axis: int = -1, name: str | None = None) -> Tensor:
     base = name or "softmax"
     axes = (normalize_axis("softmax", x.name, axis, x.ndim),)
     peak = reduce("softmax", T.max, x, axes, True, name=f"{base}_max")
-    expo = compute(x.shape, lambda *i: E.exp(x(*i) - peak(*_keep(i, axes))),
-                   name=f"{base}_exp", tag=BROADCAST)
+    floor = _flush_below(x.dtype, x.shape[axes[0]])
+
+    def expo_at(*i):
+        d = x(*i) - peak(*_keep(i, axes))
+        if floor is None:
+            return E.exp(d)
+        # exp of the clamped value: exp's own scaling would step into denormals too
+        bound = E.const(floor, x.dtype)
+        return E.select(d < bound, E.const(0.0, x.dtype), E.exp(E.maximum(d, bound)))
+
+    expo = compute(x.shape, expo_at, name=f"{base}_exp", tag=BROADCAST)
     total = reduce("softmax", T.sum, expo, axes, True, name=f"{base}_sum")
     return compute(x.shape, lambda *i: expo(*i) / total(*_keep(i, axes)), name=base,
                    tag=BROADCAST)
+
+
+# ln of the smallest normal number per dtype whose denormals cost time on x86 (float32 and
+# bfloat16 are computed in float32; half's exponent range is too narrow to flush usefully)
+_LN_TINY = {"float32": math.log(2.0 ** -126), "bfloat16": math.log(2.0 ** -126),
+            "float64": math.log(2.0 ** -1022)}
+
+
+def _flush_below(dtype, extent) -> float | None:
+    """The shifted logit below which softmax's exp is taken as 0, so that no term, and no
+    quotient by the sum (at most `extent`), is a denormal: a masked attention row (-100,
+    -1e4 or -inf added) otherwise fills the probabilities, and the MatMul that reads them,
+    with denormals, which take microcode assists on x86 (10-15x slower kernels). A flushed
+    output is below extent * the smallest normal number (about 1e-36 for 100 float32 terms)."""
+    ln_tiny = _LN_TINY.get(str(dtype))
+    if ln_tiny is None or not isinstance(extent, int):
+        return None
+    return ln_tiny + math.log(max(extent, 1))
 
 
 def log_softmax(x: Tensor, axis: int = -1, name: str | None = None) -> Tensor:
