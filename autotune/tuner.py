@@ -24,6 +24,7 @@ from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401
                        canonical_target, upgrade_legacy_records)  # noqa: F401
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
+from . import spread
 from .search import Featurizer, SearchConfig, make_search
 from .space.rules import SearchSpace
 from .task import Task
@@ -161,6 +162,14 @@ class TaskTuner:
         ok = [r for r in past if r.status == "OK"]
         self.best: Record | None = min([r for r in ok if r.threads == self.threads] or ok,
                                        key=lambda r: r.mean_cost, default=None)
+        # for the short-budget allocation (autotune/spread.py): every candidate's time (inf:
+        # failed), the default's, and whether batches are local (mutations of the best)
+        self.local = False
+        self.costs = [r.mean_cost for r in past]
+        self._default_key = config_key(self.space.default_config())
+        self.default_seconds = min((r.mean_cost for r in ok
+                                    if config_key(r.config) == self._default_key),
+                                   default=math.inf)
         if past:
             self._reuse_stored_features()
             self.search.update([r.config for r in past], [r.mean_cost for r in past])
@@ -205,6 +214,12 @@ class TaskTuner:
         if config_key(default) not in self.seen:
             batch.append(default)   # the fallback schedule is always measured first
         taken = self.seen | {config_key(c) for c in batch}
+        if self.local:      # the neighbourhood of the best so far first (autotune/spread.py)
+            base = self.best.config if self.best is not None else default
+            want = max(0, min(n - len(batch), round(n * spread.LOCAL_SHARE)))
+            batch += spread.local_batch(self.space, base, taken, want,
+                                        f"{config_key(base)}/{self.n_records}")
+            taken |= {config_key(c) for c in batch}
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
 
@@ -223,6 +238,7 @@ class TaskTuner:
             if r.status == "OK" and r.mean_cost < self.best_seconds:
                 self.best = r
         self.n_records += len(fresh)
+        self.costs += [r.mean_cost for r in fresh]
         if fresh:
             self.search.update([r.config for r in fresh], [r.mean_cost for r in fresh])
         return len(fresh)
@@ -267,6 +283,9 @@ class TaskTuner:
             self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
         self.seen.add(config_key(config))
         self.n_records += 1
+        self.costs.append(record.mean_cost)
+        if result.status is MeasureStatus.OK and config_key(config) == self._default_key:
+            self.default_seconds = record.mean_cost
         if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
             self.best = record
         if result.status is not MeasureStatus.OK:
