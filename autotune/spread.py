@@ -18,7 +18,9 @@ So, with the tasks' in-model latencies known (the default-compiled model profile
 - a task whose last PATIENCE batches improved its best by less than MIN_STEP is stalled: its
   gain drops to a tie-breaking floor;
 - each batch is the default (first) and mutations of the task's best so far, topped up with
-  the search's own proposals (`LOCAL_SHARE` of a batch is local).
+  the search's own proposals (`LOCAL_SHARE` of a batch is local); once a task has RANK_AFTER
+  working candidates, RANK_POOL times as many mutations are drawn and the cost model keeps
+  those it ranks best (a build costs seconds, a score microseconds).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ SPREAD_CAP = 0.5    # a spread above this is failures and outliers, not promise
 FLOOR = 1e-3        # a stalled task's gain, x latency / trials (ties go to the heaviest)
 BATCH = 4           # candidates per batch (a trial costs seconds: smaller steps, finer choice)
 LOCAL_SHARE = 0.75  # of a batch, mutations of the task's best (the rest: the search's)
+RANK_POOL = 3       # mutations drawn per one measured, the cost model keeping its best ...
+RANK_AFTER = 8      # ... once the task has this many working candidates
 
 
 def spread(default_seconds: float, costs: Sequence[float]) -> float:

@@ -217,11 +217,25 @@ class TaskTuner:
         if self.local:      # the neighbourhood of the best so far first (autotune/spread.py)
             base = self.best.config if self.best is not None else default
             want = max(0, min(n - len(batch), round(n * spread.LOCAL_SHARE)))
-            batch += spread.local_batch(self.space, base, taken, want,
-                                        f"{config_key(base)}/{self.n_records}")
+            batch += self._ranked(spread.local_batch(
+                self.space, base, taken, want * spread.RANK_POOL,
+                f"{config_key(base)}/{self.n_records}"), want)
             taken |= {config_key(c) for c in batch}
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
+
+    def _ranked(self, configs: list[dict], k: int) -> list[dict]:
+        """The `k` of `configs` the cost model ranks best once it has learnt from
+        spread.RANK_AFTER working candidates of this task (before: the first k): a build
+        costs seconds, a score microseconds."""
+        score = getattr(self.search, "_score", None)
+        trained = self.pool is not None and self.pool.is_trained
+        if len(configs) <= k or score is None or not trained or \
+                sum(map(math.isfinite, self.costs)) < spread.RANK_AFTER:
+            return configs[:k]
+        scores = score(configs)
+        order = sorted(range(len(configs)), key=lambda i: -scores[i])
+        return [configs[i] for i in sorted(order[:k]) if math.isfinite(scores[i])]
 
     def refresh(self) -> int:
         """Take in the records another run on this log added since we last looked: they

@@ -91,6 +91,10 @@ def one_model(name: str, budget: float, rounds: int, tmp: Path) -> dict:
     timing = [r.timing for r in reports if r.timing]
     trials = sum(t.get("trials", 0) for t in timing)
     wall = sum(t.get("wall_seconds", 0.0) for t in timing)
+    parts: dict[str, float] = {}        # seconds of the tuning loop by part, all tasks
+    for t in timing:
+        for part, seconds in t.get("seconds", {}).items():
+            parts[part] = parts.get(part, 0.0) + seconds
     kept = sum(1 for r in reports if r.in_model is not None and r.in_model.kept)
     checked = sum(1 for r in reports if r.in_model is not None)
     steps = tuned.plan.steps
@@ -100,7 +104,8 @@ def one_model(name: str, budget: float, rounds: int, tmp: Path) -> dict:
             "tune_s": tune_s, "default_ms": t_default * 1e3, "speedup": 1.0 / ratio,
             "tuned_kernels": sum(s.source != "default" for s in steps),
             "kernels": len(steps), "in_model_kept": kept, "in_model_checked": checked,
-            "max_abs_diff": err}
+            "max_abs_diff": err, "tasks_tuned": sum(1 for r in reports if r.trials),
+            "seconds_per_trial": {k: round(v / max(1, trials), 3) for k, v in parts.items()}}
 
 
 def main(argv=None) -> int:

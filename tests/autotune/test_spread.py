@@ -128,3 +128,18 @@ def test_tuner_gain_reads_the_tuners_state():
     t = SimpleNamespace(default_seconds=1.0, costs=[1.0, 0.5, 2.0], n_records=3)
     assert spread.tuner_gain(t, 1e-3, [INF, 0.5]) == spread.spread_gain(
         1e-3, 1.0, [1.0, 0.5, 2.0], [INF, 0.5], 3)
+
+
+def test_local_mutations_are_ranked_by_the_cost_model_once_it_has_learnt(tmp_path):
+    import numpy as np
+    tuner = _matmul_tuner(tmp_path)
+    configs = spread.local_batch(tuner.space, tuner.space.default_config(), set(), 6, "r")
+    scores = np.array([0.1, 0.9, -np.inf, 0.5, 0.8, 0.2])
+    tuner.search._score = lambda cs: scores[[configs.index(c) for c in cs]]
+    tuner.pool = SimpleNamespace(is_trained=True)
+    tuner.costs = [1e-5] * (spread.RANK_AFTER - 1)
+    assert tuner._ranked(configs, 2) == configs[:2]          # too few of its own yet
+    tuner.costs.append(1e-5)
+    assert tuner._ranked(configs, 3) == [configs[1], configs[3], configs[4]]   # in draw order
+    tuner.pool = SimpleNamespace(is_trained=False)
+    assert tuner._ranked(configs, 3) == configs[:3]
