@@ -7,6 +7,7 @@ schedule and always say where the schedule came from.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -15,6 +16,7 @@ from typing import Callable
 
 from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
+from ..schedule.lower import lower
 from ..te.errors import KilnError
 from .claims import Claims
 from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_task
@@ -165,6 +167,8 @@ class TaskTuner:
         # for the short-budget allocation (autotune/spread.py): every candidate's time (inf:
         # failed), the default's, and whether batches are local (mutations of the best)
         self.local = False
+        self._kernels: dict[str, str] = {}     # loop IR digest -> config key, this run
+        self._duplicates: set[str] = set()     # config keys skipped as the same kernel
         self.costs = [r.mean_cost for r in past]
         self._default_key = config_key(self.space.default_config())
         self.default_seconds = min((r.mean_cost for r in ok
@@ -223,6 +227,28 @@ class TaskTuner:
             taken |= {config_key(c) for c in batch}
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
+
+    def _same_kernel_as_measured(self, config: dict) -> bool:
+        """Whether `config` lowers to the loop IR of a config measured in this run (a knob
+        that changes nothing for this task: 8 of 104 mutations around ConvNeXt-atto's
+        heaviest convs' defaults); such a config is marked seen, its claim released, and
+        not built. Otherwise its IR is remembered. (Short budgets only: `local`.)"""
+        key = config_key(config)
+        try:
+            sch, args = self.space.apply(config)
+            text = str(lower(sch, args, name=self.task.name))
+        except KilnError:
+            return False        # the worker classifies it
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest not in self._kernels:
+            self._kernels[digest] = key
+            return False
+        self._duplicates.add(key)
+        self.seen.add(key)
+        self.claims.release(self.task.workload_key, self.db_target, self.threads, key)
+        log.debug("%s: a candidate builds the same kernel as one measured; skipped",
+                  self.task.name)
+        return True
 
     def _ranked(self, configs: list[dict], k: int) -> list[dict]:
         """The `k` of `configs` the cost model ranks best once it has learnt from
@@ -343,9 +369,13 @@ class TaskTuner:
             if self.store_features and isinstance(self.featurize, SharedFeaturizer):
                 self.featurize.prefetch(batch)      # random search: nothing cached yet
             features = [self.featurize(c) if self.store_features else None for c in batch]
+        skipped = 0
         for config, vector in zip(batch, features):
             if deadline is not None and time.perf_counter() >= deadline:
                 break
+            if self.local and self._same_kernel_as_measured(config):
+                skipped += 1        # its loop IR is one measured already: no build, no record
+                continue
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
                                      best_seconds=self.best_seconds,
@@ -361,10 +391,12 @@ class TaskTuner:
                 callback(Progress(self.task.name, done, total, self.best_gflops,
                                   result.status.value, time.perf_counter() - begun,
                                   self.best_seconds))
-        for config in batch[len(costs):]:       # a deadline stopped the batch early
+        measured = [c for c in batch[:len(costs) + skipped]
+                    if config_key(c) not in self._duplicates]
+        for config in batch[len(costs) + skipped:]:     # a deadline stopped the batch early
             self.unclaim(config)
         with timer.part("model_update"):
-            self.search.update(batch[:len(costs)], costs)
+            self.search.update(measured, costs)
 
     def local_provenance(self, sent: float, took: float) -> dict:
         """The provenance of a record measured by this machine's own Runner."""

@@ -143,3 +143,21 @@ def test_local_mutations_are_ranked_by_the_cost_model_once_it_has_learnt(tmp_pat
     assert tuner._ranked(configs, 3) == [configs[1], configs[3], configs[4]]   # in draw order
     tuner.pool = SimpleNamespace(is_trained=False)
     assert tuner._ranked(configs, 3) == configs[:3]
+
+
+def test_a_candidate_with_the_loop_ir_of_a_measured_one_is_not_built(tmp_path):
+    from kiln.schedule.lower import lower
+    tuner = _matmul_tuner(tmp_path)
+    default = tuner.space.default_config()
+    others = spread.local_batch(tuner.space, default, set(), 12, "d")
+    assert not tuner._same_kernel_as_measured(default)
+    texts = {str(lower(*tuner.space.apply(default), name=tuner.task.name))}
+    for config in others:
+        sch, args = tuner.space.apply(config)
+        text = str(lower(sch, args, name=tuner.task.name))
+        assert tuner._same_kernel_as_measured(config) is (text in texts)
+        texts.add(text)
+    # the same IR again (here: the same config) is a duplicate, marked seen, never a record
+    assert tuner._same_kernel_as_measured(dict(default))
+    assert config_key(default) in tuner.seen and config_key(default) in tuner._duplicates
+    assert tuner.db.records(tuner.task.workload_key, tuner.db_target) == []
