@@ -169,6 +169,7 @@ class TaskTuner:
         self.local = False
         self._kernels: dict[str, str] = {}     # loop IR digest -> config key, this run
         self._duplicates: set[str] = set()     # config keys skipped as the same kernel
+        self.skipped = 0                        # how many (a batch of them is no exhaustion)
         self.costs = [r.mean_cost for r in past]
         self._default_key = config_key(self.space.default_config())
         self.default_seconds = min((r.mean_cost for r in ok
@@ -205,6 +206,11 @@ class TaskTuner:
         return self._data
 
     @property
+    def best_is_tuned(self) -> bool:
+        """Whether the best record so far is a schedule other than the default."""
+        return self.best is not None and config_key(self.best.config) != self._default_key
+
+    @property
     def best_seconds(self) -> float:
         return self.best.mean_cost if self.best else math.inf
 
@@ -218,12 +224,14 @@ class TaskTuner:
         if config_key(default) not in self.seen:
             batch.append(default)   # the fallback schedule is always measured first
         taken = self.seen | {config_key(c) for c in batch}
-        if self.local:      # the neighbourhood of the best so far first (autotune/spread.py)
+        if self.local:      # the neighbourhood of the best so far (autotune/spread.py)
             base = self.best.config if self.best is not None else default
-            want = max(0, min(n - len(batch), round(n * spread.LOCAL_SHARE)))
+            want = n - len(batch)
             batch += self._ranked(spread.local_batch(
                 self.space, base, taken, want * spread.RANK_POOL,
                 f"{config_key(base)}/{self.n_records}"), want)
+            if len(batch) == n:
+                return batch    # (the search's proposal lowers hundreds of configs)
             taken |= {config_key(c) for c in batch}
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
@@ -375,6 +383,7 @@ class TaskTuner:
                 break
             if self.local and self._same_kernel_as_measured(config):
                 skipped += 1        # its loop IR is one measured already: no build, no record
+                self.skipped += 1
                 continue
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,

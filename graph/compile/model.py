@@ -316,9 +316,14 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database,
     a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
     options, time_budget: seconds, with trials=None for no trial limit, confirm).
+    With a time budget, the model compiled as `db` stands is profiled first and the tasks'
+    in-model seconds go to tune_tasks as `latencies` (the budget is spent by measured
+    spread, autotune/spread.py; pass latencies=None for the scheduler's own allocation).
     model_check: after the confirmation, try each tuned choice against its default inside
-    the compiled model and keep it only where the model runs faster (graph/compile/model_check.py;
-    a time budget keeps model_check.SHARE of itself for that)."""
+    the compiled model and keep it only where the model runs faster, then the whole model
+    with them against its defaults (graph/compile/model_check.py; a time budget keeps the
+    seconds the tuned choices need for that, or model_check.SHARE of itself without
+    latencies)."""
     from ...autotune.confirm import CONFIRM
     from ...autotune.measure import MeasureOptions
     from . import model_check as check
@@ -337,13 +342,16 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     compile_now = lambda: compile_model(model, target, database, input_shapes,  # noqa: E731
                                         layout=layout, threads=threads, winograd=winograd,
                                         cache_model=False)
-    if budget is not None and options.get("cluster") is None \
-            and options.setdefault("latencies", None) is None:
+    if budget is not None and options.get("cluster") is None and "latencies" not in options:
         # a time budget goes where the model's time is and candidates differ
         # (autotune/spread.py): the tasks' in-model seconds, measured once
         options["latencies"] = task_latencies(compile_now(), tasks)
         budget = max(1.0, budget - (time.perf_counter() - start))
-    if checking and budget is not None:
+    if budget is not None and options.get("latencies") is not None:
+        # the task scheduler keeps what the tuned tasks' confirmations and checks need
+        options["time_budget"] = budget
+        options["check_seconds"] = check.SECONDS_PER_TASK if checking else 0.0
+    elif checking and budget is not None:
         options["time_budget"] = budget * (1 - check.SHARE)
     elif budget is not None:
         options["time_budget"] = budget

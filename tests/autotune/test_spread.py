@@ -73,9 +73,10 @@ def test_local_batches_start_at_the_default_and_stay_near_the_best(tmp_path):
     batch = tuner._propose(4)
     assert batch[0] == default and len(batch) == 4
     assert len({config_key(c) for c in batch}) == 4
-    # three of four are single mutations of the default (the search adds the rest)
-    near = [c for c in batch[1:] if sum(c[k] != default[k] for k in default) <= 2]
-    assert len(near) >= round(4 * spread.LOCAL_SHARE) - 1
+    # the rest are mutations of the default (no search proposal: it lowers hundreds)
+    assert batch[1:] == spread.local_batch(tuner.space, default, {config_key(default)}, 3,
+                                           f"{config_key(default)}/0")
+    assert tuner.search.score_seconds == 0.0 and tuner.featurize.seconds == 0.0
     # the same salt gives the same mutations; seen ones are left out
     again = spread.local_batch(tuner.space, default, set(), 3, "s")
     assert again == spread.local_batch(tuner.space, default, set(), 3, "s")
@@ -161,3 +162,52 @@ def test_a_candidate_with_the_loop_ir_of_a_measured_one_is_not_built(tmp_path):
     assert tuner._same_kernel_as_measured(dict(default))
     assert config_key(default) in tuner.seen and config_key(default) in tuner._duplicates
     assert tuner.db.records(tuner.task.workload_key, tuner.db_target) == []
+
+
+def test_a_batch_of_duplicates_does_not_end_a_task(tmp_path, monkeypatch):
+    """A batch whose candidates were all skipped as kernels already measured measured
+    nothing, yet the task's space is not exhausted: the scheduler goes on with it."""
+    monkeypatch.setenv("KILN_NUM_THREADS", "1")
+    task = Task.from_op("matmul", [5, 7, 3])
+    calls = []
+    original = TaskTuner._same_kernel_as_measured
+
+    def same(self, config):
+        calls.append(1)
+        # the first batch: the default, then 3 "duplicates"; the second (2 configs, the
+        # rest of the budget): only "duplicates"
+        if 2 <= len(calls) <= spread.BATCH + 2:
+            self._duplicates.add(config_key(config))
+            self.seen.add(config_key(config))
+            return True
+        return original(self, config)
+
+    monkeypatch.setattr(TaskTuner, "_same_kernel_as_measured", same)
+    reports = tune_tasks([(task, 1.0)], "native", trials=3, db=Database(tmp_path / "t.db"),
+                         search="random", confirm=None, latencies={task.workload_key: 1e-3})
+    assert reports[0].trials == 3
+
+
+def test_best_is_tuned_says_whether_the_best_is_the_default(tmp_path):
+    from kiln.autotune.measure import MeasureResult, MeasureStatus
+    tuner = _matmul_tuner(tmp_path)
+    default = tuner.space.default_config()
+    assert not tuner.best_is_tuned                      # nothing measured
+    tuner.commit_result(default, None, MeasureResult(MeasureStatus.OK, (3e-5,)), 0.1)
+    assert not tuner.best_is_tuned
+    other = spread.local_batch(tuner.space, default, set(), 1, "t")[0]
+    tuner.commit_result(other, None, MeasureResult(MeasureStatus.OK, (2e-5,)), 0.1)
+    assert tuner.best_is_tuned
+
+
+def test_the_reserve_is_what_the_tuned_tasks_confirmations_and_checks_need():
+    from kiln.autotune.confirm import ConfirmOptions
+    timer = SimpleNamespace(trials=10, wall=5.0)                # 0.5 s per trial so far
+    tuned = SimpleNamespace(best_is_tuned=True, timer=timer)
+    plain = SimpleNamespace(best_is_tuned=False, timer=SimpleNamespace(trials=0, wall=0.0))
+    confirm = ConfirmOptions(leaders=3)
+    assert spread.reserve_seconds([plain], confirm, 3.0) == 3.0      # the verdict's check
+    assert spread.reserve_seconds([plain], None, 0.0) == 0.0
+    two = spread.reserve_seconds([tuned, tuned, plain], confirm, 3.0)
+    assert two == pytest.approx(3.0 * 3 + 2 * (4 * 0.5 + spread.CONFIRM_TIMING_SECONDS))
+    assert spread.reserve_seconds([tuned], None, 3.0) == 6.0

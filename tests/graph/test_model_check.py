@@ -169,7 +169,8 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
 
     def fake_tune_tasks(pairs, target, trials, db, callback=None, **options):
         seen["budget"] = options["time_budget"]
-        latencies.update(options["latencies"])
+        seen["check_seconds"] = options.get("check_seconds")
+        latencies.update(options["latencies"] or {})
         return [TaskReport(t.workload_key, t.name, w, 0, math.inf) for t, w in pairs]
 
     def fake_check(compile_now, tasks, target, db, threads, deadline=None,
@@ -184,9 +185,11 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     reports = C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100)
     # (the profile of the default-compiled model that gives the tasks' latencies comes
     # out of the budget)
+    # (the profile of the default-compiled model that gives the tasks' latencies comes out
+    # of the budget; the task scheduler keeps check_seconds per tuned task for the check)
     spent = time.perf_counter() - start
-    assert (100 - spent) * (1 - model_check.SHARE) <= seen["budget"] \
-        <= 100 * (1 - model_check.SHARE)
+    assert 100 - spent <= seen["budget"] <= 100
+    assert seen["check_seconds"] == model_check.SECONDS_PER_TASK
     assert start + 100 <= seen["deadline"] <= time.perf_counter() + 100
     assert set(seen["latencies"]) == {t.task.workload_key for t in tasks}
     assert all(v > 0 for v in seen["latencies"].values())
@@ -197,8 +200,14 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     start = time.perf_counter()
     C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
                  model_check=False)
-    assert set(seen) == {"budget"}
+    assert set(seen) == {"budget", "check_seconds"} and seen["check_seconds"] == 0.0
     assert 100 - (time.perf_counter() - start) <= seen["budget"] <= 100
+    # without the profile (latencies given as None: the scheduler's own allocation) the
+    # check keeps its fixed share
+    seen.clear()
+    C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
+                 latencies=None)
+    assert seen["budget"] == pytest.approx(100 * (1 - model_check.SHARE))
 
 
 def test_a_check_that_fails_leaves_the_choice_standing(tmp_path, monkeypatch):
