@@ -42,6 +42,7 @@ from .search import SearchConfig
 from .task import Task
 from .timing import merge_summaries
 from .allocation import expected_gain
+from . import spread
 from .transfer import load_prior
 from ..codegen.target import Target
 from .tuner import Progress, TaskTuner
@@ -70,7 +71,9 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
                callback: Callable[[Progress], None] | None = None,
                share_model: bool = True, transfer: bool = True,
                time_budget: float | None = None,
-               confirm: ConfirmOptions | None = CONFIRM, cluster=None) -> list[TaskReport]:
+               confirm: ConfirmOptions | None = CONFIRM, cluster=None,
+               latencies: dict[str, float] | None = None,
+               check_seconds: float = 0.0) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total at the
     measurement's thread count (records already there count, so a rerun resumes, as in
     tune_task), or until `time_budget` seconds have passed, whichever comes first (None: no
@@ -80,7 +83,13 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
     `transfer`: start it from the stored features of earlier tasks on `target`; `confirm`:
     time each task's default and leading records again side by side at the end and store
     the winner (autotune/confirm.py; None: don't); `cluster`: measure on the `kiln
-    worker`s of a Dask scheduler (autotune/cluster/runner.py) instead of here."""
+    worker`s of a Dask scheduler (autotune/cluster/runner.py) instead of here.
+    `latencies` (workload key -> the task's seconds in the model, all occurrences): spend
+    the budget by measured spread instead (autotune/spread.py): no warm-up, heaviest first,
+    batches of at most spread.BATCH around each task's best, stalled tasks left; what it
+    keeps of a time budget for confirming is then what the tasks tuned so far need
+    (spread.reserve_seconds), plus `check_seconds` per tuned task for the caller's in-model
+    check after this returns (tune_model), instead of a fixed share."""
     if trials is None and time_budget is None:
         raise KilnError("tune_tasks needs a trial budget (trials=) or a time budget "
                         "(time_budget= seconds), or both")
@@ -111,6 +120,10 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
     histories: list[list[float]] = [[t.best_seconds] for t in tuners]
     spent = sum(t.n_records for t in tuners)
     pending = [i for i, t in enumerate(tuners) if t.n_records == 0]  # round-robin warm-up
+    if latencies is not None:
+        pending, batch_size = [], min(batch_size, spread.BATCH)
+        for t in tuners:
+            t.local = True
     exhausted: set[int] = set()
     choices: dict[str, Choice] = {}
     end = None
@@ -122,6 +135,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
         deadline = end
         if end is not None and confirm is not None:
             deadline = end - confirm_reserve(time_budget, len(tuners), confirm)
+        if end is not None and latencies is not None:
+            deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds)
         while spent < trials and (deadline is None or time.perf_counter() < deadline):
             if pending:
                 index = pending.pop(0)
@@ -131,28 +146,45 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
                 active = [i for i in range(len(tuners)) if i not in exhausted]
                 if not active:
                     break
-                gains = {i: expected_gain(tuners[i], weights[i], histories[i], window=3)
-                         for i in active}
+                if latencies is not None:
+                    gains = {i: spread.tuner_gain(tuners[i], latencies.get(
+                        tuners[i].task.workload_key, 0.0), histories[i]) for i in active}
+                else:
+                    gains = {i: expected_gain(tuners[i], weights[i], histories[i], window=3)
+                             for i in active}
                 index = max(active, key=lambda i: gains[i])
             n = int(min(batch_size, trials - spent))
             # the progress bar's total: the trial budget, or with a time budget alone the
             # trials after this batch
             total = trials if math.isfinite(trials) else spent + n
+            skipped = tuners[index].skipped
             got = tuners[index].step(n, callback, (spent, total, start) if callback else None,
                                      deadline=deadline)
             spent += got
             histories[index].append(tuners[index].best_seconds)
-            if got == 0 and not (deadline is not None and time.perf_counter() >= deadline):
+            if end is not None and latencies is not None:       # what the tuned tasks need
+                deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds)
+            if got == 0 and tuners[index].skipped == skipped and \
+                    not (deadline is not None and time.perf_counter() >= deadline):
                 log.info("%s: space exhausted", tuners[index].task.name)
                 exhausted.add(index)
                 if len(exhausted) == len(tuners):
                     break
         if confirm is not None:
-            order = sorted(range(len(tuners)), reverse=True,
-                           key=lambda i: weights[i] * _finite(tuners[i].best_seconds))
+            heaviness = ((lambda i: latencies.get(tuners[i].task.workload_key, 0.0))
+                         if latencies is not None else
+                         (lambda i: weights[i] * _finite(tuners[i].best_seconds)))
+            order = sorted(range(len(tuners)), reverse=True, key=heaviness)
+            if latencies is not None:
+                # a short budget confirms only tasks whose best so far is not their default
+                # (a confirmation builds the default and 3 leaders: seconds each)
+                order = [i for i in order if tuners[i].best_is_tuned]
+            confirm_end = end
+            if end is not None and latencies is not None:      # the in-model check's time
+                confirm_end = end - spread.reserve_seconds(tuners, None, check_seconds)
             choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
                                     target, db, runner,
-                                    deadline=end, options=confirm)
+                                    deadline=confirm_end, options=confirm)
     except KeyboardInterrupt:
         log.warning("task scheduler interrupted after %d trials; records are kept", spent)
     finally:

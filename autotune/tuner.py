@@ -7,6 +7,7 @@ schedule and always say where the schedule came from.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -15,6 +16,7 @@ from typing import Callable
 
 from ..codegen.runtime_config import resolve_threads
 from ..codegen.target import Target
+from ..schedule.lower import lower
 from ..te.errors import KilnError
 from .claims import Claims
 from .confirm import CONFIRM, ConfirmOptions, confirm_reserve, confirm_task
@@ -24,6 +26,7 @@ from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401
                        canonical_target, upgrade_legacy_records)  # noqa: F401
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
+from . import spread
 from .search import Featurizer, SearchConfig, make_search
 from .space.rules import SearchSpace
 from .task import Task
@@ -161,6 +164,17 @@ class TaskTuner:
         ok = [r for r in past if r.status == "OK"]
         self.best: Record | None = min([r for r in ok if r.threads == self.threads] or ok,
                                        key=lambda r: r.mean_cost, default=None)
+        # for the short-budget allocation (autotune/spread.py): every candidate's time (inf:
+        # failed), the default's, and whether batches are local (mutations of the best)
+        self.local = False
+        self._kernels: dict[str, str] = {}     # loop IR digest -> config key, this run
+        self._duplicates: set[str] = set()     # config keys skipped as the same kernel
+        self.skipped = 0                        # how many (a batch of them is no exhaustion)
+        self.costs = [r.mean_cost for r in past]
+        self._default_key = config_key(self.space.default_config())
+        self.default_seconds = min((r.mean_cost for r in ok
+                                    if config_key(r.config) == self._default_key),
+                                   default=math.inf)
         if past:
             self._reuse_stored_features()
             self.search.update([r.config for r in past], [r.mean_cost for r in past])
@@ -192,6 +206,11 @@ class TaskTuner:
         return self._data
 
     @property
+    def best_is_tuned(self) -> bool:
+        """Whether the best record so far is a schedule other than the default."""
+        return self.best is not None and config_key(self.best.config) != self._default_key
+
+    @property
     def best_seconds(self) -> float:
         return self.best.mean_cost if self.best else math.inf
 
@@ -205,8 +224,52 @@ class TaskTuner:
         if config_key(default) not in self.seen:
             batch.append(default)   # the fallback schedule is always measured first
         taken = self.seen | {config_key(c) for c in batch}
+        if self.local:      # the neighbourhood of the best so far (autotune/spread.py)
+            base = self.best.config if self.best is not None else default
+            want = n - len(batch)
+            batch += self._ranked(spread.local_batch(
+                self.space, base, taken, want * spread.RANK_POOL,
+                f"{config_key(base)}/{self.n_records}"), want)
+            if len(batch) == n:
+                return batch    # (the search's proposal lowers hundreds of configs)
+            taken |= {config_key(c) for c in batch}
         batch += self.search.propose(taken, n - len(batch))
         return batch[:n]
+
+    def _same_kernel_as_measured(self, config: dict) -> bool:
+        """Whether `config` lowers to the loop IR of a config measured in this run (a knob
+        that changes nothing for this task: 8 of 104 mutations around ConvNeXt-atto's
+        heaviest convs' defaults); such a config is marked seen, its claim released, and
+        not built. Otherwise its IR is remembered. (Short budgets only: `local`.)"""
+        key = config_key(config)
+        try:
+            sch, args = self.space.apply(config)
+            text = str(lower(sch, args, name=self.task.name))
+        except KilnError:
+            return False        # the worker classifies it
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest not in self._kernels:
+            self._kernels[digest] = key
+            return False
+        self._duplicates.add(key)
+        self.seen.add(key)
+        self.claims.release(self.task.workload_key, self.db_target, self.threads, key)
+        log.debug("%s: a candidate builds the same kernel as one measured; skipped",
+                  self.task.name)
+        return True
+
+    def _ranked(self, configs: list[dict], k: int) -> list[dict]:
+        """The `k` of `configs` the cost model ranks best once it has learnt from
+        spread.RANK_AFTER working candidates of this task (before: the first k): a build
+        costs seconds, a score microseconds."""
+        score = getattr(self.search, "_score", None)
+        trained = self.pool is not None and self.pool.is_trained
+        if len(configs) <= k or score is None or not trained or \
+                sum(map(math.isfinite, self.costs)) < spread.RANK_AFTER:
+            return configs[:k]
+        scores = score(configs)
+        order = sorted(range(len(configs)), key=lambda i: -scores[i])
+        return [configs[i] for i in sorted(order[:k]) if math.isfinite(scores[i])]
 
     def refresh(self) -> int:
         """Take in the records another run on this log added since we last looked: they
@@ -223,6 +286,7 @@ class TaskTuner:
             if r.status == "OK" and r.mean_cost < self.best_seconds:
                 self.best = r
         self.n_records += len(fresh)
+        self.costs += [r.mean_cost for r in fresh]
         if fresh:
             self.search.update([r.config for r in fresh], [r.mean_cost for r in fresh])
         return len(fresh)
@@ -267,6 +331,9 @@ class TaskTuner:
             self._mine.add(self.db.commit_record(record, vector, FEATURE_VERSION))
         self.seen.add(config_key(config))
         self.n_records += 1
+        self.costs.append(record.mean_cost)
+        if result.status is MeasureStatus.OK and config_key(config) == self._default_key:
+            self.default_seconds = record.mean_cost
         if result.status is MeasureStatus.OK and record.mean_cost < self.best_seconds:
             self.best = record
         if result.status is not MeasureStatus.OK:
@@ -310,9 +377,14 @@ class TaskTuner:
             if self.store_features and isinstance(self.featurize, SharedFeaturizer):
                 self.featurize.prefetch(batch)      # random search: nothing cached yet
             features = [self.featurize(c) if self.store_features else None for c in batch]
+        skipped = 0
         for config, vector in zip(batch, features):
             if deadline is not None and time.perf_counter() >= deadline:
                 break
+            if self.local and self._same_kernel_as_measured(config):
+                skipped += 1        # its loop IR is one measured already: no build, no record
+                self.skipped += 1
+                continue
             sent = time.perf_counter()
             result = self.runner.run(self.task, self._data, config, self.target,
                                      best_seconds=self.best_seconds,
@@ -328,10 +400,12 @@ class TaskTuner:
                 callback(Progress(self.task.name, done, total, self.best_gflops,
                                   result.status.value, time.perf_counter() - begun,
                                   self.best_seconds))
-        for config in batch[len(costs):]:       # a deadline stopped the batch early
+        measured = [c for c in batch[:len(costs) + skipped]
+                    if config_key(c) not in self._duplicates]
+        for config in batch[len(costs) + skipped:]:     # a deadline stopped the batch early
             self.unclaim(config)
         with timer.part("model_update"):
-            self.search.update(batch[:len(costs)], costs)
+            self.search.update(measured, costs)
 
     def local_provenance(self, sent: float, took: float) -> dict:
         """The provenance of a record measured by this machine's own Runner."""

@@ -32,6 +32,7 @@ from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
 from ..ir import Graph
 from .memory_plan import check_plan, plan_buffers
+from .task_latency import task_latencies
 from ..passes import fuse_operators, optimize
 from ..passes.fusion import FusedGroup
 from .tasks import ModelTask, extract_tasks, is_alias
@@ -315,9 +316,14 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     resumes; autotune.scheduler.tune_tasks) and record every measurement in `db` (a Database,
     a path or "default"; required). `options` go to tune_tasks (search, batch_size, seed,
     options, time_budget: seconds, with trials=None for no trial limit, confirm).
+    With a time budget, the model compiled as `db` stands is profiled first and the tasks'
+    in-model seconds go to tune_tasks as `latencies` (the budget is spent by measured
+    spread, autotune/spread.py; pass latencies=None for the scheduler's own allocation).
     model_check: after the confirmation, try each tuned choice against its default inside
-    the compiled model and keep it only where the model runs faster (graph/compile/model_check.py;
-    a time budget keeps model_check.SHARE of itself for that)."""
+    the compiled model and keep it only where the model runs faster, then the whole model
+    with them against its defaults (graph/compile/model_check.py; a time budget keeps the
+    seconds the tuned choices need for that, or model_check.SHARE of itself without
+    latencies)."""
     from ...autotune.confirm import CONFIRM
     from ...autotune.measure import MeasureOptions
     from . import model_check as check
@@ -331,21 +337,36 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     log.info("tuning %d tasks: %s", len(tasks),
              ", ".join(f"{t.name} x{int(t.weight)}" for t in tasks))
     checking = model_check and options.get("confirm", CONFIRM) is not None
-    budget = options.get("time_budget")
-    if checking and budget is not None:
-        options["time_budget"] = budget * (1 - check.SHARE)
-    reports = tune_tasks([(t.task, t.weight) for t in tasks], target, trials,
-                         database, callback=callback, **options)
-    if not checking:
-        return reports
+    budget = total = options.get("time_budget")
     threads = resolve_threads((options.get("options") or MeasureOptions()).threads)
     compile_now = lambda: compile_model(model, target, database, input_shapes,  # noqa: E731
                                         layout=layout, threads=threads, winograd=winograd,
                                         cache_model=False)
+    if budget is not None and options.get("cluster") is None and "latencies" not in options:
+        # a time budget goes where the model's time is and candidates differ
+        # (autotune/spread.py): the tasks' in-model seconds, measured once
+        options["latencies"] = task_latencies(compile_now(), tasks)
+        budget = max(1.0, budget - (time.perf_counter() - start))
+    if budget is not None and options.get("latencies") is not None:
+        # the task scheduler keeps what the tuned tasks' confirmations and checks need
+        options["time_budget"] = budget
+        options["check_seconds"] = check.SECONDS_PER_TASK if checking else 0.0
+    elif checking and budget is not None:
+        options["time_budget"] = budget * (1 - check.SHARE)
+    elif budget is not None:
+        options["time_budget"] = budget
+    reports = tune_tasks([(t.task, t.weight) for t in tasks], target, trials,
+                         database, callback=callback, **options)
+    if not checking:
+        return reports
+    compile_default = lambda: compile_model(model, target, None, input_shapes,  # noqa: E731
+                                            layout=layout, threads=threads,
+                                            winograd=winograd, cache_model=False)
     try:
         found = check.check_choices_in_model(
             compile_now, tasks, target, database, threads,
-            deadline=None if budget is None else start + budget)
+            deadline=None if total is None else start + total,
+            compile_default=compile_default)
     except KilnError as exc:
         log.warning("the in-model check of the tuned choices failed (%s); the confirmed "
                     "choices stand", exc)

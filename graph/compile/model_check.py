@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ...autotune.database import Choice, Database
+from ...autotune.database import Choice, Database, config_key
 from ...autotune.dispatch import Selection, select_record
 from ...autotune.space.rules import SearchSpace
 from ...codegen.target import Target
@@ -37,6 +37,7 @@ SAMPLES = 3             # timed samples of each model per round (their median co
 SAMPLE_SECONDS = 0.01   # a sample runs the model this long at least
 MARGIN = 0.0            # the choice stays if the model with it takes < (1 - MARGIN) x
 SHARE = 0.15            # of a time budget, kept for this check (tune_model)
+VERDICT_ROUNDS = 15     # paired rounds of the whole verdict (every choice against none)
 SECONDS_PER_TASK = 3.0  # a check of one task on two cores (a compile and the rounds), before
                         # one has been timed
 
@@ -108,20 +109,27 @@ def _default_choice(choice: Choice, default_config: dict) -> Choice:
 
 def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Target,
                            db: Database, threads: int, deadline: float | None = None,
-                           rounds: int = ROUNDS) -> list[ModelCheck]:
+                           rounds: int = ROUNDS,
+                           compile_default: Callable[[], object] | None = None
+                           ) -> list[ModelCheck]:
     """Try each task's non-default schedule (a confirmed choice or a best record) against
     its default inside the model (see the module docstring), heaviest task first; `tasks`:
     the model's ModelTasks,
     `compile_now()`: the model compiled with `db` as it stands, at `threads`. With
     `deadline` (a time.perf_counter() value), a check starts only if it should end by then
-    (it takes as long as the slowest so far). Returns what each check found."""
+    (it takes as long as the slowest so far). With `compile_default()` (the model on default
+    schedules only), the checks end with the whole verdict (`whole_model_verdict`): time is
+    kept for it, and every choice still standing goes back to its default unless the model
+    with them all beats the defaults. Returns what each check found."""
     order = sorted(tasks, key=lambda mt: -mt.weight * mt.task.flops)
     pending = []
     for mt in order:
         task = mt.task.retargeted(target)
         space = SearchSpace(task, threads, target)
         selection = select_record(task, target, db, threads, space=space)
-        if selection.record is not None:
+        # (a best record that is the default schedule itself has nothing to check)
+        if selection.record is not None and \
+                config_key(selection.record.config) != config_key(space.default_config()):
             pending.append((mt, space, _standing_choice(task.workload_key, str(target), threads,
                                                         selection, db)))
     if not pending:
@@ -130,9 +138,12 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
     current = compile_now()
     inputs = current._example_inputs()
     results, longest = [], 0.0
+    stop = deadline
+    if deadline is not None and compile_default is not None:
+        stop = deadline - VERDICT_ROUNDS / rounds * SECONDS_PER_TASK
     for mt, space, choice in pending:
         expected = longest or SECONDS_PER_TASK
-        if deadline is not None and time.perf_counter() + expected > deadline:
+        if stop is not None and time.perf_counter() + expected > stop:
             log.info("in-model check stopped at the deadline (%d of %d tasks checked)",
                      len(results), len(pending))
             break
@@ -154,4 +165,39 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
         log.info("%s: the model runs %.3fx as long with its choice as with its default: %s",
                  mt.name, ratio, "kept" if kept else "back to the default")
         longest = max(longest, time.perf_counter() - start)
+    if compile_default is not None:
+        results = whole_model_verdict(current, compile_default, pending, results, db,
+                                      threads, clock)
     return results
+
+
+def whole_model_verdict(current, compile_default: Callable[[], object], pending, results,
+                        db: Database, threads: int, clock) -> list[ModelCheck]:
+    """The model with every choice still standing (`current`) against the model on its
+    default schedules, in VERDICT_ROUNDS paired rounds; unless it is faster, each standing
+    choice goes back to its default (a task-by-task check decides at the noise level, and
+    a budget may end before every choice is checked: this one keeps the sum honest).
+    `pending`: (ModelTask, space, choice) of the tasks with a non-default schedule;
+    returns `results` with the reverted ones marked not kept (and unchecked ones added)."""
+    checked = {r.task_key: r for r in results}
+    standing = [(mt, space, choice) for mt, space, choice in pending
+                if mt.task.workload_key not in checked or checked[mt.task.workload_key].kept]
+    if not standing:
+        return results
+    default = compile_default()
+    inputs = current._example_inputs()
+    ratio = paired_ratio(lambda: current.run(inputs), lambda: default.run(inputs),
+                         VERDICT_ROUNDS, clock)
+    kept = ratio < 1.0 - MARGIN
+    log.info("the model with its %d tuned choices runs %.3fx as long as on its defaults: %s",
+             len(standing), ratio, "kept" if kept else "all back to the defaults")
+    out = {r.task_key: r for r in results}
+    for mt, space, choice in standing:
+        key = mt.task.workload_key
+        if not kept:
+            db.commit_choice(_default_choice(choice, space.default_config()))
+        if key in out:
+            out[key] = dataclasses.replace(out[key], kept=kept)
+        else:
+            out[key] = ModelCheck(mt.name, key, ratio, kept)
+    return list(out.values())

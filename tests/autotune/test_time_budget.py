@@ -49,11 +49,12 @@ def test_time_budget_stops_in_time_and_follows_latency(tmp_path, monkeypatch):
     one_trial = max(b - a for a, b in zip([start] + stamps, stamps))
     assert end - start <= budget + one_trial + 2.0, (end - start, one_trial)   # + close
     assert stamps[-1] - start >= budget * 0.5, "stopped long before the budget ran out"
-    by_size = sorted(reports, key=lambda r: r.best_seconds)
-    small, big = by_size[0], by_size[-1]
-    assert big.best_seconds > 3 * small.best_seconds
-    # after one warm-up batch each, the time goes where the latency is
-    assert big.trials > small.trials >= 1, [(r.name, r.trials) for r in reports]
+    from kiln.graph.compile.model import model_tasks
+    flops = {mt.task.workload_key: mt.task.flops for mt in model_tasks(two_matmuls())}
+    small, big = sorted(reports, key=lambda r: flops[r.task_key])
+    # the time goes where the latency is: the big task first (the tasks' latencies come from
+    # a profile of the model; no round-robin warm-up, autotune/spread.py)
+    assert big.trials > small.trials and big.trials >= 1, [(r.name, r.trials) for r in reports]
     # every trial was committed; a rerun resumes (its trials count, none is measured twice)
     target = canonical_target("native")
     held = sum(len(db.records(r.task_key, target)) for r in reports)

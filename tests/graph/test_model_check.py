@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -164,27 +165,49 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     tasks = model_tasks(model, TARGET)
     seen = {}
 
+    latencies = {}
+
     def fake_tune_tasks(pairs, target, trials, db, callback=None, **options):
         seen["budget"] = options["time_budget"]
+        seen["check_seconds"] = options.get("check_seconds")
+        latencies.update(options["latencies"] or {})
         return [TaskReport(t.workload_key, t.name, w, 0, math.inf) for t, w in pairs]
 
-    def fake_check(compile_now, tasks, target, db, threads, deadline=None):
+    def fake_check(compile_now, tasks, target, db, threads, deadline=None,
+                   compile_default=None):
         seen["deadline"], seen["threads"] = deadline, threads
+        seen["latencies"] = latencies
         return [model_check.ModelCheck(tasks[0].name, tasks[0].task.workload_key, 1.1, False)]
 
     monkeypatch.setattr(C, "tune_tasks", fake_tune_tasks)
     monkeypatch.setattr(model_check, "check_choices_in_model", fake_check)
     start = time.perf_counter()
     reports = C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100)
-    assert seen["budget"] == pytest.approx(100 * (1 - model_check.SHARE))
+    # (the profile of the default-compiled model that gives the tasks' latencies comes
+    # out of the budget)
+    # (the profile of the default-compiled model that gives the tasks' latencies comes out
+    # of the budget; the task scheduler keeps check_seconds per tuned task for the check)
+    spent = time.perf_counter() - start
+    assert 100 - spent <= seen["budget"] <= 100
+    assert seen["check_seconds"] == model_check.SECONDS_PER_TASK
     assert start + 100 <= seen["deadline"] <= time.perf_counter() + 100
+    assert set(seen["latencies"]) == {t.task.workload_key for t in tasks}
+    assert all(v > 0 for v in seen["latencies"].values())
     checked = [r for r in reports if r.in_model is not None]
     assert [r.task_key for r in checked] == [tasks[0].task.workload_key]
     assert checked[0].in_model.ratio == 1.1 and checked[0].choice is None
     seen.clear()
+    start = time.perf_counter()
     C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
                  model_check=False)
-    assert seen == {"budget": 100}
+    assert set(seen) == {"budget", "check_seconds"} and seen["check_seconds"] == 0.0
+    assert 100 - (time.perf_counter() - start) <= seen["budget"] <= 100
+    # without the profile (latencies given as None: the scheduler's own allocation) the
+    # check keeps its fixed share
+    seen.clear()
+    C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
+                 latencies=None)
+    assert seen["budget"] == pytest.approx(100 * (1 - model_check.SHARE))
 
 
 def test_a_check_that_fails_leaves_the_choice_standing(tmp_path, monkeypatch):
@@ -202,3 +225,62 @@ def test_a_check_that_fails_leaves_the_choice_standing(tmp_path, monkeypatch):
     key, (config, _) = next(iter(chosen.items()))
     choice = db.choice(key, TARGET, 1)
     assert not choice.is_default and choice.config == config
+
+
+class _FakeModel:
+    """A compiled model whose run advances a fake clock by `seconds` (the verdict is timed
+    by the clock it is given) and returns its outputs."""
+
+    def __init__(self, clock, seconds: float):
+        self.clock, self.seconds = clock, seconds
+
+    def run(self, inputs):
+        self.clock.now += self.seconds
+        return [np.zeros(1)]
+
+    def _example_inputs(self):
+        return []
+
+
+@pytest.mark.parametrize("tuned_seconds,kept", [(0.9e-3, True), (1.02e-3, False)])
+def test_the_verdict_keeps_the_choices_only_if_the_whole_model_beats_its_defaults(
+        tmp_path, tuned_seconds, kept):
+    """After the task-by-task checks, every choice still standing (kept, or not reached
+    before the deadline) goes back to its default unless the model with them all runs
+    faster than the model on defaults."""
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 2)
+    clock = type("Clock", (), {"now": 0.0, "__call__": lambda self: self.now})()
+    first, second = list(chosen)
+    pending = []
+    for mt in tasks:
+        if mt.task.workload_key in chosen:
+            space = SearchSpace(mt.task.retargeted(TARGET), 1)
+            pending.append((mt, space, db.choice(mt.task.workload_key, TARGET, 1)))
+    checked = [model_check.ModelCheck("a", first, 0.97, True)]     # second: not reached
+    out = model_check.whole_model_verdict(_FakeModel(clock, tuned_seconds),
+                                          lambda: _FakeModel(clock, 1e-3), pending, checked,
+                                          db, 1, clock)
+    assert {c.task_key: c.kept for c in out} == {first: kept, second: kept}
+    for key, (config, default) in chosen.items():
+        assert db.choice(key, TARGET, 1).config == (config if kept else default)
+
+
+def test_the_verdict_leaves_reverted_choices_alone(tmp_path):
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 1)
+    key = next(iter(chosen))
+    checked = [model_check.ModelCheck("a", key, 1.05, False)]
+    mt = next(mt for mt in tasks if mt.task.workload_key == key)
+    pending = [(mt, SearchSpace(mt.task.retargeted(TARGET), 1), db.choice(key, TARGET, 1))]
+    out = model_check.whole_model_verdict(None, lambda: pytest.fail("compiled"), pending,
+                                          checked, db, 1, time.thread_time)
+    assert out == checked
+
+
+def test_task_latencies_sum_each_tasks_kernels_in_the_profile():
+    from kiln.graph.compile.task_latency import task_latencies
+    tasks = [SimpleNamespace(name="conv", task=SimpleNamespace(workload_key="k1")),
+             SimpleNamespace(name="add", task=SimpleNamespace(workload_key="k2"))]
+    rows = [{"kernel": "conv", "ms": 2.0}, {"kernel": "add", "ms": 0.5},
+            {"kernel": "conv", "ms": 1.0}, {"kernel": "", "ms": 0.3}]
+    compiled = SimpleNamespace(profile=lambda repeat: rows)
+    assert task_latencies(compiled, tasks) == pytest.approx({"k1": 3e-3, "k2": 0.5e-3})

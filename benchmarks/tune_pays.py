@@ -1,0 +1,151 @@
+"""Does a short tune pay? `kiln tune MODEL --time 5m` at 1 thread on unseen models, then the
+tuned model against its defaults in an alternating A/B in one process.
+
+    python benchmarks/tune_pays.py [--time 5m] [--models regnety_004 gpt2 convnext_atto]
+                                   [--rounds 15] [--exports]
+
+Each model is tuned into a fresh private database (never the committed log: this CPU's
+records start empty, so every model is unseen) with a time budget, as `kiln tune MODEL
+--time 5m` does at KILN_NUM_THREADS=1 (kiln.tune with time_budget=, the same path). Then the
+model is compiled twice in this process, with the tuned database and with none (the
+defaults), and the two are timed in alternating rounds (which goes first alternates; each
+side the median of a few samples; the calling thread's CPU time, since at one thread the
+model runs on it), so both sides of each ratio see the same machine load. The speedup is the
+median over rounds of default time / tuned time; the figure is its geomean over the models.
+`--exports` adds the ONNX files in /work/exports (public architectures with static shapes).
+Prints a table per model and, last, one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
+from common import emit_json, kiln_threads, print_table  # noqa: E402
+
+import kiln  # noqa: E402
+from kiln.autotune.database import Database  # noqa: E402
+from kiln.cli import parse_duration  # noqa: E402
+from kiln.graph.compile.model_check import paired_ratio  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+EXPORTS = Path("/work/exports")
+SEQ = 64
+MODELS = ("regnety_004", "gpt2", "convnext_atto")     # from /work/exports
+
+
+def load_model(name: str):
+    """(ModelProto or path, input_shapes or None) of a bundled model, a fixture or an export."""
+    import onnx
+    from kiln.graph import models
+    from tests import models_zoo
+    if name == "mobilenetv2_like":
+        return models.mobilenetv2_like(image_size=128), None
+    if name == "resnet18_like":
+        return models.resnet18_like(image_size=112), None
+    if name == "bert_like":
+        return models.bert_like_encoder(seq=64, hidden=256, layers=2), None
+    if name in models_zoo.ARCHITECTURES:
+        return models_zoo.ARCHITECTURES[name](), None
+    fixture = FIXTURES / f"{name}.onnx.gz"
+    if fixture.exists():
+        proto = onnx.load_from_string(gzip.open(fixture).read())
+        return proto, {v.name: [1, SEQ] for v in proto.graph.input}
+    export = EXPORTS / f"{name}.onnx"
+    if export.exists():
+        listing = EXPORTS / "exports.json"       # the exporter's input shapes, if listed
+        shapes = json.loads(listing.read_text()).get(name, {}) if listing.exists() else {}
+        given = shapes.get("input")           # {name: shape} for the HF exports
+        return str(export), given if isinstance(given, dict) else None
+    raise SystemExit(f"unknown model {name!r}: not bundled, not a tests/fixtures file, "
+                     f"not in {EXPORTS}")
+
+
+def one_model(name: str, budget: float, rounds: int, tmp: Path) -> dict:
+    model, shapes = load_model(name)
+    db = Database(tmp / f"{name}.db")        # private and empty: the model is unseen
+    start = time.perf_counter()
+    reports = kiln.tune(model, db=db, time_budget=budget, input_shapes=shapes)
+    tune_s = time.perf_counter() - start
+    tuned = kiln.compile(model, db=db, threads=1, input_shapes=shapes)
+    default = kiln.compile(model, db=None, threads=1, input_shapes=shapes)
+    inputs = default._example_inputs()
+    err = max(float(np.max(np.abs(a.astype(np.float64) - b)))
+              for a, b in zip(tuned.run(inputs), default.run(inputs)))
+    # tuned / default per round; speedup = its inverse
+    ratio = paired_ratio(lambda: tuned.run(inputs), lambda: default.run(inputs), rounds,
+                         time.thread_time)
+    t_default = default.benchmark(inputs, repeat=10)
+    timing = [r.timing for r in reports if r.timing]
+    trials = sum(t.get("trials", 0) for t in timing)
+    wall = sum(t.get("wall_seconds", 0.0) for t in timing)
+    parts: dict[str, float] = {}        # seconds of the tuning loop by part, all tasks
+    for t in timing:
+        for part, seconds in t.get("seconds", {}).items():
+            parts[part] = parts.get(part, 0.0) + seconds
+    kept = sum(1 for r in reports if r.in_model is not None and r.in_model.kept)
+    checked = sum(1 for r in reports if r.in_model is not None)
+    steps = tuned.plan.steps
+    db.close()
+    return {"model": name, "tasks": len(reports), "trials": trials,
+            "trials_per_min": 60.0 * trials / wall if wall else 0.0,
+            "tune_s": tune_s, "default_ms": t_default * 1e3, "speedup": 1.0 / ratio,
+            "tuned_kernels": sum(s.source != "default" for s in steps),
+            "kernels": len(steps), "in_model_kept": kept, "in_model_checked": checked,
+            "max_abs_diff": err, "tasks_tuned": sum(1 for r in reports if r.trials),
+            "seconds_per_trial": {k: round(v / max(1, trials), 3) for k, v in parts.items()}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time", type=parse_duration, default=300.0,
+                        help="tuning time per model, e.g. 90s, 5m (default 5m)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--exports", action="store_true",
+                        help=f"add every {EXPORTS}/*.onnx to --models")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="alternating rounds of the tuned and the default model")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    names = list(args.models)
+    if args.exports:
+        names += sorted(p.stem for p in EXPORTS.glob("*.onnx"))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kiln-tune-pays-") as tmp, kiln_threads(1):
+        os.environ.setdefault("KILN_CACHE_DIR", str(Path(tmp) / "cache"))
+        for name in names:
+            r = one_model(name, args.time, args.rounds, Path(tmp))
+            results.append(r)
+            print(f"{name}: {r['trials']} trials in {r['tune_s']:.0f} s, "
+                  f"speedup {r['speedup']:.3f}x", flush=True)
+    rows = [[r["model"], r["tasks"], r["trials"], f"{r['trials_per_min']:.1f}",
+             f"{r['tune_s']:.0f}", f"{r['default_ms']:.2f}",
+             f"{r['tuned_kernels']}/{r['kernels']}",
+             f"{r['in_model_kept']}/{r['in_model_checked']}", f"{r['speedup']:.3f}",
+             f"{r['max_abs_diff']:.1e}"] for r in results]
+    print_table(["model", "tasks", "trials", "trials/min", "tune s", "default ms",
+                 "tuned kernels", "in-model kept", "speedup", "max diff"], rows)
+    geomean = math.exp(sum(math.log(r["speedup"]) for r in results) / len(results))
+    print(f"geomean speedup over the defaults: {geomean:.3f}x (target >= 1.05)")
+    emit_json({"bench": "tune_pays", "label": args.label, "time_budget_s": args.time,
+               "threads": 1, "rounds": args.rounds, "geomean_speedup": round(geomean, 4),
+               "models": [{k: (round(v, 4) if isinstance(v, float) else v)
+                           for k, v in r.items()} for r in results]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
