@@ -175,8 +175,9 @@ class Target:
         host = Target.native().feature_set()
         return all(f in host for f in self.feature_set() if f in _KEY_FEATURES)
 
-    def create_target_machine(self, *, for_object: bool = False):
-        """An LLVM TargetMachine (opt level 3); PIC relocation when emitting a shared object."""
+    def create_target_machine(self, *, for_object: bool = False, opt: int = 3):
+        """An LLVM TargetMachine (code generation at `opt`, default 3; 0 selects FastISel and
+        the fast register allocator); PIC relocation when emitting a shared object."""
         init_llvm()
         try:
             llvm_target = llvm.Target.from_triple(self.triple)
@@ -184,7 +185,7 @@ class Target:
             raise TargetError(f"LLVM cannot target triple {self.triple!r} of {self}: {exc}. "
                               "Use the host triple (omit -mtriple).") from exc
         reloc = "pic" if for_object else "default"
-        return llvm_target.create_target_machine(cpu=self.cpu, features=self.features, opt=3,
+        return llvm_target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
                                                  reloc=reloc, codemodel="jitdefault"
                                                  if not for_object else "default", jit=False)
 
