@@ -200,3 +200,32 @@ def test_the_fast_config_leaves_the_loops_to_llvm():
             visitor(lower(sch, args, name=mt.name).body)
             counts[name] += visitor.count
     assert counts["default"] > 0 and counts["fast"] == 0
+
+
+def test_a_dynamic_model_tiers_each_specialisation(cache_root, tmp_path, gate, rng):
+    model = models.mlp(batch=3, sizes=(37, 29, 11))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    del model.graph.value_info[:]
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, path)
+    m = kiln.compile(str(path), db=None, jobs=1, tiered=True)
+    x = rng.standard_normal((5, 37)).astype(np.float32)
+    _close(m.run(x), _ort(str(path), x))
+    (spec,) = m.specializations
+    assert isinstance(spec, tiers.TieredModel) and spec.tier == tiers.FAST
+    gate.set()
+    assert m.optimized(timeout=120) is m and spec.tier == tiers.OPTIMIZED
+    _close(m.run(x), _ort(str(path), x))
+    assert "tier 'optimized'" in m.summary()
+
+
+def test_the_c_export_takes_the_optimised_tier(cache_root, tmp_path, gate):
+    from kiln.deploy import deploy_plan
+    m = kiln.compile(_mlp(tmp_path), db=None, jobs=1, tiered=True)
+    gate.set()
+    from kiln import deploy
+    compiled = deploy._compiled(m, None, None, "native", None, None, "nchwc", True)
+    assert compiled is m.optimized(timeout=0)
+    plan, kernels = deploy_plan(compiled)
+    assert set(kernels) and all(k.cache_key for k in compiled.kernels.values())
