@@ -149,13 +149,26 @@ class TieredModel(CompiledModel):
         self._build = build_optimized
         self.optimized_seconds: float | None = None
         self._pid = os.getpid()
-        if background:
-            _RUNNING.add(self)
-            self._thread = threading.Thread(target=self._background, daemon=True,
-                                            name=f"kiln-tier2-{first.plan.name}")
-            self._thread.start()
-        else:
+        self._started = False
+        self._start_lock = threading.Lock()
+        _RUNNING.add(self)
+        if not background:
+            self._start(wait=True)
+
+    def _start(self, wait: bool = False) -> None:
+        """Start the optimised build (once): after the first run, or when something waits
+        for it (optimized(), export, the process's exit), so it never competes with the
+        compile's first result for the CPU."""
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+        if wait:
             self._background()
+            return
+        self._thread = threading.Thread(target=self._background, daemon=True,
+                                        name=f"kiln-tier2-{self._current.plan.name}")
+        self._thread.start()
 
     def _background(self) -> None:
         start = time.perf_counter()
@@ -184,6 +197,7 @@ class TieredModel(CompiledModel):
 
     def optimized(self, timeout: float | None = None) -> CompiledModel:
         """Wait for the optimised tier (at most `timeout` seconds) and return it."""
+        self._start()
         if not self._done.wait(timeout):
             raise KilnError(f"model '{self._current.plan.name}': the optimised kernels were "
                             f"not ready within {timeout} s")
@@ -198,8 +212,12 @@ class TieredModel(CompiledModel):
 
     # ------------------------------------------------------------------ CompiledModel's face
     def run(self, inputs):
-        with self._lock:
-            return self._current.run(inputs)
+        try:
+            with self._lock:
+                return self._current.run(inputs)
+        finally:
+            if not self._started:
+                self._start()
 
     __call__ = run
 
@@ -267,6 +285,7 @@ def wait_all(timeout: float | None = None) -> None:
     inherits the set but not the threads: it waits for nothing."""
     for model in list(_RUNNING):
         if model._pid == os.getpid():
+            model._start()      # a model never run nor waited for: built (and cached) now
             model._done.wait(timeout)
 
 
