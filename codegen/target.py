@@ -72,6 +72,19 @@ def _parse_features(text: str) -> dict[str, bool]:
     return out
 
 
+@cache
+def _feature_set(cpu: str, features: str) -> frozenset[str]:
+    """Target.feature_set's value (asked hundreds of times per kernel emitted, from one or
+    two distinct targets: parsed once each)."""
+    enabled = _cpu_default_isa(cpu)
+    for name, on in _parse_features(features).items():
+        if on:
+            enabled.add(name)
+        else:
+            enabled.discard(name)
+    return frozenset(enabled)
+
+
 def _canonical_features(enabled: dict[str, bool]) -> str:
     """Sorted, with enabled features and disabled key vector features only."""
     items = [f"+{k}" for k, on in enabled.items() if on]
@@ -139,13 +152,7 @@ class Target:
     # ------------------------------------------------------------------ properties
     def feature_set(self) -> set[str]:
         """Features in effect: the CPU's default vector ISA plus/minus explicit features."""
-        enabled = _cpu_default_isa(self.cpu)
-        for name, on in _parse_features(self.features).items():
-            if on:
-                enabled.add(name)
-            else:
-                enabled.discard(name)
-        return enabled
+        return set(_feature_set(self.cpu, self.features))
 
     def has_feature(self, name: str) -> bool:
         return name in self.feature_set()
