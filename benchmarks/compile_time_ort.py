@@ -13,7 +13,10 @@ DynamicModel's, counts), onnxruntime's InferenceSession plus its first run; ever
 is checked against onnxruntime's. Cold: an empty private KILN_CACHE_DIR (kernel and model
 cache); warm: the same directory filled by the cold compile (the model cache hits). Ratios are
 per model and their geomean; medians of the runs. The slowest kernels (CPU s in their worker)
-of each cold compile are named. Prints a table and, last, one JSON object.
+of each cold compile are named. With KILN_TIERED=1 in the environment (tiered compilation,
+graph/compile/tiers.py) the cold first result is on tier 1; each cold run then also waits
+for the optimised tier (seconds to it) and times both tiers' runs in alternating rounds
+(tier 1 over tier 2). Prints a table and, last, one JSON object.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit_json, print_table  # noqa: E402
+from common import emit_json, interleaved_medians, print_table  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 FIXTURE_NAMES = ("resnet18_torch", "hf_bert", "hf_gpt2", "hf_llama", "hf_t5_encoder",
@@ -117,16 +120,31 @@ def child_kiln(path: str, inputs: str, out: str, jobs: int) -> dict:
     first = time.perf_counter() - start
     own_cpu = time.process_time() - cpu
     np.savez(out, *outputs)
+    compiled = model.specializations[0] if hasattr(model, "specializations") else model
+    tier = _tier_figures(compiled, feeds, start)
     import resource
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    compiled = model.specializations[0] if hasattr(model, "specializations") else model
     stats = getattr(compiled, "plan", None)
     stats = stats.meta.get("compile", {}) if stats is not None else {}
     return {"compile_s": compile_s, "first_result_s": first,
             "cpu_s": own_cpu + children.ru_utime + children.ru_stime,
             "cached": bool(stats.get("cached")), "kernels": len(getattr(compiled, "kernels", ())),
             "kernel_cpu_s": stats.get("kernel_cpu_s", {}),
-            "tiers": _tiers(compiled)}
+            "tiers": _tiers(compiled), **tier}
+
+
+def _tier_figures(compiled, feeds: dict, start: float) -> dict:
+    """A tiered compile's (graph/compile/tiers.py): seconds until the optimised kernels are
+    in, and the two tiers' run times side by side (alternating rounds, after the swap);
+    {} for a model that is not tiered or came from the model cache."""
+    if getattr(compiled, "tier", None) != "fast":
+        return {}
+    first = compiled._current          # the tier-1 model, kept to time it against tier 2
+    optimized = compiled.optimized()
+    ready = time.perf_counter() - start
+    fast_s, opt_s, _ = interleaved_medians(lambda: first.run(feeds),
+                                           lambda: optimized.run(feeds), rounds=5, repeat=5)
+    return {"optimized_ready_s": ready, "tier1_run_s": fast_s, "tier2_run_s": opt_s}
 
 
 def _tiers(compiled) -> dict:
@@ -204,6 +222,11 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                    "tiers": last["tiers"],
                    "slowest_kernels": sorted(last["kernel_cpu_s"].items(),
                                              key=lambda kv: -kv[1])[:3]}
+            if "optimized_ready_s" in last:     # a tiered compile (KILN_TIERED)
+                row["optimized_ready_s"] = med(cold, "optimized_ready_s")
+                row["tier1_over_tier2_run"] = med(
+                    [{"x": r["tier1_run_s"] / r["tier2_run_s"]} for r in cold], "x")
+                row["tier2_run_ms"] = med(cold, "tier2_run_s") * 1e3
             row["cold_x"] = row["cold_first_s"] / ort_first
             row["warm_x"] = row["warm_first_s"] / ort_first
             # CPU seconds (Kiln's with its compile workers'): steadier than wall on a loaded
@@ -228,6 +251,17 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
           f"({worst['model']}; target <= 30); warm: geomean {warm_g:.2f}x, worst "
           f"{worst_warm['warm_x']:.2f}x ({worst_warm['model']}; target <= 2); cold CPU time: "
           f"geomean {_geomean(r['cold_cpu_x'] for r in results):.2f}x onnxruntime's")
+    tiered = [r for r in results if "optimized_ready_s" in r]
+    if tiered:
+        print("\ntiered compile (KILN_TIERED): first result on tier 1, the optimised tier "
+              "swapped in later")
+        print_table(["model", "optimised ready s", "x onnxruntime", "tier-2 run ms",
+                     "tier-1 / tier-2 run time"],
+                    [[r["model"], r["optimized_ready_s"], r["optimized_ready_s"] /
+                      r["ort_first_s"], r["tier2_run_ms"], r["tier1_over_tier2_run"]]
+                     for r in tiered])
+        print(f"tier 1 runs {_geomean(r['tier1_over_tier2_run'] for r in tiered):.2f}x "
+              "tier 2's time (geomean)")
     for r in results:
         tiers = f"; tiers {r['tiers']}" if r["tiers"] else ""
         print(f"  {r['model']}: slowest kernels (cpu s) "
@@ -240,6 +274,9 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                "cold_geomean_x": cold_g, "cold_worst_x": worst["cold_x"],
                "warm_geomean_x": warm_g, "warm_worst_x": worst_warm["warm_x"],
                "cold_cpu_geomean_x": _geomean(r["cold_cpu_x"] for r in results),
+               "tiered": os.environ.get("KILN_TIERED", ""),
+               "tier1_over_tier2_run_geomean": _geomean(r["tier1_over_tier2_run"]
+                                                        for r in tiered),
                "results": json.loads(json.dumps(results, default=float),
                                      parse_float=lambda x: round(float(x), 4))})
     return 0

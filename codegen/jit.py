@@ -158,16 +158,21 @@ def _check_host(target: Target) -> None:
                            "export_library() to cross-compile")
 
 
-def compile_object(module: ir.Module | str, target: Target) -> tuple[str, bytes, float]:
+def compile_object(module: ir.Module | str, target: Target, pipeline: str = "o3",
+                   codegen_opt: int = 3) -> tuple[str, bytes, float]:
     """Optimize `module` (or its text) and emit a position-independent object file, as
-    export and the kernel cache store it: (optimized IR, object code, seconds)."""
+    export and the kernel cache store it: (optimized IR, object code, seconds).
+    pipeline, codegen_opt: the LLVM pipeline (PIPELINES) and code generation level; the
+    defaults are what every cached kernel is built with (graph/compile/tiers.py's fast
+    tier passes others, and never reaches the kernel cache)."""
     _check_host(target)
     start = time.perf_counter()
     text = module if isinstance(module, str) else str(module)
     with slow_compile_watch(text):
-        mod = optimize(text, target)
+        mod = optimize(text, target, pipeline)
         optimized = str(mod)      # before code generation, whose IR passes change `mod`
-        code = target.create_target_machine(for_object=True).emit_object(mod)
+        code = target.create_target_machine(for_object=True,
+                                            opt=codegen_opt).emit_object(mod)
     return optimized, code, time.perf_counter() - start
 
 

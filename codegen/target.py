@@ -72,6 +72,19 @@ def _parse_features(text: str) -> dict[str, bool]:
     return out
 
 
+@cache
+def _feature_set(cpu: str, features: str) -> frozenset[str]:
+    """Target.feature_set's value (asked hundreds of times per kernel emitted, from one or
+    two distinct targets: parsed once each)."""
+    enabled = _cpu_default_isa(cpu)
+    for name, on in _parse_features(features).items():
+        if on:
+            enabled.add(name)
+        else:
+            enabled.discard(name)
+    return frozenset(enabled)
+
+
 def _canonical_features(enabled: dict[str, bool]) -> str:
     """Sorted, with enabled features and disabled key vector features only."""
     items = [f"+{k}" for k, on in enabled.items() if on]
@@ -139,13 +152,7 @@ class Target:
     # ------------------------------------------------------------------ properties
     def feature_set(self) -> set[str]:
         """Features in effect: the CPU's default vector ISA plus/minus explicit features."""
-        enabled = _cpu_default_isa(self.cpu)
-        for name, on in _parse_features(self.features).items():
-            if on:
-                enabled.add(name)
-            else:
-                enabled.discard(name)
-        return enabled
+        return set(_feature_set(self.cpu, self.features))
 
     def has_feature(self, name: str) -> bool:
         return name in self.feature_set()
@@ -175,8 +182,9 @@ class Target:
         host = Target.native().feature_set()
         return all(f in host for f in self.feature_set() if f in _KEY_FEATURES)
 
-    def create_target_machine(self, *, for_object: bool = False):
-        """An LLVM TargetMachine (opt level 3); PIC relocation when emitting a shared object."""
+    def create_target_machine(self, *, for_object: bool = False, opt: int = 3):
+        """An LLVM TargetMachine (code generation at `opt`, default 3; 0 selects FastISel and
+        the fast register allocator); PIC relocation when emitting a shared object."""
         init_llvm()
         try:
             llvm_target = llvm.Target.from_triple(self.triple)
@@ -184,7 +192,7 @@ class Target:
             raise TargetError(f"LLVM cannot target triple {self.triple!r} of {self}: {exc}. "
                               "Use the host triple (omit -mtriple).") from exc
         reloc = "pic" if for_object else "default"
-        return llvm_target.create_target_machine(cpu=self.cpu, features=self.features, opt=3,
+        return llvm_target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
                                                  reloc=reloc, codemodel="jitdefault"
                                                  if not for_object else "default", jit=False)
 

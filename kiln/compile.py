@@ -13,6 +13,7 @@ from .autotune.default_db import open_database
 from .codegen.runtime_config import resolve_threads
 from .codegen.target import Target
 from .graph.compile.model import tune_model
+from .graph.compile.tiers import tiered_setting
 from .graph.ir import Graph
 from .graph.runtime.dynamic import DynamicModel, compile_specialized
 from .graph.runtime.staged import StagedModel
@@ -24,7 +25,8 @@ from .te.errors import KilnError
 def compile(model, target: str = "native", db="default",  # noqa: A001 - the public name
             input_shapes=None, jobs: int | None = None, layout: str = "nchwc",
             threads: int | None = None, winograd: bool = True,
-            constants=None, zero_shot: bool = False) -> CompiledModel | DynamicModel | StagedModel:
+            constants=None, zero_shot: bool = False,
+            tiered: bool | None = None) -> CompiledModel | DynamicModel | StagedModel:
     """Compile an ONNX model (path or ModelProto) with the best schedules known in `db` for
     running at `threads` (default: KILN_NUM_THREADS, else every core), falling back to
     default schedules. `db`: "default" (the user's tuning log layered over the records
@@ -37,6 +39,9 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     `db`'s other records ranks best (needs a database; nothing changes with db=None). Off by
     default: on the leave-one-model-out benchmark (benchmarks/zero_shot.py, RESULTS.md) its
     picks ran slower than the defaults.
+    `tiered`: return at once on kernels built fast, build the optimised ones in the
+    background and swap them in between runs (graph/compile/tiers.py; `model.optimized()`
+    waits for them); None: KILN_TIERED, else off.
 
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's
@@ -53,7 +58,8 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     threads, jobs = resolve_threads(threads), resolve_threads(jobs)     # defaulted once, here
     return compile_specialized(model, target=target, db=db, input_shapes=input_shapes,
                                jobs=jobs, layout=layout, threads=threads, winograd=winograd,
-                               constants=constants, zero_shot=zero_shot)
+                               constants=constants, zero_shot=zero_shot,
+                               tiered=tiered_setting(tiered))
 
 
 DEFAULT_TRIALS = 200

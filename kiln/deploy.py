@@ -80,7 +80,7 @@ def deploy_plan(compiled: CompiledModel) -> tuple[DeployPlan, dict]:
 def _compiled(model, input_shapes, constants, target, db, threads, layout,
               winograd) -> CompiledModel:
     if isinstance(model, CompiledModel):
-        return model
+        return model.optimized()    # a tiered model's optimised kernels (waits for them)
     from .graph.compile.model import compile_model
     try:
         return compile_model(model, target=target, db=db, input_shapes=input_shapes,

@@ -26,7 +26,7 @@ from ...codegen.runtime_config import resolve_threads
 from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
-from . import model_cache, parallel_build
+from . import model_cache, parallel_build, tiers
 from ..runtime.executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
@@ -152,14 +152,19 @@ def _build_kernels(tasks: Sequence[ModelTask], target: Target, db: Database | No
 
 
 def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
-                       db: Database | None, jobs: int, threads: int, zero_shot: bool):
+                       db: Database | None, jobs: int, threads: int, zero_shot: bool,
+                       fast: bool = False):
     """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
     worker processes, each task goes to them as soon as it is found
-    (parallel_build.StreamingBuild), but for zero-shot picks, which rank every task first."""
-    if jobs > 1 and not (zero_shot and db is not None) and parallel_build.can_fork_workers():
-        select = lambda mt: select_record(mt.task, target, db, threads)  # noqa: E731
-        with parallel_build.StreamingBuild(target, jobs, _build_task, select,
-                                           threads) as stream:
+    (parallel_build.StreamingBuild), but for zero-shot picks, which rank every task first.
+    fast: tier 1 of a tiered compile (graph/compile/tiers.py), no database read."""
+    if jobs > 1 and (fast or not (zero_shot and db is not None)) and \
+            parallel_build.can_fork_workers():
+        select = (tiers.no_record if fast else
+                  lambda mt: select_record(mt.task, target, db, threads))  # noqa: E731
+        with parallel_build.StreamingBuild(target, jobs,
+                                           tiers.build_fast_task if fast else _build_task,
+                                           select, threads) as stream:
             tasks, per_group = extract_tasks(graph, groups, target, on_task=stream.add)
             if stream.started:
                 kernels, sources, stats = stream.finish()
@@ -167,6 +172,8 @@ def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
                 return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
     else:
         tasks, per_group = extract_tasks(graph, groups, target)
+    if fast:
+        return (tasks, per_group, *tiers.build_fast_serial(tasks, target, threads))
     return (tasks, per_group, *_build_kernels(tasks, target, db, jobs, threads, zero_shot))
 
 
@@ -217,7 +224,7 @@ def compile_model(model, target: str | Target = "native", db=None,
                   threads: int | None = None, winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
                   zero_shot: bool = False, proto=None,
-                  cache_model: bool = True) -> CompiledModel:
+                  cache_model: bool = True, tiered: bool = False) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -241,6 +248,10 @@ def compile_model(model, target: str | Target = "native", db=None,
     still identifies the model for the model cache).
     cache_model: look the compiled model up in (and add it to) the persistent model cache
     (its kernels go to the kernel cache either way); off for throwaway compiles.
+    tiered: on a model-cache miss, return a tiers.TieredModel at once, on kernels built fast
+    (tier 1, never cached), and build the model this compile would otherwise return in a
+    background thread from the same graph and tasks; it is swapped in between runs and
+    cached (graph/compile/tiers.py).
     """
     start = time.perf_counter()
     target = Target.from_string(target)     # an entry point: parsed once, here
@@ -266,7 +277,35 @@ def compile_model(model, target: str | Target = "native", db=None,
                                    target, proto)
     # default schedules are made for `threads` (SearchSpace(task, threads))
     tasks, per_group, kernels, sources, build_stats = _extract_and_build(
-        graph, groups, target, database, jobs, threads, zero_shot)
+        graph, groups, target, database, jobs, threads, zero_shot, fast=tiered)
+    compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
+                         threads, start)
+    store = lambda done: _store(done, options_key, model, options,  # noqa: E731
+                                constants, cache_key)
+    if tiered:
+        compiled.plan.meta["compile"]["tier"] = tiers.FAST
+
+        def build_optimized() -> CompiledModel:
+            begin = time.perf_counter()
+            optimized = _assemble(graph, groups, per_group,
+                                  *_build_kernels(tasks, target, database, jobs, threads,
+                                                  zero_shot),
+                                  target, threads, begin)
+            store(optimized)
+            return optimized
+        log.info("compiled %s (fast tier): %d groups, %d kernels in %.1f s", graph.name,
+                 len(groups), len(kernels), time.perf_counter() - start)
+        return tiers.TieredModel(compiled, build_optimized)
+    store(compiled)
+    log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
+             len(kernels), time.perf_counter() - start)
+    return compiled
+
+
+def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,
+              sources: dict, build_stats: dict, target: Target, threads: int,
+              start: float) -> CompiledModel:
+    """The CompiledModel of the groups' kernels: steps, memory plan, executor."""
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -287,15 +326,18 @@ def compile_model(model, target: str | Target = "native", db=None,
                           **({"io_formats": graph.io_formats} if graph.io_formats else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
+    return compiled
+
+
+def _store(compiled: CompiledModel, options_key: str | None, model, options: tuple,
+           constants, cache_key: str | None) -> None:
+    """Into the model cache, if the compile's inputs did not change meanwhile."""
     if options_key is not None and model_cache.still_valid(options_key, model, *options):
         if constants:
             model_cache.remember_pins(options_key, compiled)
             cache_key = model_cache.pinned_key(options_key, constants)
         if cache_key is not None:
             model_cache.store(cache_key, compiled)
-    log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
-             len(kernels), time.perf_counter() - start)
-    return compiled
 
 
 def model_tasks(model, target: str | Target = "native",

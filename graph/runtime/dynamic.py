@@ -133,13 +133,14 @@ def compile_specialized(model, target: Target | str = "native", db=None,
                         jobs: int | None = None, layout: str = "nchwc",
                         threads: int | None = None, winograd: bool = True,
                         constants: Mapping[str, np.ndarray] | None = None,
-                        zero_shot: bool = False) -> "CompiledModel | DynamicModel | StagedModel":
+                        zero_shot: bool = False,
+                        tiered: bool = False) -> "CompiledModel | DynamicModel | StagedModel":
     """A CompiledModel if the model's shapes are all known ahead of time, else a
     DynamicModel that compiles a specialisation per input shape at run time (module doc); a
     StagedModel (graph/runtime/staged.py) if the main graph has an op whose output size depends on
     the data."""
     options = dict(target=target, db=open_db(db), jobs=jobs, layout=layout, threads=threads,
-                   winograd=winograd, zero_shot=zero_shot)
+                   winograd=winograd, zero_shot=zero_shot, tiered=tiered)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)
     proto = read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)
@@ -248,6 +249,13 @@ class DynamicModel:
     def specializations(self) -> list[CompiledModel]:
         """The specialisations compiled so far, oldest first."""
         return list(self._cache.values())
+
+    def optimized(self, timeout: float | None = None) -> "DynamicModel":
+        """Waits until every specialisation compiled so far runs its optimised kernels (a
+        tiered compile's; graph/compile/tiers.py); returns this model."""
+        for compiled in self._cache.values():
+            compiled.optimized(timeout)
+        return self
 
     def set_num_threads(self, n: int) -> None:
         """Threads for every specialisation's kernels, compiled or to come."""

@@ -305,6 +305,11 @@ class CompiledModel:
 
     __call__ = run
 
+    def optimized(self, timeout: float | None = None) -> "CompiledModel":
+        """This model: its kernels are the optimised ones (a tiered compile's model,
+        graph/compile/tiers.TieredModel, waits for them)."""
+        return self
+
     def set_num_threads(self, n: int) -> None:
         """Threads for the kernels' parallel loops (default: the count compiled for). The
         schedules stay those chosen for `plan.meta["threads"]`; to run best at another
