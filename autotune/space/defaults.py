@@ -521,15 +521,16 @@ def _vector_tile(extent: int, lanes: int, odd: bool = False) -> int:
     not whole 16-lane ones. With `odd` (window anchors), an axis no such width divides
     takes `_odd_vector_tile`; otherwise, with 16-lane vectors, the widest divisor between
     a quarter of a vector and one (50 -> 10, 49 -> 7), else one vector with a guarded
-    tail. With 16-lane vectors an axis between one and two vectors long is taken whole
-    only at exactly two: a 24- or 25-lane tile (a register and a partial one) leaves LLVM
-    splitting its accumulators into scalars, 10-20x slower than three 8-lane tiles
+    tail. Outside window anchors, with 16-lane vectors, an axis between one and two
+    vectors long is taken whole only at exactly two: a 24- or 25-lane register tile (a
+    register and a partial one) leaves LLVM splitting its accumulators into scalars,
+    10-20x slower than three 8-lane tiles
     (MobileViT's (16, 64, 64) @ (16, 64, 24) attention, 1 thread: 843 us whole, 45 us as
     3 x 8 lanes; 128x96 @ 96x24: 0.17 vs 0.008 ms), so it takes a half or partial vector
     as above (24 -> 8, 20 -> 10), or one vector with a guarded tail (17, 23, 31). (8-lane
     vectors keep the whole axis: AVX2 showed no such cliff, 12 columns ran 0.07 ms whole,
     0.12 as 8 lanes and a tail.)"""
-    if extent <= lanes or extent == 2 * lanes or (extent < 2 * lanes and lanes < 16):
+    if extent <= lanes or (extent <= 2 * lanes and (odd or lanes < 16 or extent % lanes == 0)):
         return extent
     widths = (2 * lanes, lanes, lanes // 2) if lanes >= 16 else (2 * lanes, lanes)
     for width in widths:
