@@ -227,10 +227,14 @@ class TieredModel(CompiledModel):
             self._current.set_num_threads(n)
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
+        """The optimised model's time (waits for it): the tier a caller keeps running."""
+        self.optimized()
         with self._lock:
             return self._current.benchmark(inputs, repeat, number)
 
     def profile(self, inputs=None, repeat: int = 10) -> list[dict]:
+        """The optimised model's profile (waits for it)."""
+        self.optimized()
         with self._lock:
             return self._current.profile(inputs, repeat)
 

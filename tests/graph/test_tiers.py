@@ -93,6 +93,7 @@ def test_same_outputs_before_and_after_the_swap(cache_root, tmp_path, gate, rng)
     _close(after, want)
     _close(after, before)
     assert "tier 'optimized'" in m.summary()
+    assert m.benchmark(x, repeat=2) > 0 and m.profile(x, repeat=2)[0]["kernel"]
 
 
 def test_a_swap_during_concurrent_runs_is_safe(cache_root, tmp_path, gate):
