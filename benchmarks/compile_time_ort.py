@@ -121,6 +121,7 @@ def child_kiln(path: str, inputs: str, out: str, jobs: int) -> dict:
     own_cpu = time.process_time() - cpu
     np.savez(out, *outputs)
     compiled = model.specializations[0] if hasattr(model, "specializations") else model
+    first_stats = compiled.plan.meta.get("compile", {})     # tier 1's, for a tiered compile
     tier = _tier_figures(compiled, feeds, start)
     import resource
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -130,6 +131,7 @@ def child_kiln(path: str, inputs: str, out: str, jobs: int) -> dict:
             "cpu_s": own_cpu + children.ru_utime + children.ru_stime,
             "cached": bool(stats.get("cached")), "kernels": len(getattr(compiled, "kernels", ())),
             "kernel_cpu_s": stats.get("kernel_cpu_s", {}),
+            "first_kernel_cpu_s": first_stats.get("kernel_cpu_s", {}),
             "tiers": _tiers(compiled), **tier}
 
 
@@ -222,6 +224,9 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                    "tiers": last["tiers"],
                    "slowest_kernels": sorted(last["kernel_cpu_s"].items(),
                                              key=lambda kv: -kv[1])[:3]}
+            if "optimized_ready_s" in last:     # the kernels of the first result: tier 1's
+                row["slowest_tier1_kernels"] = sorted(last["first_kernel_cpu_s"].items(),
+                                                      key=lambda kv: -kv[1])[:3]
             if "optimized_ready_s" in last:     # a tiered compile (KILN_TIERED)
                 row["optimized_ready_s"] = med(cold, "optimized_ready_s")
                 row["tier1_over_tier2_run"] = med(
@@ -264,8 +269,11 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
               "tier 2's time (geomean)")
     for r in results:
         tiers = f"; tiers {r['tiers']}" if r["tiers"] else ""
+        first = ("; tier 1's: " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                            r["slowest_tier1_kernels"])
+                 if r.get("slowest_tier1_kernels") else "")
         print(f"  {r['model']}: slowest kernels (cpu s) "
-              + ", ".join(f"{k} {v:.2f}" for k, v in r["slowest_kernels"]) + tiers)
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["slowest_kernels"]) + first + tiers)
     print(f"(times from after the import to the first correct result, in fresh processes, "
           f"onnxruntime at {threads} threads, Kiln jobs={jobs}; load average "
           f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores)")

@@ -43,6 +43,11 @@ FAST_PIPELINE = "o1"      # codegen.jit.PIPELINES
 FAST_CODEGEN_OPT = 3      # 0 (FastISel) ran tier-1 kernels 1.3-3.4x slower for ~15% less CPU
 FAST_SOURCE = "default (fast tier)"
 ENV = "KILN_TIERED"
+# Off: on the bundled and exported models it cut the first result 1.43x (geomean) but the
+# optimised tier arrived up to 2.4x later than an untiered compile's model, runs until then
+# took 1.19x (up to 2x) as long, and the process spent tier 1's CPU on top (benchmarks/
+# RESULTS.md, "compile time and tiered compilation").
+DEFAULT_TIERED = False
 
 
 def tiered_setting(tiered: bool | None, environ: Mapping[str, str] | None = None) -> bool:
@@ -59,8 +64,6 @@ def tiered_setting(tiered: bool | None, environ: Mapping[str, str] | None = None
         return False
     raise KilnError(f"{ENV}={value!r}: use 1 (tiered compilation on) or 0 (off)")
 
-
-DEFAULT_TIERED = False
 
 
 def fast_config(space: SearchSpace) -> dict:
@@ -227,10 +230,14 @@ class TieredModel(CompiledModel):
             self._current.set_num_threads(n)
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
+        """The optimised model's time (waits for it): the tier a caller keeps running."""
+        self.optimized()
         with self._lock:
             return self._current.benchmark(inputs, repeat, number)
 
     def profile(self, inputs=None, repeat: int = 10) -> list[dict]:
+        """The optimised model's profile (waits for it)."""
+        self.optimized()
         with self._lock:
             return self._current.profile(inputs, repeat)
 

@@ -93,6 +93,7 @@ def test_same_outputs_before_and_after_the_swap(cache_root, tmp_path, gate, rng)
     _close(after, want)
     _close(after, before)
     assert "tier 'optimized'" in m.summary()
+    assert m.benchmark(x, repeat=2) > 0 and m.profile(x, repeat=2)[0]["kernel"]
 
 
 def test_a_swap_during_concurrent_runs_is_safe(cache_root, tmp_path, gate):
@@ -229,3 +230,22 @@ def test_the_c_export_takes_the_optimised_tier(cache_root, tmp_path, gate):
     assert compiled is m.optimized(timeout=0)
     plan, kernels = deploy_plan(compiled)
     assert set(kernels) and all(k.cache_key for k in compiled.kernels.values())
+
+
+def test_a_process_ending_on_the_fast_tier_leaves_the_optimised_model_cached(cache_root,
+                                                                              tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+    path = _mlp(tmp_path)
+    script = textwrap.dedent(f"""
+        import numpy as np, kiln
+        m = kiln.compile({path!r}, db=None, jobs=1, tiered=True)
+        m.run(np.ones((3, 37), np.float32))
+        assert m.tier == "fast", m.tier    # exits while the optimised build runs
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warm = kiln.compile(path, db=None, jobs=1, tiered=True)
+    assert not isinstance(warm, tiers.TieredModel) and warm.plan.meta["compile"].get("cached")
