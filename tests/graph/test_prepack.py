@@ -122,8 +122,8 @@ def test_a_shared_weight_is_packed_once():
 
 
 @pytest.mark.parametrize("rows, columns, block", [
-    (128, 1024, 16), (128, 1000, 8), (128, 24, 8), (64, 1001, 16), (1, 1000, 40), (1, 256, 32), (1, 96, 48), (1, 128, 32),
-    (1, 1001, 16)])
+    (128, 1024, 16), (128, 1000, 8), (128, 24, 8), (64, 1001, 16), (1, 1000, 40),
+    (1, 256, 32), (1, 96, 48), (1, 128, 32), (1, 1001, 16)])
 def test_weight_block(rows, columns, block):
     assert matmul_weight_block(rows, columns) == block
 
