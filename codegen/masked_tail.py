@@ -17,7 +17,7 @@ from ..schedule.ir import Buffer, BufferLoad, Scope, SeqStmt, Stmt, Store
 from ..schedule.passes.uniform_select import GuardedLoad
 from ..te import dtype as dt
 from ..te import expr as E
-from ..te.visit import child_exprs
+from ..te.visit import child_exprs, substitute
 
 
 def _stores(stmt: Stmt) -> list[Store] | None:
@@ -42,7 +42,6 @@ def _multiple_of(e: E.Expr, n: int) -> bool:
 def _whole_vectors(buf: Buffer, index: E.Expr, var: E.Var, base: E.Expr, count: int) -> bool:
     """A stack buffer accessed in aligned blocks of `count` lanes: every lane of the block
     is in bounds and belongs to the iteration that owns the block's valid lanes."""
-    from ..te.visit import substitute
     return (buf.scope is Scope.LOCAL and buf.size % count == 0 and _multiple_of(base, count)
             and _multiple_of(substitute(index, {var: E.const(0, index.dtype)}), count))
 
