@@ -73,9 +73,11 @@ def test_local_batches_start_at_the_default_and_stay_near_the_best(tmp_path):
     batch = tuner._propose(4)
     assert batch[0] == default and len(batch) == 4
     assert len({config_key(c) for c in batch}) == 4
-    # the rest are mutations of the default (no search proposal: it lowers hundreds)
-    assert batch[1:] == spread.local_batch(tuner.space, default, {config_key(default)}, 3,
-                                           f"{config_key(default)}/0")
+    # then mutations of the default and EXPLORE samples of the whole space (no search
+    # proposal: it lowers hundreds)
+    local = 4 - 1 - spread.EXPLORE
+    assert batch[1:1 + local] == spread.local_batch(
+        tuner.space, default, {config_key(default)}, local, f"{config_key(default)}/0")
     assert tuner.search.score_seconds == 0.0 and tuner.featurize.seconds == 0.0
     # the same salt gives the same mutations; seen ones are left out
     again = spread.local_batch(tuner.space, default, set(), 3, "s")
