@@ -18,11 +18,13 @@ So, with the tasks' in-model latencies known (the default-compiled model profile
 - a task whose last PATIENCE batches improved its best by less than MIN_STEP is stalled: its
   gain drops to a tie-breaking floor;
 - each batch is the default (first), mutations of the task's best so far and EXPLORE
-  samples of the whole space (the search's own proposals only when those run out: its simulated annealing lowers hundreds of
-  configs per batch, 1.3-1.7 s per measured candidate at batches of 4, four times the
-  candidate's LLVM build); once a task has RANK_AFTER working candidates, RANK_POOL times
-  as many mutations are drawn and the cost model keeps those it ranks best (a build costs
-  a fraction of a second, a score microseconds, a lowering for the features ~15 ms).
+  samples of the whole space; the search's own proposals only when those run out (its
+  simulated annealing lowers hundreds of configs per batch: 1.3-1.7 s per measured candidate
+  at batches of 4, four times the candidate's LLVM build). Once a task has RANK_AFTER working
+  candidates, RANK_POOL times as many are drawn and the cost model keeps those it ranks best
+  (a lowering for the features costs ~15 ms, a build a fraction of a second or more);
+- what is kept of the budget after the loop is what the tasks tuned so far need: their
+  confirmations and in-model checks (reserve_seconds), not a fixed share.
 """
 from __future__ import annotations
 
