@@ -17,12 +17,15 @@ So, with the tasks' in-model latencies known (the default-compiled model profile
   below the default has little left, one whose candidates differ a lot has more;
 - a task whose last PATIENCE batches improved its best by less than MIN_STEP is stalled: its
   gain drops to a tie-breaking floor;
-- each batch is the default (first) and mutations of the task's best so far (the search's
-  own proposals only when the mutations run out: its simulated annealing lowers hundreds of
-  configs per batch, 1.3-1.7 s per measured candidate at batches of 4, four times the
-  candidate's LLVM build); once a task has RANK_AFTER working candidates, RANK_POOL times
-  as many mutations are drawn and the cost model keeps those it ranks best (a build costs
-  a fraction of a second, a score microseconds, a lowering for the features ~15 ms).
+- each batch is the default (first), mutations of the task's best so far and EXPLORE
+  samples of the whole space (none by default); the search's own proposals only when those
+  run out (its
+  simulated annealing lowers hundreds of configs per batch: 1.3-1.7 s per measured candidate
+  at batches of 4, four times the candidate's LLVM build). Once a task has RANK_AFTER working
+  candidates, RANK_POOL times as many are drawn and the cost model keeps those it ranks best
+  (a lowering for the features costs ~15 ms, a build a fraction of a second or more);
+- what is kept of the budget after the loop is what the tasks tuned so far need: their
+  confirmations and in-model checks (reserve_seconds), not a fixed share.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ MIN_STEP = 0.01     # relative improvement of a task's best that counts as progr
 SPREAD_CAP = 0.5    # a spread above this is failures and outliers, not promise
 FLOOR = 1e-3        # a stalled task's gain, x latency / trials (ties go to the heaviest)
 BATCH = 4           # candidates per batch (a trial costs seconds: smaller steps, finer choice)
+EXPLORE = 0         # of a batch, samples of the whole space (the rest: local); 1 was
+                    # measured (RESULTS.md 2026-11-29, issue 33 item 4) and not kept
 RANK_POOL = 3       # mutations drawn per one measured, the cost model keeping its best ...
 RANK_AFTER = 8      # ... once the task has this many working candidates
 CONFIRM_BUILD_SECONDS = 2.0     # a build, before any trial has been timed

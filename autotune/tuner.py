@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,7 +28,7 @@ from .dispatch import (SIMILAR_CPU_SOURCE, apply_best, build_best,  # noqa: F401
 from .features import FEATURE_VERSION
 from .measure import MeasureOptions, MeasureResult, MeasureStatus, Runner, TaskData
 from . import spread
-from .search import Featurizer, SearchConfig, make_search
+from .search import Featurizer, SearchConfig, _random_unseen, make_search
 from .space.rules import SearchSpace
 from .task import Task
 from .timing import TrialTimer
@@ -167,6 +168,7 @@ class TaskTuner:
         # for the short-budget allocation (autotune/spread.py): every candidate's time (inf:
         # failed), the default's, and whether batches are local (mutations of the best)
         self.local = False
+        self._explore_rng = random.Random(f"{self.task.workload_key}/explore")
         self._kernels: dict[str, str] = {}     # loop IR digest -> config key, this run
         self._duplicates: set[str] = set()     # config keys skipped as the same kernel
         self.skipped = 0                        # how many (a batch of them is no exhaustion)
@@ -226,10 +228,15 @@ class TaskTuner:
         taken = self.seen | {config_key(c) for c in batch}
         if self.local:      # the neighbourhood of the best so far (autotune/spread.py)
             base = self.best.config if self.best is not None else default
-            want = n - len(batch)
+            explore = min(spread.EXPLORE, max(0, n - len(batch) - 1))
+            want = n - len(batch) - explore
             batch += self._ranked(spread.local_batch(
                 self.space, base, taken, want * spread.RANK_POOL,
                 f"{config_key(base)}/{self.n_records}"), want)
+            taken |= {config_key(c) for c in batch}
+            # and a sample of the whole space (no lowering but for the ranking)
+            batch += self._ranked(_random_unseen(self.space, self._explore_rng, taken,
+                                                 explore * spread.RANK_POOL), explore)
             if len(batch) == n:
                 return batch    # (the search's proposal lowers hundreds of configs)
             taken |= {config_key(c) for c in batch}

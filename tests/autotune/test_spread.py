@@ -73,9 +73,11 @@ def test_local_batches_start_at_the_default_and_stay_near_the_best(tmp_path):
     batch = tuner._propose(4)
     assert batch[0] == default and len(batch) == 4
     assert len({config_key(c) for c in batch}) == 4
-    # the rest are mutations of the default (no search proposal: it lowers hundreds)
-    assert batch[1:] == spread.local_batch(tuner.space, default, {config_key(default)}, 3,
-                                           f"{config_key(default)}/0")
+    # then mutations of the default and EXPLORE samples of the whole space (no search
+    # proposal: it lowers hundreds)
+    local = 4 - 1 - spread.EXPLORE
+    assert batch[1:1 + local] == spread.local_batch(
+        tuner.space, default, {config_key(default)}, local, f"{config_key(default)}/0")
     assert tuner.search.score_seconds == 0.0 and tuner.featurize.seconds == 0.0
     # the same salt gives the same mutations; seen ones are left out
     again = spread.local_batch(tuner.space, default, set(), 3, "s")
@@ -211,3 +213,15 @@ def test_the_reserve_is_what_the_tuned_tasks_confirmations_and_checks_need():
     two = spread.reserve_seconds([tuned, tuned, plain], confirm, 3.0)
     assert two == pytest.approx(3.0 * 3 + 2 * (4 * 0.5 + spread.CONFIRM_TIMING_SECONDS))
     assert spread.reserve_seconds([tuned], None, 3.0) == 6.0
+
+
+def test_explore_adds_samples_of_the_whole_space(tmp_path, monkeypatch):
+    monkeypatch.setattr(spread, "EXPLORE", 1)
+    tuner = _matmul_tuner(tmp_path)
+    tuner.local = True
+    default = tuner.space.default_config()
+    batch = tuner._propose(4)
+    mutations = spread.local_batch(tuner.space, default, {config_key(default)}, 2,
+                                   f"{config_key(default)}/0")
+    assert batch[:3] == [default] + mutations and len(batch) == 4
+    assert config_key(batch[3]) not in {config_key(c) for c in batch[:3]}
