@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..schedule.analysis import lane_stride
 from ..schedule.ir import Buffer, BufferLoad, Scope, SeqStmt, Stmt, Store
-from ..schedule.passes.uniform_select import GuardedLoad
+from ..schedule.passes import GuardedLoad
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.visit import child_exprs, substitute

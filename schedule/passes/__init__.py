@@ -17,7 +17,7 @@ from ..ir import PrimFunc, Stmt
 from .cleanup import DropTrivialGuards, simplify_stmt
 from .promote import promote_register_tiles
 from .tails import split_tails
-from .uniform_select import branch_uniform_selects
+from .uniform_select import GuardedLoad, branch_uniform_selects  # GuardedLoad: an IR node codegen emits
 from .unit_loops import remove_unit_loops
 
 log = logging.getLogger(__name__)
