@@ -389,8 +389,9 @@ def main() -> None:
             continue
         rows = sorted(r["kernels"], key=lambda k: k["t2_us"] - k["t1_us"], reverse=True)
         print_table(["kernel call (worst 2T loss first)", "ops", "1T us", "2T us", "1T/2T",
-                     "par", "forks", "iters"],
+                     "est us", "par", "forks", "iters"],
                     [[k["group"][:34], k["ops"][:30], k["t1_us"], k["t2_us"], k["speedup"],
+                      k["est_us"] if k["est_us"] is not None else "-",
                       k["par_loops"], k["forks"],
                       ",".join(str(i) for i in k["par_iters"][:3])] for k in rows[:args.top]])
     print("\nper model, medians of alternating rounds (2T/1T: time at 2 threads over 1; "

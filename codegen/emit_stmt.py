@@ -205,7 +205,12 @@ class FunctionEmitter(ExprEmitter):
                 self.masked_access("store", self.element_ptr(ptr, mem_ty, base), value.type,
                                    buf.dtype, value)
                 return
-            bld.store(value, self.element_ptr(ptr, mem_ty, base), align=align)
+            at = self.element_ptr(ptr, mem_ty, base)
+            if self.lane_mask is not None:
+                # an unmasked (register-tile) buffer keeps its masked-off lanes: a guard
+                # inside a reduction (a scan's `if j <= i`) finds them valid again later
+                value = bld.select(self.lane_mask, value, bld.load(at, typ=value.type, align=align))
+            bld.store(value, at, align=align)
             return
         idx = self.expr(s.index, index=ADDRESS)
         for lane in range(lanes.count):  # scatter, lanes in order (the last write wins)

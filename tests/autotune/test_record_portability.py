@@ -118,7 +118,7 @@ def _matmul_task():
 
 def test_a_record_that_does_not_fit_is_skipped_for_a_valid_one(tmp_path, caplog):
     task = _matmul_task()
-    space = SearchSpace(task)
+    space = SearchSpace(task, threads=1)        # the count apply_best builds for, below
     db = Database(tmp_path / "log.db")
     good = _sampled(space, seed=3)
     bad = dict(good, **{"s0/pack/conv_1_nchwc16_winograd_v": 1})

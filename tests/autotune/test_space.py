@@ -73,7 +73,7 @@ def test_local_accumulator_and_epilogue_fusion_are_applied():
     config = dict(space.default_config(), **{knob(space, "D", "local"): 1})
     sch, _ = space.apply(config)
     assert sch[space.anchors[0].op].attach is AttachKind.AT      # D computed inside Y's tile
-    mm = SearchSpace(Task.from_op("matmul", (16, 8, 32)))
+    mm = SearchSpace(Task.from_op("matmul", (16, 8, 32)), threads=1)  # at 2: serial (tiny)
     sch, _ = mm.apply(dict(mm.default_config(), **{"s0/local": 1}))
     assert any(s.name == "C.local" and s.attach is AttachKind.AT for s in sch.stages)
     text = str(lower(sch, list(mm.task.args), name="mm"))

@@ -75,7 +75,9 @@ def _parallel_extents(func) -> list[int]:
 
 
 def test_parallel_depth_three_is_offered_and_earlier_depths_keep_their_meaning():
-    conv = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 16, 1, 1, 1, 0, 16, 16)))
+    # 1 thread: at 2, the thread decision runs this small conv's loop serially
+    conv = SearchSpace(Task.from_op("conv2d_nchwc", (1, 32, 14, 14, 16, 1, 1, 1, 0, 16, 16)),
+                       threads=1)
     gemm = SearchSpace(Task.from_op("matmul", (64, 64, 64)))
     assert conv._by_name[knob(conv, "conv", "parallel")].choices == (0, 1, 2, 3)
     assert gemm._by_name["s0/parallel"].choices == (0, 1, 2)
@@ -98,8 +100,8 @@ def test_the_default_parallel_loop_of_a_one_block_conv_has_work_for_every_core(o
     iteration: the default now fuses the rows in too. Before, these kernels ran serially at
     any thread count (parallel extent 1)."""
     task = Task.from_op(op, shape)
-    space = SearchSpace(task)
-    sch, args = space.apply(space.default_config())
+    space = SearchSpace(task, threads=1)    # the loop the default makes, before the thread
+    sch, args = space.apply(space.default_config())    # decision (small ones run serially)
     cores = Target.from_string(task.target).num_cores
     extent = _parallel_extents(lower(sch, args, name="k"))[-1]     # the conv's (last) loop
     assert extent >= 2 * max(2, cores)

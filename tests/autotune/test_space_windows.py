@@ -48,7 +48,9 @@ def _run(task, config):
 
 
 def _text(task, config):
-    sch, args = SearchSpace(task).apply(config)
+    """The loop IR `config` makes at 1 thread: its loop structure before the thread decision
+    (autotune/space/thread_plan.py), which runs loops too small to fork serially at 2."""
+    sch, args = SearchSpace(task, threads=1).apply(config)
     return str(lower(sch, args, name="k"))
 
 
