@@ -131,6 +131,26 @@ def test_a_shared_weight_is_transformed_once():
     _assert_close(kiln.compile(model, jobs=1).run(feeds)[0], ort_run(model, feeds)[0])
 
 
+def test_equal_shaped_weights_share_a_transform_only_when_their_bytes_match():
+    """Three 32->32 convs: w1, w2 (one value differs by one ulp) and w3 (a copy of w1 under
+    another name): w1 and w3 share one U, w2 has its own; the model still matches."""
+    w1 = f32(32, 32, 3, 3) * 0.2
+    w2 = w1.copy()
+    w2[31, 31, 2, 2] = np.nextafter(w2[31, 31, 2, 2], np.float32(np.inf))
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c", "w3"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, {"x": ((1, 3, 8, 8), "float32")}, ["y"],
+                       {"w0": f32(32, 3, 3, 3), "w1": w1, "w2": w2, "w3": w1.copy()})
+    graph = optimize(load_onnx(model))
+    gemms = [n.inputs[1] for n in graph.nodes if n.op == "winograd_batch_matmul"]
+    assert len(gemms) == 3
+    assert gemms[0] == gemms[2] and gemms[1] != gemms[0]
+    feeds = {"x": f32(1, 3, 8, 8)}
+    _assert_close(kiln.compile(model, jobs=1).run(feeds)[0], ort_run(model, feeds)[0])
+
+
 def test_tile_size_rule():
     assert winograd_tile_size(56, 56, 64, 64) == 4
     assert winograd_tile_size(28, 28, 128, 128) == 4

@@ -95,6 +95,20 @@ def test_pack_weight_every_entry_awkward_shapes(m, f, c, b, rng):
                                        atol=1e-6)
 
 
+@pytest.mark.parametrize("m", W.TILE_SIZES)
+@pytest.mark.parametrize("f, c, b", [(1, 1, 1), (21, 7, 3), (48, 37, 16)])
+def test_pack_weight_has_the_bits_of_the_einsum_form(m, f, c, b, rng):
+    """The plane-at-a-time transform sums the same products in the same order as the
+    three-operand einsum it replaced: equal bits, so a model's outputs do not move."""
+    w = (rng.standard_normal((f, c, 3, 3)) * 10.0 ** rng.integers(-3, 4, (f, c, 3, 3))
+         ).astype(np.float32)
+    _, g, _ = W.winograd_matrices_f64(m)
+    taps = w.transpose(2, 3, 1, 0).astype(np.float64)
+    ref = np.einsum("ai,ijcf,bj->abcf", g, taps, g)
+    ref = ref.reshape(*ref.shape[:3], f // b, b).transpose(0, 1, 3, 2, 4).astype(np.float32)
+    assert np.array_equal(W.pack_winograd_weight(w, m, b), ref)
+
+
 def _run_conv(run, x, w, m, pads, b):
     X = te.placeholder((x.shape[0], x.shape[1] // b) + x.shape[2:] + (b,), name="X")
     Ut = te.placeholder((m + 2, m + 2, w.shape[0] // b, w.shape[1], b), name="U")

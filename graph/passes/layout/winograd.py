@@ -14,7 +14,6 @@ conv2d_nchwc nodes carry their weight as a constant (pack_conv_weight_blocked).
 """
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 
@@ -62,6 +61,15 @@ def _transformed_weight(packed: np.ndarray, m: int, block: int) -> np.ndarray:
     return pack_winograd_weight(unpack_conv_weight_blocked(packed), m, block)
 
 
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """a and b (same dtype and shape) hold the same bytes (-0.0 is not 0.0, a nan equals
+    itself: what a hash of their bytes decided)."""
+    if a is b:
+        return True
+    flat = lambda x: np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # noqa: E731
+    return bool(np.array_equal(flat(a), flat(b)))
+
+
 class _Rewriter:
     def __init__(self, graph: Graph, tile_size):
         self.graph = graph
@@ -69,7 +77,10 @@ class _Rewriter:
         self.constants = dict(graph.constants)
         self.taken = set(self.constants) | {v.name for v in graph.inputs} \
             | {v.name for n in graph.nodes for v in n.outputs}
-        self.transformed: dict[tuple, Value] = {}     # (m, shape, content) -> U
+        # (m, dtype, shape) -> [(packed weight, its U)]: equal weights found by comparing
+        # bytes with the few of the same shape (a sha256 of every weight cost the serial
+        # start 0.1 s on ResNet-18)
+        self.transformed: dict[tuple, list[tuple[np.ndarray, Value]]] = {}
         self.nodes: list[Node] = []
 
     def fresh(self, base: str) -> str:
@@ -86,14 +97,16 @@ class _Rewriter:
         equal packed weights are recognised by content). Its values are computed when
         first used (graph/deferred.py: the compile does it while its workers build
         kernels)."""
-        key = (m, packed.shape, hashlib.sha256(packed.tobytes()).hexdigest())
-        if key not in self.transformed:
-            u = DeferredArray((m + 2, m + 2, filters // block, channels, block), packed.dtype,
-                              _transformed_weight, packed, m, block)
-            name = self.fresh(f"{w.name}/winograd{m}")
-            self.constants[name] = u
-            self.transformed[key] = Value(name, tuple(u.shape), w.dtype)
-        return self.transformed[key]
+        seen = self.transformed.setdefault((m, str(packed.dtype), packed.shape), [])
+        for other, value in seen:
+            if _same_bytes(other, packed):
+                return value
+        u = DeferredArray((m + 2, m + 2, filters // block, channels, block), packed.dtype,
+                          _transformed_weight, packed, m, block)
+        name = self.fresh(f"{w.name}/winograd{m}")
+        self.constants[name] = u
+        seen.append((packed, Value(name, tuple(u.shape), w.dtype)))
+        return seen[-1][1]
 
     def rewrite(self, node: Node) -> bool:
         packed = _eligible(node, self.constants)
