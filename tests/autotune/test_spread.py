@@ -231,10 +231,10 @@ def test_explore_adds_samples_of_the_whole_space(tmp_path, monkeypatch):
     assert config_key(batch[3]) not in {config_key(c) for c in batch[:3]}
 
 
-def test_a_tasks_first_batch_also_samples_the_whole_space(tmp_path):
-    """The short broad warm-up: the default, then mutations, then WARM whole-space samples
-    (from the tuner's explore stream); a task with records gets mutations only."""
-    assert spread.WARM >= 1
+def test_a_tasks_first_batch_also_samples_the_whole_space(tmp_path, monkeypatch):
+    """The short broad warm-up (WARM, off by default): the default, then mutations, then
+    WARM whole-space samples; a task with records gets mutations only."""
+    monkeypatch.setattr(spread, "WARM", 2)
     tuner = _matmul_tuner(tmp_path)
     tuner.local = True
     default = tuner.space.default_config()
