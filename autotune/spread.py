@@ -18,8 +18,10 @@ So, with the tasks' in-model latencies known (the default-compiled model profile
 - a task whose last PATIENCE batches improved its best by less than MIN_STEP is stalled: its
   gain drops to a tie-breaking floor;
 - each batch is the default (first), mutations of the task's best so far and EXPLORE
-  samples of the whole space (none by default); the search's own proposals only when those
-  run out (its
+  samples of the whole space (none by default); a task's first batch may hold WARM more
+  whole-space samples (ranked by the shared cost model once it has learnt from other tasks;
+  none by default), a short broad look before later batches mutate whichever won;
+  the search's own proposals only when those run out (its
   simulated annealing lowers hundreds of configs per batch: 1.3-1.7 s per measured candidate
   at batches of 4, four times the candidate's LLVM build). Once a task has RANK_AFTER working
   candidates, RANK_POOL times as many are drawn and the cost model keeps those it ranks best
@@ -45,6 +47,10 @@ FLOOR = 1e-3        # a stalled task's gain, x latency / trials (ties go to the 
 BATCH = 4           # candidates per batch (a trial costs seconds: smaller steps, finer choice)
 EXPLORE = 0         # of a batch, samples of the whole space (the rest: local); 1 was
                     # measured (RESULTS.md 2026-11-29, issue 33 item 4) and not kept
+WARM = 0            # of a task's first batch, samples of the whole space on top of EXPLORE
+                    # (a short broad warm-up, as main's round-robin one that found GPT-2's
+                    # 1.10x); 2 was measured (RESULTS.md 2026-11-29, issue 33 item 4,
+                    # second attempt: 1.073/1.031 against 1.130/1.043) and not kept
 RANK_POOL = 3       # mutations drawn per one measured, the cost model keeping its best ...
 RANK_AFTER = 8      # ... once the task has this many working candidates
 CONFIRM_BUILD_SECONDS = 2.0     # a build, before any trial has been timed

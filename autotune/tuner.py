@@ -228,15 +228,19 @@ class TaskTuner:
         taken = self.seen | {config_key(c) for c in batch}
         if self.local:      # the neighbourhood of the best so far (autotune/spread.py)
             base = self.best.config if self.best is not None else default
-            explore = min(spread.EXPLORE, max(0, n - len(batch) - 1))
+            first = self.n_records == 0         # a task's first batch also looks broadly
+            explore = min(spread.EXPLORE + (spread.WARM if first else 0),
+                          max(0, n - len(batch) - 1))
             want = n - len(batch) - explore
             batch += self._ranked(spread.local_batch(
                 self.space, base, taken, want * spread.RANK_POOL,
                 f"{config_key(base)}/{self.n_records}"), want)
             taken |= {config_key(c) for c in batch}
-            # and a sample of the whole space (no lowering but for the ranking)
+            # and a sample of the whole space (no lowering but for the ranking; the first
+            # batch's by the shared model as soon as it has learnt, from other tasks' rows)
             batch += self._ranked(_random_unseen(self.space, self._explore_rng, taken,
-                                                 explore * spread.RANK_POOL), explore)
+                                                 explore * spread.RANK_POOL), explore,
+                                  shared=first)
             if len(batch) == n:
                 return batch    # (the search's proposal lowers hundreds of configs)
             taken |= {config_key(c) for c in batch}
@@ -265,14 +269,15 @@ class TaskTuner:
                   self.task.name)
         return True
 
-    def _ranked(self, configs: list[dict], k: int) -> list[dict]:
+    def _ranked(self, configs: list[dict], k: int, shared: bool = False) -> list[dict]:
         """The `k` of `configs` the cost model ranks best once it has learnt from
         spread.RANK_AFTER working candidates of this task (before: the first k): a build
-        costs seconds, a score microseconds."""
+        costs seconds, a score microseconds. `shared`: as soon as it has learnt at all
+        (from other tasks' rows: a task's first, broad batch)."""
         score = getattr(self.search, "_score", None)
         trained = self.pool is not None and self.pool.is_trained
         if len(configs) <= k or score is None or not trained or \
-                sum(map(math.isfinite, self.costs)) < spread.RANK_AFTER:
+                (not shared and sum(map(math.isfinite, self.costs)) < spread.RANK_AFTER):
             return configs[:k]
         scores = score(configs)
         order = sorted(range(len(configs)), key=lambda i: -scores[i])

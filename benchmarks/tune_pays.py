@@ -73,11 +73,32 @@ def load_model(name: str):
                      f"not in {EXPORTS}")
 
 
+class _Verdicts(logging.Handler):
+    """Collects the whole-model verdicts model_check logs: (choices standing, model time
+    with them / on the defaults, kept)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.found: list[tuple[int, float, bool]] = []
+
+    def emit(self, record):
+        if record.getMessage().startswith("the model with its") and len(record.args) == 3:
+            standing, ratio, verdict = record.args
+            self.found.append((standing, ratio, verdict == "kept"))
+
+
 def one_model(name: str, budget: float, rounds: int, tmp: Path) -> dict:
     model, shapes = load_model(name)
     db = Database(tmp / f"{name}.db")        # private and empty: the model is unseen
+    verdicts = _Verdicts()
+    checker = logging.getLogger("kiln.graph.compile.model_check")
+    checker.addHandler(verdicts)
+    checker.setLevel(logging.INFO)
     start = time.perf_counter()
-    reports = kiln.tune(model, db=db, time_budget=budget, input_shapes=shapes)
+    try:
+        reports = kiln.tune(model, db=db, time_budget=budget, input_shapes=shapes)
+    finally:
+        checker.removeHandler(verdicts)
     tune_s = time.perf_counter() - start
     tuned = kiln.compile(model, db=db, threads=1, input_shapes=shapes)
     default = kiln.compile(model, db=None, threads=1, input_shapes=shapes)
@@ -105,6 +126,11 @@ def one_model(name: str, budget: float, rounds: int, tmp: Path) -> dict:
             "tuned_kernels": sum(s.source != "default" for s in steps),
             "kernels": len(steps), "in_model_kept": kept, "in_model_checked": checked,
             "max_abs_diff": err, "tasks_tuned": sum(1 for r in reports if r.trials),
+            # each task check's model-time ratio (with the choice / with the default) and
+            # whether it stayed; then the whole-model verdict's (against the noise floor)
+            "in_model": [[r.in_model.task, round(r.in_model.ratio, 4), r.in_model.kept]
+                         for r in reports if r.in_model is not None],
+            "verdicts": [[n, round(v, 4), k] for n, v, k in verdicts.found],
             "seconds_per_trial": {k: round(v / max(1, trials), 3) for k, v in parts.items()}}
 
 

@@ -3,8 +3,10 @@ task has stalled, local batches around the best, and the task scheduler's use of
 from __future__ import annotations
 
 import math
+import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from kiln.autotune import spread
@@ -66,7 +68,8 @@ def _matmul_tuner(tmp_path) -> TaskTuner:
                      share_features=False)
 
 
-def test_local_batches_start_at_the_default_and_stay_near_the_best(tmp_path):
+def test_local_batches_start_at_the_default_and_stay_near_the_best(tmp_path, monkeypatch):
+    monkeypatch.setattr(spread, "WARM", 0)      # (the first batch's broad look: below)
     tuner = _matmul_tuner(tmp_path)
     tuner.local = True
     default = tuner.space.default_config()
@@ -217,6 +220,7 @@ def test_the_reserve_is_what_the_tuned_tasks_confirmations_and_checks_need():
 
 def test_explore_adds_samples_of_the_whole_space(tmp_path, monkeypatch):
     monkeypatch.setattr(spread, "EXPLORE", 1)
+    monkeypatch.setattr(spread, "WARM", 0)
     tuner = _matmul_tuner(tmp_path)
     tuner.local = True
     default = tuner.space.default_config()
@@ -225,3 +229,42 @@ def test_explore_adds_samples_of_the_whole_space(tmp_path, monkeypatch):
                                    f"{config_key(default)}/0")
     assert batch[:3] == [default] + mutations and len(batch) == 4
     assert config_key(batch[3]) not in {config_key(c) for c in batch[:3]}
+
+
+def test_a_tasks_first_batch_also_samples_the_whole_space(tmp_path, monkeypatch):
+    """The short broad warm-up (WARM, off by default): the default, then mutations, then
+    WARM whole-space samples; a task with records gets mutations only."""
+    monkeypatch.setattr(spread, "WARM", 2)
+    tuner = _matmul_tuner(tmp_path)
+    tuner.local = True
+    default = tuner.space.default_config()
+    batch = tuner._propose(4)
+    local = 4 - 1 - spread.EXPLORE - spread.WARM
+    assert batch[0] == default and len(batch) == 4 and len({config_key(c) for c in batch}) == 4
+    assert batch[1:1 + local] == spread.local_batch(
+        tuner.space, default, {config_key(default)}, local, f"{config_key(default)}/0")
+    neighbours = {config_key(c) for c in tuner.space.mutations(
+        default, 200, f"{tuner.space.task.workload_key}/any")}
+    broad = batch[1 + local:]
+    assert len(broad) == spread.WARM
+    # whole-space samples, not (all) neighbours of the default
+    assert any(config_key(c) not in neighbours for c in broad)
+    tuner.n_records = 4          # as after that batch: mutations of the best only
+    later = tuner._propose(4)
+    assert later[0] == default    # (not measured here: still first)
+    assert later[1:] == spread.local_batch(tuner.space, default, {config_key(default)}, 3,
+                                           f"{config_key(default)}/4")
+
+
+def test_the_first_batchs_samples_are_ranked_by_the_shared_model_once_it_learnt(tmp_path):
+    """Before this task has RANK_AFTER candidates of its own, only the first batch's broad
+    samples are ranked (by a model trained on other tasks' rows); mutations are not."""
+    tuner = _matmul_tuner(tmp_path)
+    configs = [tuner.space.sample(random.Random(i)) for i in range(6)]
+    tuner.pool = SimpleNamespace(is_trained=True)
+    order = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
+    tuner.search._score = lambda cs: np.array([order[configs.index(c)] for c in cs])
+    assert tuner._ranked(configs, 2) == configs[:2]             # no rows of its own yet
+    assert tuner._ranked(configs, 2, shared=True) == [configs[1], configs[3]]
+    tuner.pool = SimpleNamespace(is_trained=False)
+    assert tuner._ranked(configs, 2, shared=True) == configs[:2]   # nothing learnt yet
