@@ -296,7 +296,8 @@ class FunctionEmitter(ExprEmitter):
         loop over the lanes."""
         lanes = self.lanes
         unmasked = (masked_tail.plan(s.then_case, lanes.var, lanes.base, lanes.count)
-                    if s.else_case is None and self.lane_mask is None else None)
+                    if masked_tail.ENABLED and s.else_case is None and self.lane_mask is None
+                    else None)
         target = getattr(self.mod, "target", None)
         if unmasked is None or not all(
                 emit_expr._native_masked_load(target, b.dtype)
