@@ -86,3 +86,13 @@ def ort_session(model, threads: int):
     opts.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
+
+
+def sized_bundled_model(name: str):
+    """The bundled models the thread and tuning benchmarks run at reduced sizes (a few ms
+    each), as ModelProtos; None for any other name."""
+    from kiln.graph import models
+    sized = {"mobilenetv2_like": lambda: models.mobilenetv2_like(image_size=128),
+             "resnet18_like": lambda: models.resnet18_like(image_size=112),
+             "bert_like": lambda: models.bert_like_encoder(seq=64, hidden=256, layers=2)}
+    return sized[name]() if name in sized else None

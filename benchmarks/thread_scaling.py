@@ -56,7 +56,7 @@ if __name__ == "__main__" and "--warm-cache" not in sys.argv:
     os.environ["KILN_CACHE_DIR"] = _TMP_CACHE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit_json, ort_session, print_table  # noqa: E402
+from common import emit_json, ort_session, print_table, sized_bundled_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -70,19 +70,15 @@ ONNX_DIR = None                           # --onnx: models by file stem
 def load_model(name: str):
     """(ModelProto, input_shapes or None)."""
     import onnx
-    from kiln.graph import models
     if name.startswith("zoo:"):
         sys.path.insert(1, ROOT)
         from tests.models_zoo import ARCHITECTURES
         return ARCHITECTURES[name[4:]](), None
     if name.startswith("onnx:"):
         return onnx.load(os.path.join(ONNX_DIR, name[5:] + ".onnx")), None
-    if name == "mobilenetv2_like":
-        return models.mobilenetv2_like(image_size=128), None
-    if name == "resnet18_like":
-        return models.resnet18_like(image_size=112), None
-    if name == "bert_like":
-        return models.bert_like_encoder(seq=64, hidden=256, layers=2), None
+    sized = sized_bundled_model(name)
+    if sized is not None:
+        return sized, None
     proto = onnx.load_from_string(gzip.open(os.path.join(FIXTURES, name + ".onnx.gz")).read())
     return proto, {v.name: [1, SEQ] for v in proto.graph.input}
 

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.models_zoo
-from common import emit_json, kiln_threads, print_table  # noqa: E402
+from common import emit_json, kiln_threads, print_table, sized_bundled_model  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln.autotune.database import Database  # noqa: E402
@@ -49,14 +49,10 @@ MODELS = ("regnety_004", "gpt2", "convnext_atto")     # from /work/exports
 def load_model(name: str):
     """(ModelProto or path, input_shapes or None) of a bundled model, a fixture or an export."""
     import onnx
-    from kiln.graph import models
     from tests import models_zoo
-    if name == "mobilenetv2_like":
-        return models.mobilenetv2_like(image_size=128), None
-    if name == "resnet18_like":
-        return models.resnet18_like(image_size=112), None
-    if name == "bert_like":
-        return models.bert_like_encoder(seq=64, hidden=256, layers=2), None
+    sized = sized_bundled_model(name)
+    if sized is not None:
+        return sized, None
     if name in models_zoo.ARCHITECTURES:
         return models_zoo.ARCHITECTURES[name](), None
     fixture = FIXTURES / f"{name}.onnx.gz"
