@@ -10,7 +10,7 @@ from ..schedule.ir import PrimFunc, Stmt, Store
 from ..schedule.visitor import StmtVisitor
 from ..te.errors import CodegenError
 from . import llvm_types as T
-from . import loop_hints
+from . import loop_hints, masked_tail
 from .attributes import kernel_function_attributes
 from .emit_stmt import FunctionEmitter
 from .index_width import check_index_width
@@ -144,7 +144,8 @@ def emit_module(func: PrimFunc, target: Target, fastmath: FastMath,
         arg.add_attribute("captures(none)")
     kernel_function_attributes(fn)
     # the CPU-specific loop-IR passes (schedule/passes), then translation only
-    body = run_passes(func, CODEGEN, PassOptions(register_file_bytes(target))).body
+    options = PassOptions(register_file_bytes(target), masked_tail.ENABLED)
+    body = run_passes(func, CODEGEN, options).body
     ctx.readonly = frozenset(func.params) - _stored_buffers(body)
     ctx.cold_loops = loop_hints.cold_loops(body)
     emitter = FunctionEmitter(ctx, fn, dict(zip(func.params, fn.args)))

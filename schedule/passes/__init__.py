@@ -28,9 +28,11 @@ CODEGEN = "codegen"
 
 @dataclass(frozen=True)
 class PassOptions:
-    """What the CODEGEN passes know of the CPU: its vector register file's bytes (the
-    largest accumulator tile promoted to registers)."""
+    """What the CODEGEN passes know of the CPU and of codegen: its vector register file's
+    bytes (the largest accumulator tile promoted to registers), and whether a partial vector
+    runs masked (else lane by lane: tails split off as narrower vectors, passes/tails.py)."""
     register_file_bytes: int | None = None
+    masked_vector_tails: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ PIPELINE: tuple[Pass, ...] = (
     # accumulator tiles in registers, sized to the register file
     Pass("promote register tiles", CODEGEN,
          lambda body, opts: promote_register_tiles(body, opts.register_file_bytes)),
-    Pass("split tails", CODEGEN, lambda body, opts: split_tails(body)),
+    Pass("split tails", CODEGEN, lambda body, opts: split_tails(body, opts.masked_vector_tails)),
     Pass("remove unit loops", CODEGEN, lambda body, opts: remove_unit_loops(body)),
     Pass("branch uniform selects", CODEGEN, lambda body, opts: branch_uniform_selects(body)),
 )

@@ -18,12 +18,16 @@ is a constant c, so a tile is either whole, or has exactly c points, or none:
         for t in unrolled(c): body     # c = 4 here
 
 `split_tails` makes that rewrite for UNROLLED and SERIAL loops of constant extent whose
-whole body is one such guard, and for VECTORIZED ones (the tail a narrower vector) inside at
-least MIN_COPIES_TO_SPLIT_VECTORS unrolled copies: a guard per lane inside a register tile's
-unrolled reduction taps cost a generic conv over 19 columns 97 s of LLVM (split: 4 s), while
-a short masked vector is as cheap to compile and ran 20% faster than a split one in small
-attention matmuls (benchmarks/kernel_ab.py on a Swin) (other terms of the guard's conjunction, free of t, go to both
-conditions). Under a branch that already decided the whole-tile test (register promotion
+whole body is one such guard, and for VECTORIZED ones (the tail a narrower vector). Where
+codegen masks a partial vector (codegen/masked_tail.py, `masked_vector_tails`), a vector loop
+is split only inside at least MIN_COPIES_TO_SPLIT_VECTORS unrolled copies: a guard per lane
+inside a register tile's unrolled reduction taps cost a generic conv over 19 columns 97 s of
+LLVM (split: 4 s), while a short masked vector is as cheap to compile and ran 20% faster than
+a split one in small attention matmuls (benchmarks/kernel_ab.py on a Swin). Without masking,
+a partial vector runs as a scalar loop over its lanes, the register tile's whole reduction
+included, so every such vector loop is split: 16 x (64x64 @ 64x17) 0.39 -> 0.04 ms, 1 thread
+(benchmarks/RESULTS.md, "columns 8 does not divide"). Other terms of the guard's
+conjunction, free of t, go to both conditions. Under a branch that already decided the whole-tile test (register promotion
 emits `if whole: <unguarded tile> else: <guarded tile>`), the dead copy is left out. Loops it
 cannot prove this for keep their guards.
 """
@@ -39,19 +43,23 @@ from .promote import _buffer_loads, _conjuncts, _linear_coefficients
 # A SERIAL loop longer than this keeps its guard: its body is emitted once either way and
 # the copy would double it for a branch per iteration (LLVM unrolls short ones fully).
 MAX_SERIAL_SPLIT = 16
-# a guarded vector loop is split only inside this many unrolled copies of it (see above)
+# with masked partial vectors, a guarded vector loop is split only inside this many unrolled
+# copies of it (see above)
 MIN_COPIES_TO_SPLIT_VECTORS = 32
 
 
-def split_tails(stmt: Stmt) -> Stmt:
-    """`stmt` with every provable tile tail split off (see the module docstring)."""
-    return _Splitter()(stmt)
+def split_tails(stmt: Stmt, masked_vector_tails: bool = False) -> Stmt:
+    """`stmt` with every provable tile tail split off (see the module docstring);
+    `masked_vector_tails`: codegen runs a partial vector masked, not lane by lane."""
+    return _Splitter(masked_vector_tails)(stmt)
 
 
 class _Splitter(StmtMutator):
-    def __init__(self):
+    def __init__(self, masked_vector_tails: bool):
         self.known: dict[E.Expr, bool] = {}     # conditions decided by enclosing branches
         self.copies = 1                         # product of the enclosing unrolled extents
+        # a partial vector left guarded: masked (cheap) or lane by lane (not)
+        self.min_vector_copies = MIN_COPIES_TO_SPLIT_VECTORS if masked_vector_tails else 1
 
     def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
         if _buffer_loads(node.cond):        # may change between two tests: not a fact
@@ -76,7 +84,7 @@ class _Splitter(StmtMutator):
 
     def visit_For(self, loop: For) -> Stmt:
         split = None if (loop.kind is ForKind.VECTORIZED and
-                         self.copies < MIN_COPIES_TO_SPLIT_VECTORS) else _split(loop)
+                         self.copies < self.min_vector_copies) else _split(loop)
         if split is not None:
             return self.visit(split)
         if loop.kind is not ForKind.UNROLLED or not isinstance(loop.extent, E.IntImm):

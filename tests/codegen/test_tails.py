@@ -184,7 +184,14 @@ def test_a_guarded_vector_becomes_a_whole_vector_and_a_narrow_tail():
 
 def test_a_guarded_vector_in_few_unrolled_copies_keeps_its_mask():
     func = _columns(19, copies=MIN_COPIES_TO_SPLIT_VECTORS // 2)
-    assert split_tails(func.body) is func.body
+    assert split_tails(func.body, masked_vector_tails=True) is func.body
+
+
+def test_without_masked_vectors_every_guarded_vector_is_split():
+    """A partial vector that codegen would run lane by lane is split whatever the copies."""
+    for copies in (1, 2):
+        text = str(split_tails(_columns(19, copies=copies).body))
+        assert "vectorized(8)" in text and "vectorized(3)" in text and "j < 19" not in text
 
 
 @pytest.mark.parametrize("n_total", [1, 3, 8, 19, 23])

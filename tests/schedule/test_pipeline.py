@@ -9,6 +9,7 @@ import pytest
 import kiln
 from kiln import te
 from kiln.codegen import Target
+from kiln.codegen import masked_tail
 from kiln.codegen.emit_module import emit_module, fastmath_flags, register_file_bytes
 from kiln.schedule.passes import (CODEGEN, LOWER, PIPELINE, PassOptions, run_passes)
 
@@ -63,7 +64,7 @@ def test_emit_module_translates_what_the_codegen_stage_gives(monkeypatch):
 
     monkeypatch.setattr("kiln.codegen.emit_module.run_passes", spy)
     emit_module(func, target, fastmath_flags(("contract",)), parallel="serial")
-    assert seen == [(CODEGEN, PassOptions(register_file_bytes(target)))]
+    assert seen == [(CODEGEN, PassOptions(register_file_bytes(target), masked_tail.ENABLED))]
 
 
 def test_run_passes_rejects_a_wrong_stage_or_missing_options():
