@@ -283,23 +283,34 @@ class _Rewriter:
         return True
 
     def concat(self, node: Node) -> bool:
-        """Along channels, of values whose channels fill whole blocks of the output's block
-        (DenseNet's 64 + 32k channels): a concat of the blocked twins along their block axis,
-        so the layout carries on through the dense block instead of converting twice."""
+        """Along channels, of values whose channels fill whole blocks of one block (DenseNet's
+        64 + 32k channels): a concat of the blocked twins along their block axis, so the
+        layout carries on through the dense block instead of converting twice. The block is
+        the output's own when its parts fill it, else the one their twins share (GhostNet's
+        8 + 8 or 40 + 40 halves, in blocks of 8: the output then keeps blocks of 8, which
+        its readers take as they take any twin's block)."""
         out = node.outputs[0]
         if len(out.shape) != 4 or node.attrs["axis"] not in (1, -3):
             return False
         parts = [v for v in node.inputs if v is not None]
-        block = channel_block(out.shape[1])
-        if block is None or not any(v.name in self.blocked for v in parts):
+        if not any(v.name in self.blocked for v in parts):
             return False
+        shared = {self.blocked[v.name].shape[-1] for v in parts if v.name in self.blocked}
+        block = next((b for b in (channel_block(out.shape[1]), *sorted(shared, reverse=True))
+                      if b is not None and self._fills_blocks(parts, b)), None)
+        if block is None:
+            return False
+        self.emit_blocked(node, "concat", [self.as_blocked(v, block) for v in parts],
+                          dict(node.attrs, axis=1), block)
+        return True
+
+    def _fills_blocks(self, parts: list[Value], block: int) -> bool:
+        """Whether every part is whole blocks of `block` in the layout it has or would take."""
         for v in parts:
             twin = self.blocked.get(v.name)
             if v.shape[1] % block or (twin.shape[-1] if twin is not None
                                       else channel_block(v.shape[1])) != block:
                 return False
-        self.emit_blocked(node, "concat", [self.as_blocked(v, block) for v in parts],
-                          dict(node.attrs, axis=1), block)
         return True
 
     def frame_taps(self, node: Node, twin: Value, padded: bool) -> bool:
