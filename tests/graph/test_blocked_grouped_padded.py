@@ -137,14 +137,18 @@ def _dense_model(growth, h, w):
     return make_model(nodes, {"x": ((1, 3, h, w), "float32")}, ["y"], inits)
 
 
-@pytest.mark.parametrize("growth,h,w,blocked", [(16, 9, 7, True), (32, 2, 3, True),
-                                                (8, 5, 3, False), (12, 4, 6, False)])
+@pytest.mark.parametrize("growth,h,w,blocked", [(16, 9, 7, (True, True)),
+                                                (32, 2, 3, (True, True)),
+                                                (8, 5, 3, (False, True)),
+                                                (12, 4, 6, (False, False))])
 def test_channel_concats_and_average_pools_run_blocked_when_blocks_line_up(growth, h, w,
                                                                           blocked):
+    """growth 8: 16 (blocks of 16) + 8 converts; then 24 + 8 concat in the blocks of 8
+    both take; growth 12: a padded block of 8 never concats blocked."""
     graph = _check(_dense_model(growth, h, w), {"x": f32(1, 3, h, w)})
     concats = [n for n in graph.nodes if n.op == "concat"]
     assert len(concats) == 2
-    assert all((len(n.outputs[0].shape) == 5) == blocked for n in concats)
+    assert tuple(len(n.outputs[0].shape) == 5 for n in concats) == blocked
     pool = next(n for n in graph.nodes if n.op == "avg_pool2d")
     assert len(pool.inputs[0].shape) == 5
 
