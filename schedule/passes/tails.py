@@ -26,10 +26,10 @@ LLVM (split: 4 s), while a short masked vector is as cheap to compile and ran 20
 a split one in small attention matmuls (benchmarks/kernel_ab.py on a Swin). Without masking,
 a partial vector runs as a scalar loop over its lanes, the register tile's whole reduction
 included, so every such vector loop is split: 16 x (64x64 @ 64x17) 0.39 -> 0.04 ms, 1 thread
-(benchmarks/RESULTS.md, "columns 8 does not divide"). Other terms of the guard's
-conjunction, free of t, go to both conditions. Under a branch that already decided the whole-tile test (register promotion
-emits `if whole: <unguarded tile> else: <guarded tile>`), the dead copy is left out. Loops it
-cannot prove this for keep their guards.
+(benchmarks/RESULTS.md, "GEMM column tails"). Other terms of the guard's conjunction, free of
+t, go to both conditions. Under a branch that already decided the whole-tile test (register
+promotion emits `if whole: <unguarded tile> else: <guarded tile>`), the dead copy is left
+out. Loops it cannot prove this for keep their guards.
 """
 from __future__ import annotations
 
