@@ -4,13 +4,14 @@
 
 GEMMs whose columns the vector does not divide (batched with runtime operands, as attention's
 scores @ V; and linears with constant weights), 9x9 and band (1x9, 9x1) depthwise convs (7x7
-for reference) and GhostNet's ghost module (1x1 conv, depthwise 3x3, concat of the halves,
-1x1 conv). Each case is a small ONNX model: Kiln's figure is the sum of its kernels (default
-schedules, db=None, each called alone; the JSON has each kernel's time, the layout
-conversions at the model's edges included), onnxruntime's one session.run on 1 thread (its
-call overhead included, a few us). Both are timed by the calling thread's CPU time, median
-of `--rounds` rounds of `--calls` calls. Kiln is imported as installed, so the same script
-measures another checkout when that one is on the path first. Last line: one JSON object.
+for reference), GhostNet's ghost module (1x1 conv, depthwise 3x3, concat of the halves, 1x1
+conv) and MixNet's mixed conv (split, depthwise 3x3 and 5x5, concat). Each case is a small
+ONNX model: Kiln's figure is the sum of its kernels (default schedules, db=None, each called
+alone; the JSON has each kernel's time, the layout conversions at the model's edges
+included), onnxruntime's one session.run on 1 thread (its call overhead included, a few us).
+Both are timed by the calling thread's CPU time, median of `--rounds` rounds of `--calls`
+calls. Kiln is imported as installed, so the same script measures another checkout when that
+one is on the path first. Last line: one JSON object.
 """
 from __future__ import annotations
 
@@ -74,6 +75,25 @@ def ghost(cin, half, hw):
     return _model(nodes, {"x": x}, inits), {"x": x}
 
 
+def mixed(cin, sizes, hw):
+    """MixNet's mixed conv: Split along channels, a depthwise conv of kernel 3, 5, ... on
+    each part, Concat."""
+    rng = np.random.default_rng(0)
+    x = _rand(rng, 1, cin, hw, hw)
+    parts = [f"p{i}" for i in range(len(sizes))]
+    inits = {"w0": _rand(rng, cin, cin, 1, 1), "sizes": np.array(sizes, np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Split", ["a", "sizes"], parts, axis=1)]
+    for i, size in enumerate(sizes):
+        k = 3 + 2 * i
+        inits[f"w{i + 1}"] = _rand(rng, size, 1, k, k)
+        nodes.append(helper.make_node("Conv", [parts[i], f"w{i + 1}"], [f"d{i}"], group=size,
+                                      kernel_shape=[k, k], pads=[k // 2] * 4))
+    nodes.append(helper.make_node("Concat", [f"d{i}" for i in range(len(sizes))], ["y"],
+                                  axis=1))
+    return _model(nodes, {"x": x}, inits), {"x": x}
+
+
 CASES = {
     "bmm 16x64x64@64x17": lambda: matmul((16, 64, 64), (16, 64, 17), False),
     "bmm 16x64x64@64x20": lambda: matmul((16, 64, 64), (16, 64, 20), False),
@@ -94,6 +114,8 @@ CASES = {
     "ghost 16->8+8 at 80x80": lambda: ghost(16, 8, 80),
     "ghost 80->40+40 at 20x20": lambda: ghost(80, 40, 20),
     "ghost 24->12+12 at 40x40": lambda: ghost(24, 12, 40),
+    "mixed 480->240+240 at 8x8": lambda: mixed(480, [240, 240], 8),
+    "mixed 96->48+48 at 16x16": lambda: mixed(96, [48, 48], 16),
 }
 
 

@@ -1,6 +1,7 @@
-"""Channel concats in the blocked layout (graph/passes/layout/blocked.py): halves that fill
-whole blocks of the block their twins share stay blocked (GhostNet's ghost modules), halves
-that do not still convert, and both match onnxruntime."""
+"""Channel concats and splits in the blocked layout (graph/passes/layout/blocked.py): halves
+that fill whole blocks of the block their twins share stay blocked (GhostNet's ghost
+modules), splits into whole blocks split the twin (MixNet's mixed convs), the others still
+convert, and every form matches onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,6 +59,43 @@ def test_halves_of_padded_blocks_still_convert():
                                                (24, 12, True), (19, 8, False)])
 def test_ghost_modules_match_onnxruntime(cin, half, shortcut):
     model, feeds = _ghost(cin, half, shortcut=shortcut)
+    (got,) = compile_model(model, db=None, jobs=1, threads=1).run(feeds)
+    (want,) = ort_run(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _mixed(channels, sizes):
+    """MixNet's mixed conv: 1x1 conv to `channels`, Split along channels into `sizes`,
+    a depthwise conv of its own kernel (3, 5, ...) on each part, concat, 1x1 conv."""
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-1, 1, (1, 5, 9, 9)).astype(np.float32)
+    inits = {"w0": rng.uniform(-1, 1, (channels, 5, 1, 1)).astype(np.float32),
+             "w9": rng.uniform(-1, 1, (3, channels, 1, 1)).astype(np.float32)}
+    parts = [f"p{i}" for i in range(len(sizes))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], kernel_shape=[1, 1]),
+             helper.make_node("Split", ["a", "sizes"], parts, axis=1)]
+    inits["sizes"] = np.array(sizes, np.int64)
+    for i, size in enumerate(sizes):
+        k = 3 + 2 * i
+        inits[f"w{i + 1}"] = rng.uniform(-1, 1, (size, 1, k, k)).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [parts[i], f"w{i + 1}"], [f"d{i}"], group=size,
+                                      kernel_shape=[k, k], pads=[k // 2] * 4))
+    nodes += [helper.make_node("Concat", [f"d{i}" for i in range(len(sizes))], ["c"], axis=1),
+              helper.make_node("Conv", ["c", "w9"], ["y"], kernel_shape=[1, 1])]
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
+@pytest.mark.parametrize("channels,sizes,blocked", [(32, [16, 16], True),
+                                                    (48, [16, 32], True),
+                                                    (32, [8, 24], False),
+                                                    (24, [8, 16], True)])
+def test_channel_splits_in_whole_blocks_run_blocked(channels, sizes, blocked):
+    """Parts of whole blocks of the input's block split its twin (24 = 3 blocks of 8);
+    8 + 24 of 32 (blocks of 16) converts; every form matches onnxruntime."""
+    model, feeds = _mixed(channels, sizes)
+    graph = to_blocked_layout(optimize(load_onnx(model)))
+    (split,) = [n for n in graph.nodes if n.op == "split"]
+    assert (len(split.inputs[0].shape) == 5) == blocked
     (got,) = compile_model(model, db=None, jobs=1, threads=1).run(feeds)
     (want,) = ort_run(model, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

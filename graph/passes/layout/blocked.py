@@ -10,8 +10,8 @@ conv reads NCHW directly, a `from_blocked` node feeds whatever needs NCHW).
 Runs blocked: dense, depthwise and grouped convs with constant fp32 weights (weights re-laid
 out here, once), unary elementwise ops, the depth taps of 3-D convs (frame_taps), binary
 arithmetic whose other operand is blocked alike or a per-channel constant, max and average pooling, reductions over H and W that keep their
-dims (global pooling), and concats along channels that fill whole blocks. A grouped conv runs
-blocked when its groups line up with the block (te.ops.grouped_conv_blocking: whole blocks per
+dims (global pooling), and concats and splits along channels in whole blocks. A grouped conv
+runs blocked when its groups line up with the block (te.ops.grouped_conv_blocking: whole blocks per
 group, or whole groups per block). The block is 16 channels when they divide by 16, else 8
 (layout.conv_weight_block), so two values with the same channel count always share a block;
 more than 8 channels that 8 does not divide take blocks of 8, the last one padded
@@ -313,6 +313,27 @@ class _Rewriter:
                 return False
         return True
 
+    def split(self, node: Node) -> bool:
+        """Along channels, of a blocked value into parts of whole blocks (MixNet's 480 ->
+        240 + 240 in blocks of 16): a split of the twin along its block axis, each part a
+        blocked twin, instead of an NCHW round trip."""
+        x = node.inputs[0]
+        twin = self.blocked.get(x.name)
+        if (twin is None or len(x.shape) != 4 or node.attrs["axis"] not in (1, -3)
+                or _padded(twin, x)):
+            return False
+        block = twin.shape[-1]
+        if any(v.shape[1] % block for v in node.outputs):
+            return False
+        twins = tuple(Value(self.fresh(f"{v.name}/nchwc{block}"),
+                            blocked_shape(v.shape, block), v.dtype) for v in node.outputs)
+        sizes = tuple(v.shape[1] // block for v in node.outputs)
+        self.nodes.append(Node("split", (twin,), twins,
+                               FrozenDict(dict(node.attrs, axis=1, sizes=sizes)), node.name))
+        self.blocked.update((v.name, t) for v, t in zip(node.outputs, twins))
+        self.changed = True
+        return True
+
     def frame_taps(self, node: Node, twin: Value, padded: bool) -> bool:
         """A 3-D conv's depth taps (graph/onnx/conv3d.py) on whole blocks: when each
         group's channels fill whole blocks, a tap is a copy of blocks, so the op runs on the
@@ -331,6 +352,8 @@ class _Rewriter:
             return self.concat(node)
         if op in _BINARY:
             return self.binary(node)
+        if op == "split":
+            return self.split(node)
         if first is None or first.name not in self.blocked or len(node.outputs) != 1:
             return False
         twin = self.blocked[first.name]
