@@ -57,8 +57,7 @@ def test_batched_matmuls_with_column_tails_match_numpy():
 def test_constant_weights_with_column_tails_match_numpy():
     """Linears with a constant weight (prepacked panels), over batched and 2-D inputs."""
     _check([((16, 64, 64), (64, 17)), ((3, 13, 33), (33, 20)), ((2, 7, 9), (9, 36)),
-            ((512, 64), (64, 20)), ((29, 47), (47, 23)), ((1, 1, 19), (19, 37))],
-           const=True)
+            ((29, 47), (47, 23)), ((1, 1, 19), (19, 37))], const=True)
 
 
 class _LaneGuards(StmtVisitor):
