@@ -68,7 +68,10 @@ CHAIN_NS = 0.6
 # from_blocked/to_blocked copies of 10K-55K elements: 0.39-0.51 ns; estimated at the bytes'
 # rate they came out 8-25x too fast, so they stayed serial at 2 threads).
 STRIDED_NS = 0.45
-PROBE_POINTS = 33       # consecutive outputs looked at to tell a gather from a row
+PROBE_POINTS = 33
+# A parallel loop split over T threads gets at least this many iterations per thread where
+# the outer tile loops allow (balanced_depth).
+MIN_ITERATIONS_PER_THREAD = 4       # consecutive outputs looked at to tell a gather from a row
 
 
 _enabled = True
@@ -102,6 +105,22 @@ class LoopDecision:
     iterations: int
     estimate_us: float
     parallel: bool
+
+
+def balanced_depth(extents: list[int], depth: int, threads: int) -> int:
+    """How many of the outer loops `extents` (outermost first) a parallel loop that a config
+    asks to fuse `depth` of should fuse at `threads`: more, one by one, until it has at least
+    MIN_ITERATIONS_PER_THREAD iterations per thread. A conv whose cache tiles leave 4 or 5
+    outer iterations runs 3 of 5 on one thread of two, and cannot rebalance when one thread
+    is slowed; the pool splits a longer loop into chunks that the threads claim as they go.
+    Only spatial outer tile loops are fused (their order and tiles stay as they are); at
+    one thread `depth` is returned unchanged."""
+    if threads <= 1 or depth <= 0:
+        return depth
+    want = MIN_ITERATIONS_PER_THREAD * threads
+    while depth < len(extents) and math.prod(extents[:depth]) < want:
+        depth += 1
+    return depth
 
 
 def fork_pays(estimate_us: float, iterations: int, threads: int) -> bool:
