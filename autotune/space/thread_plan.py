@@ -134,15 +134,16 @@ def fork_pays(estimate_us: float, iterations: int, threads: int) -> bool:
 
 
 def estimate_us(ops: list[ComputeOp], reads: dict, out_bytes: float, target: Target,
-                scalar: frozenset = frozenset(), strided: float = 0.0) -> float:
+                scalar: frozenset = frozenset(), strided: float = 0.0,
+                chains: frozenset = frozenset()) -> float:
     """Estimated 1-thread microseconds of computing `ops` (arithmetic, calls weighted by
     CALL_OPS) that read `reads` ({placeholder op: bytes read}) and write `out_bytes`.
-    Ops in `scalar` are computed per row without a vector loop: a reduction among them is a
-    dependent chain (CHAIN_NS a step), other arithmetic goes one lane at a time. `strided`
-    elements are read across an input's rows (STRIDED_NS each)."""
+    Ops in `scalar` are computed per row without a vector loop (one lane at a time); a
+    reduction in `chains` (one accumulator: no unrolled lanes either) is a dependent chain,
+    CHAIN_NS a step. `strided` elements are read across an input's rows (STRIDED_NS each)."""
     ns = strided * STRIDED_NS
     for op in ops:
-        if op in scalar and isinstance(op.body, E.Reduce):
+        if op in chains and isinstance(op.body, E.Reduce):
             ns += _points(op) * CHAIN_NS
             continue
         lanes = 1 if op in scalar else max(1, target.vector_lanes(op.dtype))
@@ -259,13 +260,16 @@ def root_groups(sch: Schedule, target: Target) -> list[tuple[Stage, float]]:
     is not read whole)."""
     inlined = {s.op for s in sch.stages if s.attach is AttachKind.INLINE}
     groups: dict[Stage, list[ComputeOp]] = {}
-    scalar = set()          # stages computed per row (attached) without a vector loop
-    for s in sch.stages:
+    scalar, chains = set(), set()       # attached stages without a vector loop; of those,
+    for s in sch.stages:                # the ones without unrolled (independent) lanes either
         if s.is_placeholder or s.attach is AttachKind.INLINE:
             continue
         groups.setdefault(_root_of(s), []).append(s.op)
-        if s.attach is AttachKind.AT and ForKind.VECTORIZED not in s.iter_kinds.values():
+        kinds = set(s.iter_kinds.values())
+        if s.attach is AttachKind.AT and ForKind.VECTORIZED not in kinds:
             scalar.add(s.op)
+            if ForKind.UNROLLED not in kinds:
+                chains.add(s.op)
     out = []
     for root, ops in groups.items():
         work, reads, seen, members = list(ops), {}, set(), set(ops)
@@ -286,7 +290,7 @@ def root_groups(sch: Schedule, target: Target) -> list[tuple[Stage, float]]:
         out_bytes = (math.prod(res.shape) if res.shape else 1) * itemsize(res.dtype)
         strided = sum(_strided_reads(op, inlined) for op in ops)
         out.append((root, estimate_us(work, reads, out_bytes, target, frozenset(scalar),
-                                      strided)))
+                                      strided, frozenset(chains))))
     return out
 
 
