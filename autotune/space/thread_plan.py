@@ -13,11 +13,16 @@ count and a zero-shot pick all get the decision, and the tuner measures and feat
 kernel as it will run.
 
 The estimate is the loop's arithmetic over a compute rate plus the bytes it reads and writes
-over a memory rate (`estimate_us`), summed over the stages computed inside it; both rates
-were fitted to kernel times measured at 1 thread (benchmarks/thread_scaling.py prints the
-estimate next to each measured kernel). A loop keeps its parallel annotation when the time
-the other threads save, `t * (1 - ceil(e / T) / e)` for `e` iterations on `T = min(threads,
-e)` threads, exceeds FORK_COST_US; else it runs serially. At 1 thread nothing changes: the
+over a memory rate (`estimate_us`), summed over the stages computed inside it, plus what
+those rates do not see: elements gathered across an input's rows (transposes, blocked-layout
+copies; `_strided_reads`) and the dependent scalar steps of a row reduction's final sum; the
+rates were fitted to kernel times measured at 1 thread (benchmarks/thread_scaling.py prints
+the estimate next to each measured kernel). A loop keeps its parallel annotation when the
+time the other threads save, `t * (1 - ceil(e / T) / e)` for `e` iterations on `T =
+min(threads, e)` threads, exceeds FORK_COST_US; else it runs serially. A reduction-free
+stage the config left without a parallel loop gets one over its rows when the same rule
+says it pays (`_offer_rows`), and a parallel loop of few iterations fuses more outer tile
+loops (`balanced_depth`, called where the loop is made). At 1 thread nothing changes: the
 kernel and its IR stay exactly what the config makes.
 """
 from __future__ import annotations
