@@ -80,6 +80,7 @@ MIN_ITERATIONS_PER_THREAD = 4       # consecutive outputs looked at to tell a ga
 
 
 _enabled = True
+_refined = True
 
 
 def planned(threads: int) -> bool:
@@ -101,6 +102,20 @@ def disabled():
         _enabled = before
 
 
+@contextlib.contextmanager
+def unrefined():
+    """Schedules made inside the block get the decision without its data-movement terms
+    (gathers, per-row chains), row offers and balanced depth: the first calibration's rule.
+    For A/B benchmarks in one process (benchmarks/thread_scaling.py --ab --ab-refinements);
+    compile such models without the model cache."""
+    global _refined
+    before, _refined = _refined, False
+    try:
+        yield
+    finally:
+        _refined = before
+
+
 @dataclass(frozen=True)
 class LoopDecision:
     """One PARALLEL loop of a schedule and what was decided: its stage, its iterations, the
@@ -120,7 +135,7 @@ def balanced_depth(extents: list[int], depth: int, threads: int) -> int:
     is slowed; the pool splits a longer loop into chunks that the threads claim as they go.
     Only spatial outer tile loops are fused (their order and tiles stay as they are); at
     one thread `depth` is returned unchanged."""
-    if threads <= 1 or depth <= 0:
+    if threads <= 1 or depth <= 0 or not _refined:
         return depth
     want = MIN_ITERATIONS_PER_THREAD * threads
     while depth < len(extents) and math.prod(extents[:depth]) < want:
@@ -146,6 +161,8 @@ def estimate_us(ops: list[ComputeOp], reads: dict, out_bytes: float, target: Tar
     Ops in `scalar` are computed per row without a vector loop (one lane at a time); a
     reduction in `chains` (one accumulator: no unrolled lanes either) is a dependent chain,
     CHAIN_NS a step. `strided` elements are read across an input's rows (STRIDED_NS each)."""
+    if not _refined:
+        scalar, strided, chains = frozenset(), 0.0, frozenset()
     ns = strided * STRIDED_NS
     for op in ops:
         if op in chains and isinstance(op.body, E.Reduce):
@@ -316,7 +333,7 @@ def decide_parallel(sch: Schedule, target: Target, threads: int) -> list[LoopDec
             continue
         ivar = _parallel_ivar(stage)
         if ivar is None:
-            offered = _offer_rows(sch, stage, est, threads)
+            offered = _offer_rows(sch, stage, est, threads) if _refined else None
             if offered is not None:
                 decisions.append(offered)
             continue

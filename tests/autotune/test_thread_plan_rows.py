@@ -138,3 +138,14 @@ def test_softmax_with_row_loop_matches_numpy(shape):
     y = np.empty_like(x)
     kernel(x, y)
     np.testing.assert_allclose(y, softmax_ref(x), rtol=1e-5, atol=1e-6)
+
+
+def test_unrefined_rule_offers_no_rows_and_keeps_the_config_depth():
+    """thread_plan.unrefined() (the A/B benchmarks' 'before') builds what the first rule
+    built: no row loop for a transpose, the config's parallel depth for a conv."""
+    from kiln.autotune.space.thread_plan import unrefined
+    with unrefined():
+        assert parallel_loops(default_func(transpose_task((192, 131), (1, 0)), 2)) == []
+        conv = Task.from_op("conv2d_nchwc", (1, 160, 32, 32, 40, 1, 1, 1, 0, 16, 8))
+        assert [int(e.value) for e in parallel_loops(default_func(conv, 2))] == [5]
+    assert [int(e.value) for e in parallel_loops(default_func(conv, 2))] == [20]
