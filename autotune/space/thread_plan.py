@@ -28,6 +28,7 @@ kernel and its IR stay exactly what the config makes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 
@@ -192,6 +193,8 @@ def _strided_reads(op: ComputeOp, inlined: set) -> float:
     if isinstance(op.body, E.Reduce) or not op.axis or op.axis[-1].extent < 2:
         return 0.0
     last = op.axis[-1]
+    if all(_plain(load, last.var, inlined) for load in _loads(op)):
+        return 0.0
     at = {a.var: a.extent // 2 for a in op.axis}
     rows = []
     for k in range(min(last.extent, PROBE_POINTS)):
@@ -210,9 +213,7 @@ def _addresses(op: ComputeOp, env: dict, inlined: set) -> list:
     """Flat element offsets of every load `op` makes at the point `env`, followed through
     inlined stages (None where an index is not a plain integer expression)."""
     out = []
-    for node in walk(op.body):
-        if not isinstance(node, TensorLoad):
-            continue
+    for node in _loads(op):
         indices = [_evaluate(i, env) for i in node.indices]
         src = node.tensor.op
         if src in inlined and None not in indices:
@@ -227,6 +228,37 @@ def _addresses(op: ComputeOp, env: dict, inlined: set) -> list:
             stride *= extent
         out.append(offset)
     return out
+
+
+def _plain(load: TensorLoad, last: E.Var, inlined: set) -> bool:
+    """A load that is certainly no gather without evaluating it: of a tensor not inlined,
+    `last` in no index but the last, which is `last` or `last` plus terms without it (the
+    elementwise case; anything else is probed)."""
+    if load.tensor.op in inlined:
+        return False
+    *outer, inner = load.indices if load.indices else (None,)
+    if any(_mentions(i, last) for i in outer):
+        return False
+    if inner is None or not _mentions(inner, last):
+        return True
+    while isinstance(inner, E.Add) and not isinstance(inner, E.Var):
+        if not _mentions(inner.a, last):
+            inner = inner.b
+        elif not _mentions(inner.b, last):
+            inner = inner.a
+        else:
+            return False
+    return isinstance(inner, E.Var) and inner == last
+
+
+def _mentions(expr, var: E.Var) -> bool:
+    return any(isinstance(n, E.Var) and n == var for n in walk(expr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _loads(op: ComputeOp) -> tuple:
+    """The TensorLoads of `op`'s body, in walk order (walked once per op, not per point)."""
+    return tuple(n for n in walk(op.body) if isinstance(n, TensorLoad))
 
 
 _INT_OPS = {E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b, E.Mul: lambda a, b: a * b,
