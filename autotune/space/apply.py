@@ -359,7 +359,9 @@ def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int,
     many split unevenly over `threads`, see balanced_depth); returns the new outer list."""
     if depth <= 0 or not outer:
         return outer
-    depth = balanced_depth([int(a.extent) for a in outer], min(depth, len(outer)), threads)
+    depth = min(depth, len(outer))
+    if threads > 1:
+        depth = balanced_depth([int(a.extent) for a in outer], depth, threads)
     fused = stage.fuse(*outer[:depth])
     stage.parallel(fused)
     return [fused] + outer[depth:]
