@@ -3,11 +3,14 @@
     python benchmarks/thread_scaling.py [--models mobilenetv2_like,resnet18_like,bert_like,
         hf_gpt2,hf_llama] [--rounds 5] [--calls 20]
     python benchmarks/thread_scaling.py --ab --zoo [--onnx DIR] --no-kernels
+    python benchmarks/thread_scaling.py --ab --ab-refinements --onnx DIR --no-kernels
 
 --ab also compiles each model for 2 threads without the per-kernel thread decision
 (autotune/space/thread_plan.py `disabled()`: every parallel loop a config asks for kept, as
 before it) and times it in the same alternating rounds ("2T old"), so the decision's gain is
-measured against the same machine load. --zoo adds tests/models_zoo.py's architectures,
+measured against the same machine load. With --ab-refinements "2T old" keeps the decision but
+not its later refinements (`thread_plan.unrefined()`: gather and chain terms, row offers,
+balanced depth). --zoo adds tests/models_zoo.py's architectures,
 --onnx DIR every DIR/*.onnx (inputs as benchmarks/architectures.py makes them). Fork/joins
 per run are counted by Kiln's pool (codegen.runtime.fork_count) while the model runs. Each
 kernel row also carries `est_us`, the thread decision's 1-thread estimate of it (how the
@@ -195,15 +198,15 @@ def forks_per_run(model, feeds) -> int:
 
 
 def measure_model(name: str, rounds: int, calls: int, ort_ok: bool, ab: bool = False,
-                  kernels_too: bool = True) -> dict:
-    from kiln.autotune.space.thread_plan import disabled
+                  kernels_too: bool = True, refinements: bool = False) -> dict:
+    from kiln.autotune.space.thread_plan import disabled, unrefined
     from kiln.graph.compile.model import compile_model
     proto, shapes = load_model(name)
     t0 = time.perf_counter()
     m = {n: compile_model(proto, db=None, threads=n, input_shapes=shapes, cache_model=False)
          for n in (1, 2)}
     if ab:
-        with disabled():
+        with (unrefined() if refinements else disabled()):
             m["2old"] = compile_model(proto, db=None, threads=2, input_shapes=shapes,
                                       cache_model=False)
     compile_s = time.perf_counter() - t0
@@ -344,6 +347,8 @@ def main() -> None:
                         help="use the kernel cache (faster; parallel trip counts unknown)")
     parser.add_argument("--ab", action="store_true",
                         help="also time 2 threads without the per-kernel thread decision")
+    parser.add_argument("--ab-refinements", action="store_true",
+                        help="with --ab: 2T old keeps the decision, not its refinements")
     parser.add_argument("--zoo", action="store_true", help="add tests/models_zoo.py's models")
     parser.add_argument("--onnx", default=None, metavar="DIR", help="add DIR/*.onnx")
     parser.add_argument("--no-kernels", action="store_true",
@@ -371,7 +376,7 @@ def main() -> None:
     for name in names:
         try:
             r = measure_model(name, args.rounds, args.calls, ort_ok, args.ab,
-                              not args.no_kernels)
+                              not args.no_kernels, args.ab_refinements)
         except Exception as exc:                      # noqa: BLE001 - report, go on
             print(f"\n{name}: failed: {type(exc).__name__}: {str(exc)[:200]}")
             continue

@@ -15,7 +15,7 @@ from ...te.ops.tags import PAD
 from ...te.tensor import ComputeOp, Tensor, TensorLoad, compute, reduce_axis
 from ...te.visit import ExprMutator, substitute, walk
 from .stages import Anchor, RowGroup
-from .thread_plan import decide_parallel, planned
+from .thread_plan import balanced_depth, decide_parallel, planned
 
 MAX_UNROLLED_POINTS = 64  # unrolled register tile larger than this is left rolled
 MAX_WINDOW = 7            # reduce axes at most this long are a window (kernel taps)
@@ -182,6 +182,7 @@ class ApplyMixin:
         flags = {f: config[f"{label}/{f}"]
                  for f in ("local", "parallel", "vectorize", "unroll", "lanes")}
         flags["window"] = config.get(f"{label}/window", 0)
+        flags["threads"] = self.threads if planned(self.threads) else 1
         if flags["local"] and (anchor.is_output or anchor.epilogue is None):
             local = sch.cache_write(anchor.op.output(), "local")
             return sch[anchor.op], _tile_fused(sch[anchor.op], sch[local.op], tiles, reduce,
@@ -376,11 +377,15 @@ def _finish_inner(stage: Stage, inner: list[IterVar], flags: dict) -> None:
                 stage.unroll(axis)
 
 
-def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int) -> list[IterVar]:
-    """Fuse the first `depth` outer loops into one parallel loop; returns the new outer list."""
+def _parallel_outer(stage: Stage, outer: list[IterVar], depth: int,
+                    threads: int = 1) -> list[IterVar]:
+    """Fuse the first `depth` outer loops into one parallel loop (more of them when that
+    many split unevenly over `threads`, see balanced_depth); returns the new outer list."""
     if depth <= 0 or not outer:
         return outer
     depth = min(depth, len(outer))
+    if threads > 1:
+        depth = balanced_depth([int(a.extent) for a in outer], depth, threads)
     fused = stage.fuse(*outer[:depth])
     stage.parallel(fused)
     return [fused] + outer[depth:]
@@ -395,7 +400,7 @@ def _tile_root(stage: Stage, tiles, reduce, flags) -> IterVar | None:
     order = (outer + [r[0] for r in rsplits] + [lv[1] for lv in levels]
              + _inner_order([r[1] for r in rsplits], [lv[2] for lv in levels], flags))
     stage.reorder(*order)
-    outer = _parallel_outer(stage, outer, flags["parallel"])
+    outer = _parallel_outer(stage, outer, flags["parallel"], flags.get("threads", 1))
     _finish_inner(stage, [lv[2] for lv in levels], flags)
     _unroll_window(stage, [r[1] for r in rsplits], flags)
     return outer[-1] if outer else None     # a reduction to a scalar has no tile loop
@@ -407,7 +412,7 @@ def _tile_fused(out: Stage, local: Stage, tiles, reduce, flags) -> IterVar:
     levels = [_split3(out, a, mid, inner) for a, (mid, inner) in zip(out.op.axis, tiles)]
     outer = [lv[0] for lv in levels]
     out.reorder(*(outer + [lv[1] for lv in levels] + [lv[2] for lv in levels]))
-    outer = _parallel_outer(out, outer, flags["parallel"])
+    outer = _parallel_outer(out, outer, flags["parallel"], flags.get("threads", 1))
     local.compute_at(out, outer[-1])
     if flags["vectorize"] and levels[-1][2].extent > 1:
         out.vectorize(levels[-1][2])
