@@ -62,6 +62,7 @@ PARENT = (
 )
 WORKER = (
     ("kiln.graph.compile.parallel_build", "_work", "task (worker)"),
+    ("kiln.graph.compile.parallel_build", "_work_batch", "batch of tasks (worker)"),
     ("kiln.graph.compile.parallel_build", "_runtime_job", "thread-pool runtime (worker)"),
     ("kiln.graph.compile.tiers", "SearchSpace", "  search space"),
     ("kiln.graph.compile.model", "SearchSpace", "  search space"),
@@ -72,6 +73,8 @@ WORKER = (
     ("kiln.graph.compile.parallel_build", "emit_module", "  emit LLVM IR"),
     ("kiln.graph.compile.tiers", "compile_object", "  LLVM (passes + object)"),
     ("kiln.graph.compile.parallel_build", "jit_compile_object", "  LLVM (passes + object)"),
+    ("kiln.graph.compile.fast_batch", "_module_text", "  emit LLVM IR"),
+    ("kiln.graph.compile.fast_batch", "compile_linked", "  LLVM (passes + object)"),
 )
 _events: list = []
 
@@ -95,12 +98,17 @@ def _wrap(fn, label):
 
 def _patch(specs) -> None:
     for module, attr, label in specs:
-        mod = importlib.import_module(module)
+        try:        # (steps a version of Kiln does not have are skipped: before/after runs)
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
         owner, name = mod, attr
         if "." in attr:
             cls, name = attr.split(".")
             owner = getattr(mod, cls)
-        fn = getattr(owner, name)
+        fn = getattr(owner, name, None)
+        if fn is None:
+            continue
         if isinstance(fn, type):
             # a class: time its construction through a subclass (keeps isinstance working)
             wrapped_init = _wrap(fn.__init__, label)
@@ -110,21 +118,25 @@ def _patch(specs) -> None:
 
 
 def _flush_worker_events(folder: str):
-    """Workers append their events to a file of their own after each task."""
+    """Workers append their events to a file of their own after each job."""
     from kiln.graph.compile import parallel_build
-    work = parallel_build._work
 
-    def work_and_flush(job):
-        try:
-            return work(job)
-        finally:
-            with open(f"{folder}/events-{os.getpid()}.jsonl", "a") as f:
-                for event in _events:
-                    f.write(json.dumps(event) + "\n")
-            _events.clear()
-    # (pickled by name, as the pool sends it: the module's `_work`, which is this)
-    work_and_flush.__module__, work_and_flush.__qualname__ = work.__module__, work.__qualname__
-    parallel_build._work = work_and_flush
+    def flushing(work):
+        def work_and_flush(*job):
+            try:
+                return work(*job)
+            finally:
+                with open(f"{folder}/events-{os.getpid()}.jsonl", "a") as f:
+                    for event in _events:
+                        f.write(json.dumps(event) + "\n")
+                _events.clear()
+        # (pickled by name, as the pool sends it: the module's attribute, which is this)
+        work_and_flush.__module__, work_and_flush.__qualname__ = (work.__module__,
+                                                                   work.__qualname__)
+        return work_and_flush
+    for name in ("_work", "_work_batch", "_runtime_job"):
+        if hasattr(parallel_build, name):
+            setattr(parallel_build, name, flushing(getattr(parallel_build, name)))
     os.register_at_fork(after_in_child=_events.clear)
 
 

@@ -27,7 +27,7 @@ from ...codegen.runtime_config import resolve_threads
 from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
-from . import model_cache, parallel_build, tiers
+from . import fast_batch, model_cache, parallel_build, tiers
 from ..runtime.executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
@@ -161,9 +161,12 @@ def _streaming(target: Target, db: Database | None, jobs: int, threads: int,
             parallel_build.can_fork_workers():
         select = (tiers.no_record if fast else
                   lambda mt: select_record(mt.task, target, db, threads))  # noqa: E731
-        return parallel_build.StreamingBuild(target, jobs,
-                                             tiers.build_fast_task if fast else _build_task,
-                                             select, threads, early=True)
+        if fast:        # tier 1: several tasks to an LLVM module (fast_batch.py)
+            return parallel_build.StreamingBuild(target, jobs, fast_batch.build_fast_batch,
+                                                 select, threads, early=True,
+                                                 batch=fast_batch.BATCH)
+        return parallel_build.StreamingBuild(target, jobs, _build_task, select, threads,
+                                             early=True)
     return None
 
 

@@ -115,6 +115,15 @@ def _ready_runtime() -> None:
         log.debug("parallel runtime not ready ahead of loading: %s", exc)
 
 
+def _work_batch(job: tuple) -> list[tuple]:
+    """Worker entry for several tasks built together (graph/compile/fast_batch.py): one
+    result per task, as _work's."""
+    tasks, target, selections, build_batch, threads = job
+    with gc_paused():       # as _work
+        built = build_batch(tasks, target, selections, threads)
+    return [(name, obj, kind, os.getpid(), cpu, wall) for name, obj, kind, cpu, wall in built]
+
+
 def _runtime_job() -> bytes | None:
     """Worker entry: the thread pool's object code for the parent to load
     (codegen.runtime.native_runtime_object); None where errors or another backend leave it
@@ -163,9 +172,9 @@ class StreamingBuild:
 
     def __init__(self, target: Target, jobs: int, build_task: Callable,
                  select: Callable[[ModelTask], Selection], threads: int,
-                 early: bool = False):
+                 early: bool = False, batch: int = 1):
         self.target, self.jobs, self.threads = target, jobs, threads
-        self.build_task, self.select = build_task, select
+        self.build_task, self.select, self.batch = build_task, select, batch
         self.selections: dict[str, Selection] = {}
         self._waiting: list[ModelTask] = []
         self._futures: list = []
@@ -192,7 +201,17 @@ class StreamingBuild:
             return
         if self._pool is None:
             self._open()
-        for task in self._waiting:
+        if len(self._waiting) >= self.batch:
+            self._submit()
+
+    def _submit(self) -> None:
+        if self.batch > 1 and self._waiting:
+            # build_task(tasks, target, selections, threads): a list of _work's results
+            self._futures.append(self._pool.submit(
+                _work_batch, (tuple(self._waiting), self.target,
+                              {t.name: self.selections[t.name] for t in self._waiting},
+                              self.build_task, self.threads)))
+        for task in self._waiting if self.batch == 1 else ():
             self._futures.append(self._pool.submit(
                 _work, (task, self.target, self.selections[task.name], self.build_task,
                         self.threads)))
@@ -204,11 +223,13 @@ class StreamingBuild:
         if self._pool is None:
             raise KilnError("StreamingBuild.finish(): fewer than two tasks were added, so no "
                             "worker started; build them in this process")
+        self._submit()              # a last, partial batch
         resolve_pending()           # the constants the graph passes deferred, meanwhile
         if self._runtime is not None and (code := self._runtime.result()) is not None:
             pool_address(code)      # a worker built it
         _ready_runtime()            # else here, while the workers compile
-        results = [f.result() for f in self._futures]
+        results = [r for f in self._futures for r in
+                   (f.result() if self.batch > 1 else [f.result()])]
         self._pool.shutdown()
         return _collect(results, self.target, self.threads, self._start)
 

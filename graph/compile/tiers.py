@@ -89,23 +89,30 @@ def fast_object(func: PrimFunc, target: Target) -> parallel_build.ObjectKernel:
                                        time.perf_counter() - start, None)
 
 
-def build_fast_task(mt: ModelTask, target: Target, selection: Selection,
-                    build: Callable | None = None, threads: int | None = None):
-    """graph/compile/model._build_task's signature for tier 1: the fast config of the task's
-    space, whatever the selection, to an ObjectKernel (`build` is ignored: the fast tier
-    never goes through the kernel cache); the unrolled default if that fails to build."""
+def fast_func(mt: ModelTask, target: Target, threads: int | None = None) -> PrimFunc:
+    """The task lowered with the fast config of its space (the unrolled default if that
+    fails to build)."""
     if all(0 in t.shape for t in mt.task.outputs):
         sch = create_schedule(list(mt.task.outputs))
-        return fast_object(lower(sch, list(mt.task.args), name=mt.name), target), FAST_SOURCE
+        return lower(sch, list(mt.task.args), name=mt.name)
     space = SearchSpace(mt.task.retargeted(target), threads, target)
     try:
         sch, args = space.apply(fast_config(space))
-        return fast_object(lower(sch, args, name=mt.name), target), FAST_SOURCE
+        return lower(sch, args, name=mt.name)
     except KilnError as exc:
         log.warning("%s: its fast-tier schedule failed to build (%s); using the default",
                     mt.name, exc)
         sch, args = space.apply(space.default_config())
-        return fast_object(lower(sch, args, name=mt.name), target), FAST_SOURCE
+        return lower(sch, args, name=mt.name)
+
+
+def build_fast_task(mt: ModelTask, target: Target, selection: Selection,
+                    build: Callable | None = None, threads: int | None = None):
+    """graph/compile/model._build_task's signature for tier 1: the fast config of the task's
+    space, whatever the selection, to an ObjectKernel (`build` is ignored: the fast tier
+    never goes through the kernel cache); the unrolled default if that fails to build.
+    (A tiered compile builds its tasks several to a module: fast_batch.py.)"""
+    return fast_object(fast_func(mt, target, threads), target), FAST_SOURCE
 
 
 def no_record(mt: ModelTask) -> Selection:
@@ -115,16 +122,8 @@ def no_record(mt: ModelTask) -> Selection:
 
 def build_fast_serial(tasks, target: Target, threads: int):
     """Tier 1 in this process: (kernels, sources, stats) as model._build_kernels returns."""
-    objects, sources, wall, cpu = [], {}, {}, {}
-    for mt in tasks:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        obj, sources[mt.name] = build_fast_task(mt, target, Selection(None), threads=threads)
-        objects.append((mt.name, obj))
-        wall[mt.name] = round(time.perf_counter() - start, 4)
-        cpu[mt.name] = round(time.process_time() - cpu_start, 4)
-    kernels = parallel_build.link_and_load(objects, target, threads) if objects else {}
-    return kernels, sources, {"workers": 1, "worker_cpu_s": [round(sum(cpu.values()), 3)],
-                              "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": 0}
+    from .fast_batch import build_serial
+    return build_serial(list(tasks), target, threads)
 
 
 # ---------------------------------------------------------------------------- the model
