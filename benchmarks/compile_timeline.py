@@ -152,11 +152,11 @@ def child(path: str, inputs: str, folder: str, jobs: int) -> dict:
     with np.load(inputs) as f:
         feeds = {k: f[k] for k in f.files}
     modules_before = set(sys.modules)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model = kiln.compile(path, jobs=jobs)
     compiled_at = time.perf_counter()
     model.run(feeds)
-    first = time.perf_counter()
+    first, parent_cpu = time.perf_counter(), time.process_time() - cpu
     workers = []
     for name in os.listdir(folder):
         if name.startswith("events-"):
@@ -164,6 +164,7 @@ def child(path: str, inputs: str, folder: str, jobs: int) -> dict:
                 workers += [tuple(json.loads(line)) for line in f]
     return {"import_s": imported - begin, "compile_s": compiled_at - start,
             "first_s": first - start, "parent_pid": os.getpid(), "start": start,
+            "parent_cpu_s": parent_cpu,
             "events": [list(e) for e in _events + workers],
             "imported_during_compile": sorted(m for m in set(sys.modules) - modules_before
                                               if "." not in m)}
@@ -199,6 +200,22 @@ def summarise(run: dict) -> dict:
     for row in rows.values():
         row["pids"] = len(row["pids"])
     return rows
+
+
+JOBS = ("task (worker)", "batch of tasks (worker)", "thread-pool runtime (worker)")
+
+
+def cpu_figures(run: dict) -> dict:
+    """CPU seconds to the first result: the parent's (all its threads), the workers' jobs
+    (in all, and the busiest worker's). On a loaded machine these hold where wall times
+    do not: on 2 idle cores the first result would come after about the parent's serial
+    CPU plus the busiest worker's."""
+    per: dict[int, float] = {}
+    for label, pid, _, _, cpu in run["events"]:
+        if label in JOBS:
+            per[pid] = per.get(pid, 0.0) + cpu
+    return {"parent_cpu_s": run["parent_cpu_s"], "workers_cpu_s": sum(per.values()),
+            "busiest_worker_cpu_s": max(per.values(), default=0.0)}
 
 
 def merge(runs: list[dict]) -> list[dict]:
@@ -244,10 +261,14 @@ def main(argv=None) -> int:
             for tiered, rs in runs.items():
                 med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
                 rows = merge(rs)
+                cpus = [cpu_figures(r) for r in rs]
+                cpu = {k: round(statistics.median(c[k] for c in cpus), 4) for k in cpus[0]}
                 print(f"\n{name}, KILN_TIERED={tiered}: import {med('import_s'):.3f} s, "
                       f"compile {med('compile_s'):.3f} s, first result {med('first_s'):.3f} s "
                       f"(medians of {len(rs)}; imported during the compile: "
-                      f"{rs[-1]['imported_during_compile']})")
+                      f"{rs[-1]['imported_during_compile']}); CPU s to the first result: "
+                      f"parent {cpu['parent_cpu_s']:.3f}, workers {cpu['workers_cpu_s']:.3f} "
+                      f"(busiest {cpu['busiest_worker_cpu_s']:.3f})")
                 print_table(["where", "step", "from s", "to s", "calls", "sum s", "cpu s",
                              "processes"],
                             [[r["where"], r["step"], r["from"], r["to"], r["calls"], r["sum"],
@@ -259,7 +280,7 @@ def main(argv=None) -> int:
                 figures.append({"model": name, "tiered": tiered,
                                 "import_s": round(med("import_s"), 4),
                                 "compile_s": round(med("compile_s"), 4),
-                                "first_s": round(med("first_s"), 4), "steps": rows})
+                                "first_s": round(med("first_s"), 4), **cpu, "steps": rows})
     print(f"\n(load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores; "
           "'from'/'to': seconds from the start of kiln.compile to the step's first start and "
           "last end; 'sum': its summed wall seconds over calls, "

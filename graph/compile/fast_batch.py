@@ -28,9 +28,11 @@ from ...schedule.ir import PrimFunc
 from . import parallel_build
 from .tasks import ModelTask
 
-# tasks per module: LLVM CPU of tier 1 relative to one module per kernel, hf_llama's 22
-# kernels: 2 -> 0.86, 3 -> 0.82, 4 -> 0.80, 8 -> 0.72; default_cnn's 7: 0.83 from 2 on. Four
-# keeps several jobs per worker on models of a dozen kernels, so the workers stay balanced.
+# tasks per module at most: LLVM CPU of tier 1 relative to one module per kernel, hf_llama's
+# 22 kernels: 2 -> 0.86, 3 -> 0.82, 4 -> 0.80, 8 -> 0.72; default_cnn's 7: 0.83 from 2 on.
+# Four keeps several jobs per worker on models of a dozen kernels; an idle worker takes what
+# waits at once, and the last tasks are split over the idle workers
+# (parallel_build.StreamingBuild), so a small model's few tasks are not left to one worker.
 BATCH = 4
 
 

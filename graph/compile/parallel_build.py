@@ -201,16 +201,27 @@ class StreamingBuild:
             return
         if self._pool is None:
             self._open()
-        if len(self._waiting) >= self.batch:
+        # batches: a full one, or what waits as soon as a worker is idle (a small model's
+        # few tasks are not left to one worker)
+        if len(self._waiting) >= self.batch or self._busy() < self.jobs:
             self._submit()
 
-    def _submit(self) -> None:
+    def _busy(self) -> int:
+        """Jobs sent to the pool and not done."""
+        return sum(not f.done() for f in [*self._futures, self._runtime] if f is not None)
+
+    def _submit(self, parts: int = 1) -> None:
+        """Hand the waiting tasks to the pool: one job each, or with batches, in `parts`
+        near-equal batches."""
         if self.batch > 1 and self._waiting:
-            # build_task(tasks, target, selections, threads): a list of _work's results
-            self._futures.append(self._pool.submit(
-                _work_batch, (tuple(self._waiting), self.target,
-                              {t.name: self.selections[t.name] for t in self._waiting},
-                              self.build_task, self.threads)))
+            size = -(-len(self._waiting) // max(1, min(parts, len(self._waiting))))
+            for k in range(0, len(self._waiting), size):
+                chunk = self._waiting[k:k + size]
+                # build_task(tasks, target, selections, threads): a list of _work's results
+                self._futures.append(self._pool.submit(
+                    _work_batch, (tuple(chunk), self.target,
+                                  {t.name: self.selections[t.name] for t in chunk},
+                                  self.build_task, self.threads)))
         for task in self._waiting if self.batch == 1 else ():
             self._futures.append(self._pool.submit(
                 _work, (task, self.target, self.selections[task.name], self.build_task,
@@ -223,7 +234,8 @@ class StreamingBuild:
         if self._pool is None:
             raise KilnError("StreamingBuild.finish(): fewer than two tasks were added, so no "
                             "worker started; build them in this process")
-        self._submit()              # a last, partial batch
+        # the last tasks, split over the idle workers
+        self._submit(parts=max(1, self.jobs - self._busy()))
         resolve_pending()           # the constants the graph passes deferred, meanwhile
         if self._runtime is not None and (code := self._runtime.result()) is not None:
             pool_address(code)      # a worker built it
