@@ -4,7 +4,7 @@ Why: each LLVM module pays a fixed cost in a kernel's compile (parsing and verif
 target machines, the O1 pipeline's set-up over the module, the object file, a watch thread),
 about 7 ms of CPU, 10-25% of a small kernel's (benchmarks/RESULTS.md, "the fixed costs of a
 cold compile"). Linking a batch's modules and running the fast pipeline once cut tier 1's LLVM
-CPU by 15-20% on default_cnn (7 kernels) and by 25% on hf_llama (22 kernels, 4 per
+CPU by 15-20% on default_cnn (7 kernels) and by 18% on hf_llama (22 kernels, 3 per
 module). Kernels are external functions, so each one's code is what it would be alone; only
 tier 1 batches: its kernels never enter the kernel cache, which is keyed per kernel.
 
@@ -30,10 +30,11 @@ from .tasks import ModelTask
 
 # tasks per module at most: LLVM CPU of tier 1 relative to one module per kernel, hf_llama's
 # 22 kernels: 2 -> 0.86, 3 -> 0.82, 4 -> 0.80, 8 -> 0.72; default_cnn's 7: 0.83 from 2 on.
-# Four keeps several jobs per worker on models of a dozen kernels; an idle worker takes what
-# waits at once, and the last tasks are split over the idle workers
-# (parallel_build.StreamingBuild), so a small model's few tasks are not left to one worker.
-BATCH = 4
+# Three, not more: several jobs per worker on a small model keep the workers balanced (with
+# four, default_cnn's four convs went to one worker while the other built the thread-pool
+# runtime); an idle worker takes what waits at once, and the last tasks are split over the
+# workers (parallel_build.StreamingBuild).
+BATCH = 3
 
 
 def _module_text(func: PrimFunc, target: Target) -> str:

@@ -234,8 +234,7 @@ class StreamingBuild:
         if self._pool is None:
             raise KilnError("StreamingBuild.finish(): fewer than two tasks were added, so no "
                             "worker started; build them in this process")
-        # the last tasks, split over the idle workers
-        self._submit(parts=max(1, self.jobs - self._busy()))
+        self._submit(parts=self.jobs)       # the last tasks, split over the workers
         resolve_pending()           # the constants the graph passes deferred, meanwhile
         if self._runtime is not None and (code := self._runtime.result()) is not None:
             pool_address(code)      # a worker built it
