@@ -1,8 +1,8 @@
 """Tiered compilation: a model that runs at once on kernels built fast, while its optimised
 kernels are built in the background and swapped in between runs.
 
-Tier 1 ("fast") is each task's default schedule with the window taps' unrolling off (the
-`window` knobs at 0: LLVM keeps those loops; register tiles stay unrolled, FAST_OFF_KNOBS)
+Tier 1 ("fast") is each task's default schedule with the window taps' and (but in convs)
+the register tiles' unrolling off (FAST_OFF_KNOBS, CONV_ONLY_KNOBS: LLVM keeps those loops)
 through LLVM's O1 pipeline (FAST_PIPELINE, FAST_CODEGEN_OPT). Its kernels never enter the
 kernel cache or the model cache: only the optimised tier does, so no later compile is ever
 served a tier-1 kernel. Tier 2 ("optimized") is exactly what an untiered compile builds
@@ -32,6 +32,7 @@ from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...schedule.ir import PrimFunc
 from ...te.errors import KilnError
+from ...te.workload import topo_ops
 from . import parallel_build
 from ..runtime.executor import CompiledModel
 from .tasks import ModelTask
@@ -66,19 +67,29 @@ def tiered_setting(tiered: bool | None, environ: Mapping[str, str] | None = None
 
 
 
-# The knobs tier 1 turns off. Not `unroll` (a conv's or matmul's register tile): kept, tier 1
-# ran CNNs 0.54-0.84x the time it took without it (mobilenetv2_like 0.56x, resnet18_like
-# 0.54x, default_cnn 0.80-0.84x; transformers unchanged) for 0-21% more tier-1 compile CPU
-# (benchmarks/RESULTS.md, "the fixed costs of a cold compile"). Window taps stay loops.
+# The knobs tier 1 turns off: window taps stay loops for LLVM. A conv's register tile
+# (`unroll`) stays unrolled: tier 1 then ran the CNNs 0.54-0.84x the time it took with it
+# off (mobilenetv2_like 0.56x, resnet18_like 0.54x, default_cnn 0.80-0.84x) for 0-21% more
+# tier-1 compile CPU; a matmul's register tile is rolled (the transformers ran the same,
+# 0.96-1.09x, and their IR emission took twice the CPU with it unrolled). benchmarks/
+# RESULTS.md, "the fixed costs of a cold compile".
 FAST_OFF_KNOBS = ("window",)
+CONV_ONLY_KNOBS = ("unroll",)
+
+
+def _has_conv(task) -> bool:
+    """A direct or Winograd convolution is part of the task (its ops' tags say so)."""
+    return any("conv" in tag or "winograd" in tag
+               for tag in (getattr(op, "tag", "") or "" for op in topo_ops(list(task.outputs))))
 
 
 def fast_config(space: SearchSpace) -> dict:
-    """The space's default config with the window taps' unrolling off (they stay loops for
-    LLVM); register tiles stay unrolled (FAST_OFF_KNOBS)."""
+    """The space's default config with the window taps' unrolling off, and the register
+    tile's too but in convolutions (FAST_OFF_KNOBS, CONV_ONLY_KNOBS)."""
     config = space.default_config()
+    off = FAST_OFF_KNOBS + (() if _has_conv(space.task) else CONV_ONLY_KNOBS)
     for name in config:
-        if name.split("/")[-1] in FAST_OFF_KNOBS:
+        if name.split("/")[-1] in off:
             config[name] = 0
     return config
 
