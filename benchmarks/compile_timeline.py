@@ -53,7 +53,7 @@ PARENT = (
     ("kiln.graph.compile.parallel_build", "resolve_pending", "deferred constants"),
     ("kiln.graph.compile.parallel_build", "StreamingBuild.finish", "wait for workers + load"),
     ("kiln.graph.compile.parallel_build", "link_and_load", "  load objects (MCJIT)"),
-    ("kiln.graph.compile.tiers", "build_fast_serial", "build in-process (tier 1)"),
+    ("kiln.graph.compile.fast_batch", "build_serial", "build in-process (tier 1)"),
     ("kiln.graph.compile.model", "_build_kernels", "build kernels"),
     ("kiln.graph.compile.model", "_assemble", "assemble model"),
     ("kiln.graph.compile.model", "_store", "model-cache store"),

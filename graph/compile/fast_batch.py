@@ -27,6 +27,7 @@ from ...codegen.target import Target
 from ...schedule.ir import PrimFunc
 from . import parallel_build
 from .tasks import ModelTask
+from .tiers import FAST_CODEGEN_OPT, FAST_PIPELINE, FAST_SOURCE, fast_func
 
 # tasks per module at most: LLVM CPU of tier 1 relative to one module per kernel, hf_llama's
 # 22 kernels: 2 -> 0.86, 3 -> 0.82, 4 -> 0.80, 8 -> 0.72; default_cnn's 7: 0.83 from 2 on.
@@ -66,7 +67,6 @@ def build_fast_batch(tasks: Sequence[ModelTask], target: Target,
     s), as parallel_build's workers report them (a task's seconds: its own scheduling,
     lowering and emission plus an equal share of the batch's LLVM time). `selections` are
     ignored (tier 1 reads no database)."""
-    from .tiers import FAST_CODEGEN_OPT, FAST_PIPELINE, FAST_SOURCE, fast_func
     funcs, texts, own = [], [], []
     for mt in tasks:
         cpu, wall = time.process_time(), time.perf_counter()

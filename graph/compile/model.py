@@ -188,7 +188,7 @@ def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
             return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
     tasks, per_group = extract_tasks(graph, groups, target)
     if fast:
-        return (tasks, per_group, *tiers.build_fast_serial(tasks, target, threads))
+        return (tasks, per_group, *fast_batch.build_serial(tasks, target, threads))
     return (tasks, per_group, *_build_kernels(tasks, target, db, jobs, threads, zero_shot))
 
 

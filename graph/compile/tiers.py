@@ -138,12 +138,6 @@ def no_record(mt: ModelTask) -> Selection:
     return Selection(None)
 
 
-def build_fast_serial(tasks, target: Target, threads: int):
-    """Tier 1 in this process: (kernels, sources, stats) as model._build_kernels returns."""
-    from .fast_batch import build_serial
-    return build_serial(list(tasks), target, threads)
-
-
 # ---------------------------------------------------------------------------- the model
 _RUNNING: "weakref.WeakSet[TieredModel]" = weakref.WeakSet()
 
