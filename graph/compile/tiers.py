@@ -44,10 +44,12 @@ FAST_PIPELINE = "o1"      # codegen.jit.PIPELINES
 FAST_CODEGEN_OPT = 3      # 0 (FastISel) ran tier-1 kernels 1.3-3.4x slower for ~15% less CPU
 FAST_SOURCE = "default (fast tier)"
 ENV = "KILN_TIERED"
-# Off: on the bundled and exported models it cut the first result 1.43x (geomean) but the
-# optimised tier arrived up to 2.4x later than an untiered compile's model, runs until then
-# took 1.19x (up to 2x) as long, and the process spent tier 1's CPU on top (benchmarks/
-# RESULTS.md, "compile time and tiered compilation").
+# Off: on the bundled and exported models it cut the first result 1.37-1.5x (geomean, four
+# A/Bs) and, with the conv register tiles unrolled, runs until the swap take 1.12x as long
+# (was 1.2-1.3x; CNNs 1.05-1.31x, were 1.5-2.2x), but the optimised tier arrives 1.56x later
+# than an untiered compile's model, the process spends tier 1's CPU on top, and the test
+# suite reads compiled models' schedule sources at once (benchmarks/RESULTS.md, "the fixed
+# costs of a cold compile": flipping is one line once those tests ask for tiered=False).
 DEFAULT_TIERED = False
 
 
