@@ -106,8 +106,8 @@ def load_objects(objects: list[CachedObject], target: Target,
     init_llvm()
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                         target.create_target_machine())
-    for obj in objects:
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj.object_code))
+    for code in dict.fromkeys(obj.object_code for obj in objects):   # (a batch's kernels
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))   # share an object)
     engine.finalize_object()
     each = (time.perf_counter() - start) / max(len(objects), 1)
     kernels = []

@@ -66,10 +66,10 @@ PIPELINES = {
 }
 
 
-def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
+def optimize(module: ir.Module | str | llvm.ModuleRef, target: Target, pipeline: str = "o3",
              timing: list[str] | None = None) -> llvm.ModuleRef:
     """Parse, verify and run an LLVM pipeline (default O3); returns the optimized module.
-    `module` may also be its text (str(module)).
+    `module` may also be its text (str(module)), or a parsed module (optimized in place).
 
     timing: a list to append LLVM's pass-timing report to (where compile time goes).
     """
@@ -77,12 +77,13 @@ def optimize(module: ir.Module | str, target: Target, pipeline: str = "o3",
         raise CodegenError(f"unknown LLVM pipeline {pipeline!r}; choose one of "
                            f"{', '.join(PIPELINES)}")
     init_llvm()
-    text = module if isinstance(module, str) else str(module)
+    parsed = module if isinstance(module, llvm.ModuleRef) else None
+    text = "" if parsed is not None else module if isinstance(module, str) else str(module)
     try:
-        mod = llvm.parse_assembly(text)
+        mod = parsed if parsed is not None else llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as exc:
-        name = _module_name(text)
+        name = parsed.name if parsed is not None else _module_name(text)
         raise InternalError(f"codegen produced invalid LLVM IR for module {name!r}: "
                             f"{exc}; this is a bug in Kiln") from exc
     tm = target.create_target_machine()

@@ -583,11 +583,12 @@ def _compile_runtime(text: str, target) -> bytes:
     return tm.emit_object(mod)
 
 
-def _load_runtime(target, futex: int) -> llvm.ExecutionEngine:
-    """An engine holding the pool's code: from the persistent cache when it has this module
-    (compiling it costs ~0.1-0.2 s in every process that runs a parallel kernel). The key
-    is what the module is made of (its triple and futex number; Kiln's sources and LLVM's
-    version are in every key), so a hit neither builds nor prints it (~25 ms)."""
+def runtime_object(target, futex: int) -> bytes:
+    """The pool module's object code: from the persistent cache when it has this module
+    (compiling it costs ~0.1-0.2 s in every process that runs a parallel kernel), else
+    compiled and stored. The key is what the module is made of (its triple and futex
+    number; Kiln's sources and LLVM's version are in every key), so a hit neither builds
+    nor prints it (~25 ms)."""
     store = open_store("runtime", "obj")
     key = make_key("runtime", target=str(target), triple=target.triple, futex=futex)
     found = store.read(key) if store is not None else None
@@ -595,10 +596,34 @@ def _load_runtime(target, futex: int) -> llvm.ExecutionEngine:
         code = _compile_runtime(str(build_runtime_module(target.triple, futex)), target)
         if store is not None:
             store.write(key, [code])
-    else:
-        mm, start = found
-        code = mm[start:]
-        mm.close()
+        return code
+    mm, start = found
+    code = mm[start:]
+    mm.close()
+    return code
+
+
+def native_runtime_object() -> bytes | None:
+    """runtime_object for this host, or None where Kiln's pool is not what parallel loops
+    use (another backend, no futex): what a compile worker makes for its parent
+    (graph/compile/parallel_build.py), which then loads it with pool_address(code)."""
+    from .target import Target, init_llvm
+    futex = _futex_number()
+    if backend() != "kiln" or futex is None:
+        return None
+    init_llvm()
+    return runtime_object(Target.from_string("native"), futex)
+
+
+def pool_loaded() -> bool:
+    """The pool's code is loaded in this process (pool_address() costs nothing more)."""
+    return _address is not None
+
+
+def _load_runtime(target, futex: int, code: bytes | None = None) -> llvm.ExecutionEngine:
+    """An engine holding the pool's code (`code`, if given: runtime_object's, made
+    elsewhere)."""
+    code = runtime_object(target, futex) if code is None else code
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                         target.create_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
@@ -606,8 +631,9 @@ def _load_runtime(target, futex: int) -> llvm.ExecutionEngine:
     return engine
 
 
-def pool_address() -> int:
-    """The address of ENTRY in this process (compiled on first use)."""
+def pool_address(code: bytes | None = None) -> int:
+    """The address of ENTRY in this process (compiled on first use; loaded from `code`,
+    native_runtime_object's, when that is given and the pool is not loaded yet)."""
     global _engine, _address
     with _lock:
         if _address is None:
@@ -618,7 +644,7 @@ def pool_address() -> int:
                 raise CodegenError("Kiln's thread pool needs Linux futexes on x86_64 or "
                                    "aarch64; set KILN_PARALLEL_RUNTIME=gomp")
             target = Target.from_string("native")
-            _engine = _load_runtime(target, futex)
+            _engine = _load_runtime(target, futex, code)
             _address = _engine.get_function_address(ENTRY)
             log.debug("Kiln thread pool compiled at %#x", _address)
         return _address

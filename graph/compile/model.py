@@ -4,6 +4,7 @@ schedule from the tuning database, else the search space's default), memory plan
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -26,7 +27,7 @@ from ...codegen.runtime_config import resolve_threads
 from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
-from . import model_cache, parallel_build, tiers
+from . import fast_batch, model_cache, parallel_build, tiers
 from ..runtime.executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
@@ -151,29 +152,43 @@ def _build_kernels(tasks: Sequence[ModelTask], target: Target, db: Database | No
                               "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": skipped}
 
 
-def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
-                       db: Database | None, jobs: int, threads: int, zero_shot: bool,
-                       fast: bool = False):
-    """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
-    worker processes, each task goes to them as soon as it is found
-    (parallel_build.StreamingBuild), but for zero-shot picks, which rank every task first.
-    fast: tier 1 of a tiered compile (graph/compile/tiers.py), no database read."""
+def _streaming(target: Target, db: Database | None, jobs: int, threads: int,
+               zero_shot: bool, fast: bool = False) -> "parallel_build.StreamingBuild | None":
+    """The worker pool of _extract_and_build, forked now (before the graph passes, so the
+    thread-pool runtime is built in a worker meanwhile), or None where kernels are built
+    in this process or only after every task is known (zero-shot picks rank them all)."""
     if jobs > 1 and (fast or not (zero_shot and db is not None)) and \
             parallel_build.can_fork_workers():
         select = (tiers.no_record if fast else
                   lambda mt: select_record(mt.task, target, db, threads))  # noqa: E731
-        with parallel_build.StreamingBuild(target, jobs,
-                                           tiers.build_fast_task if fast else _build_task,
-                                           select, threads) as stream:
+        if fast:        # tier 1: several tasks to an LLVM module (fast_batch.py)
+            return parallel_build.StreamingBuild(target, jobs, fast_batch.build_fast_batch,
+                                                 select, threads, early=True,
+                                                 batch=fast_batch.BATCH)
+        return parallel_build.StreamingBuild(target, jobs, _build_task, select, threads,
+                                             early=True)
+    return None
+
+
+def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
+                       db: Database | None, jobs: int, threads: int, zero_shot: bool,
+                       fast: bool = False,
+                       stream: "parallel_build.StreamingBuild | None" = None):
+    """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
+    worker processes (`stream`, from _streaming; made here if not given), each task goes to
+    them as soon as it is found, but for zero-shot picks, which rank every task first.
+    fast: tier 1 of a tiered compile (graph/compile/tiers.py), no database read."""
+    if stream is None:
+        stream = _streaming(target, db, jobs, threads, zero_shot, fast)
+    if stream is not None:
+        with stream:
             tasks, per_group = extract_tasks(graph, groups, target, on_task=stream.add)
-            if stream.started:
-                kernels, sources, stats = stream.finish()
-                skipped = sum(len(s.skipped) for s in stream.selections.values())
-                return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
-    else:
-        tasks, per_group = extract_tasks(graph, groups, target)
+            kernels, sources, stats = stream.finish()
+            skipped = sum(len(s.skipped) for s in stream.selections.values())
+            return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
+    tasks, per_group = extract_tasks(graph, groups, target)
     if fast:
-        return (tasks, per_group, *tiers.build_fast_serial(tasks, target, threads))
+        return (tasks, per_group, *fast_batch.build_serial(tasks, target, threads))
     return (tasks, per_group, *_build_kernels(tasks, target, db, jobs, threads, zero_shot))
 
 
@@ -273,11 +288,16 @@ def compile_model(model, target: str | Target = "native", db=None,
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)) and (
             not constants or model_cache.pins_match(hit, constants)):
         return hit
-    graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
-                                   target, proto)
-    # default schedules are made for `threads` (SearchSpace(task, threads))
-    tasks, per_group, kernels, sources, build_stats = _extract_and_build(
-        graph, groups, target, database, jobs, threads, zero_shot, fast=tiered)
+    # the workers are forked first: they build the thread-pool runtime during the graph
+    # passes (parallel_build.StreamingBuild); left on an error, they are stopped
+    stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
+    with stream if stream is not None else contextlib.nullcontext():
+        graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
+                                      target, proto)
+        # default schedules are made for `threads` (SearchSpace(task, threads))
+        tasks, per_group, kernels, sources, build_stats = _extract_and_build(
+            graph, groups, target, database, jobs, threads, zero_shot, fast=tiered,
+            stream=stream)
     compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
                          threads, start)
     store = lambda done: _store(done, options_key, model, options,  # noqa: E731

@@ -25,6 +25,7 @@ from ...codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from ...codegen import cache
 from ...codegen.jit import compile_object as jit_compile_object
 from ...codegen.kernel import Kernel, ParamSpec
+from ...codegen import runtime as _runtime
 from ...codegen.runtime import backend, pool_address
 from ...codegen.pyentry import add_python_entry
 from ...codegen.runtime_config import c_compiler_setting
@@ -114,6 +115,26 @@ def _ready_runtime() -> None:
         log.debug("parallel runtime not ready ahead of loading: %s", exc)
 
 
+def _work_batch(job: tuple) -> list[tuple]:
+    """Worker entry for several tasks built together (graph/compile/fast_batch.py): one
+    result per task, as _work's."""
+    tasks, target, selections, build_batch, threads = job
+    with gc_paused():       # as _work
+        built = build_batch(tasks, target, selections, threads)
+    return [(name, obj, kind, os.getpid(), cpu, wall) for name, obj, kind, cpu, wall in built]
+
+
+def _runtime_job() -> bytes | None:
+    """Worker entry: the thread pool's object code for the parent to load
+    (codegen.runtime.native_runtime_object); None where errors or another backend leave it
+    to the parent (the first kernel it loads raises what is wrong)."""
+    try:
+        return _runtime.native_runtime_object()
+    except KilnError as exc:
+        log.debug("parallel runtime not built in a worker: %s", exc)
+        return None
+
+
 def _pool_context():
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
@@ -141,18 +162,33 @@ class StreamingBuild:
     finds them: the workers start on the first ones while the parent lowers and keys the
     rest (0.4-0.9 s of a ResNet-50's serial start). The pool starts with the second task
     (a model of one task compiles in this process, as compile_model's serial path does:
-    `started` says which). `select(mt)` is the task's Selection (autotune/dispatch.py).
+    `started` says which), or at once with `early=True`: then it is forked before the
+    parent's serial start (graph passes, task extraction), and its first job builds the
+    thread-pool runtime (codegen.runtime) that the parent would otherwise compile while
+    the workers build kernels (0.09-0.13 s of LLVM on a cold cache, on the cores the workers
+    need; benchmarks/RESULTS.md, "the fixed costs of a cold compile").
+    `select(mt)` is the task's Selection (autotune/dispatch.py).
     Use as a context manager: leaving it on an error cancels what was not started."""
 
     def __init__(self, target: Target, jobs: int, build_task: Callable,
-                 select: Callable[[ModelTask], Selection], threads: int):
+                 select: Callable[[ModelTask], Selection], threads: int,
+                 early: bool = False, batch: int = 1):
         self.target, self.jobs, self.threads = target, jobs, threads
-        self.build_task, self.select = build_task, select
+        self.build_task, self.select, self.batch = build_task, select, batch
         self.selections: dict[str, Selection] = {}
         self._waiting: list[ModelTask] = []
         self._futures: list = []
         self._pool: ProcessPoolExecutor | None = None
+        self._runtime = None
         self._start = time.perf_counter()
+        if early:
+            self._open()
+
+    def _open(self) -> None:
+        self._start = time.perf_counter()
+        self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=_pool_context())
+        if backend() == "kiln" and not _runtime.pool_loaded():
+            self._runtime = self._pool.submit(_runtime_job)
 
     @property
     def started(self) -> bool:
@@ -164,9 +200,29 @@ class StreamingBuild:
         if self._pool is None and len(self._waiting) < 2:
             return
         if self._pool is None:
-            self._start = time.perf_counter()
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=_pool_context())
-        for task in self._waiting:
+            self._open()
+        # batches: a full one, or what waits as soon as a worker is idle (a small model's
+        # few tasks are not left to one worker)
+        if len(self._waiting) >= self.batch or self._busy() < self.jobs:
+            self._submit()
+
+    def _busy(self) -> int:
+        """Jobs sent to the pool and not done."""
+        return sum(not f.done() for f in [*self._futures, self._runtime] if f is not None)
+
+    def _submit(self, parts: int = 1) -> None:
+        """Hand the waiting tasks to the pool: one job each, or with batches, in `parts`
+        near-equal batches."""
+        if self.batch > 1 and self._waiting:
+            size = -(-len(self._waiting) // max(1, min(parts, len(self._waiting))))
+            for k in range(0, len(self._waiting), size):
+                chunk = self._waiting[k:k + size]
+                # build_task(tasks, target, selections, threads): a list of _work's results
+                self._futures.append(self._pool.submit(
+                    _work_batch, (tuple(chunk), self.target,
+                                  {t.name: self.selections[t.name] for t in chunk},
+                                  self.build_task, self.threads)))
+        for task in self._waiting if self.batch == 1 else ():
             self._futures.append(self._pool.submit(
                 _work, (task, self.target, self.selections[task.name], self.build_task,
                         self.threads)))
@@ -178,9 +234,13 @@ class StreamingBuild:
         if self._pool is None:
             raise KilnError("StreamingBuild.finish(): fewer than two tasks were added, so no "
                             "worker started; build them in this process")
-        _ready_runtime()            # while the workers compile
-        resolve_pending()           # the constants the graph passes deferred, likewise
-        results = [f.result() for f in self._futures]
+        self._submit(parts=self.jobs)       # the last tasks, split over the workers
+        resolve_pending()           # the constants the graph passes deferred, meanwhile
+        if self._runtime is not None and (code := self._runtime.result()) is not None:
+            pool_address(code)      # a worker built it
+        _ready_runtime()            # else here, while the workers compile
+        results = [r for f in self._futures for r in
+                   (f.result() if self.batch > 1 else [f.result()])]
         self._pool.shutdown()
         return _collect(results, self.target, self.threads, self._start)
 
@@ -195,7 +255,7 @@ class StreamingBuild:
 def _collect(results: list, target: Target, threads: int, start: float
              ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
     objects = [(name, obj) for name, obj, *_ in results]
-    kernels = link_and_load(objects, target, threads)
+    kernels = link_and_load(objects, target, threads) if objects else {}
     per_worker: dict[int, float] = {}
     for *_, pid, cpu, _ in results:
         per_worker[pid] = per_worker.get(pid, 0.0) + cpu

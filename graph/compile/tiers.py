@@ -1,8 +1,8 @@
 """Tiered compilation: a model that runs at once on kernels built fast, while its optimised
 kernels are built in the background and swapped in between runs.
 
-Tier 1 ("fast") is each task's default schedule with the Python-side unrolling off (the
-`unroll` and `window` knobs at 0: LLVM keeps the loops, the IR is a fraction of the size)
+Tier 1 ("fast") is each task's default schedule with the window taps' and (but in convs)
+the register tiles' unrolling off (FAST_OFF_KNOBS, CONV_ONLY_KNOBS: LLVM keeps those loops)
 through LLVM's O1 pipeline (FAST_PIPELINE, FAST_CODEGEN_OPT). Its kernels never enter the
 kernel cache or the model cache: only the optimised tier does, so no later compile is ever
 served a tier-1 kernel. Tier 2 ("optimized") is exactly what an untiered compile builds
@@ -32,6 +32,7 @@ from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...schedule.ir import PrimFunc
 from ...te.errors import KilnError
+from ...te.workload import topo_ops
 from . import parallel_build
 from ..runtime.executor import CompiledModel
 from .tasks import ModelTask
@@ -43,10 +44,12 @@ FAST_PIPELINE = "o1"      # codegen.jit.PIPELINES
 FAST_CODEGEN_OPT = 3      # 0 (FastISel) ran tier-1 kernels 1.3-3.4x slower for ~15% less CPU
 FAST_SOURCE = "default (fast tier)"
 ENV = "KILN_TIERED"
-# Off: on the bundled and exported models it cut the first result 1.43x (geomean) but the
-# optimised tier arrived up to 2.4x later than an untiered compile's model, runs until then
-# took 1.19x (up to 2x) as long, and the process spent tier 1's CPU on top (benchmarks/
-# RESULTS.md, "compile time and tiered compilation").
+# Off: on the bundled and exported models it cut the first result 1.37-1.5x (geomean, four
+# A/Bs) and, with the conv register tiles unrolled, runs until the swap take 1.12x as long
+# (was 1.2-1.3x; CNNs 1.05-1.31x, were 1.5-2.2x), but the optimised tier arrives 1.56x later
+# than an untiered compile's model, the process spends tier 1's CPU on top, and the test
+# suite reads compiled models' schedule sources at once (benchmarks/RESULTS.md, "the fixed
+# costs of a cold compile": flipping is one line once those tests ask for tiered=False).
 DEFAULT_TIERED = False
 
 
@@ -66,12 +69,29 @@ def tiered_setting(tiered: bool | None, environ: Mapping[str, str] | None = None
 
 
 
+# The knobs tier 1 turns off: window taps stay loops for LLVM. A conv's register tile
+# (`unroll`) stays unrolled: tier 1 then ran the CNNs 0.54-0.84x the time it took with it
+# off (mobilenetv2_like 0.56x, resnet18_like 0.54x, default_cnn 0.80-0.84x) for 0-21% more
+# tier-1 compile CPU; a matmul's register tile is rolled (the transformers ran the same,
+# 0.96-1.09x, and their IR emission took twice the CPU with it unrolled). benchmarks/
+# RESULTS.md, "the fixed costs of a cold compile".
+FAST_OFF_KNOBS = ("window",)
+CONV_ONLY_KNOBS = ("unroll",)
+
+
+def _has_conv(task) -> bool:
+    """A direct or Winograd convolution is part of the task (its ops' tags say so)."""
+    return any("conv" in tag or "winograd" in tag
+               for tag in (getattr(op, "tag", "") or "" for op in topo_ops(list(task.outputs))))
+
+
 def fast_config(space: SearchSpace) -> dict:
-    """The space's default config with every Python-side unrolling off (register tiles and
-    window taps stay loops for LLVM)."""
+    """The space's default config with the window taps' unrolling off, and the register
+    tile's too but in convolutions (FAST_OFF_KNOBS, CONV_ONLY_KNOBS)."""
     config = space.default_config()
+    off = FAST_OFF_KNOBS + (() if _has_conv(space.task) else CONV_ONLY_KNOBS)
     for name in config:
-        if name.split("/")[-1] in ("unroll", "window"):
+        if name.split("/")[-1] in off:
             config[name] = 0
     return config
 
@@ -89,42 +109,35 @@ def fast_object(func: PrimFunc, target: Target) -> parallel_build.ObjectKernel:
                                        time.perf_counter() - start, None)
 
 
-def build_fast_task(mt: ModelTask, target: Target, selection: Selection,
-                    build: Callable | None = None, threads: int | None = None):
-    """graph/compile/model._build_task's signature for tier 1: the fast config of the task's
-    space, whatever the selection, to an ObjectKernel (`build` is ignored: the fast tier
-    never goes through the kernel cache); the unrolled default if that fails to build."""
+def fast_func(mt: ModelTask, target: Target, threads: int | None = None) -> PrimFunc:
+    """The task lowered with the fast config of its space (the unrolled default if that
+    fails to build)."""
     if all(0 in t.shape for t in mt.task.outputs):
         sch = create_schedule(list(mt.task.outputs))
-        return fast_object(lower(sch, list(mt.task.args), name=mt.name), target), FAST_SOURCE
+        return lower(sch, list(mt.task.args), name=mt.name)
     space = SearchSpace(mt.task.retargeted(target), threads, target)
     try:
         sch, args = space.apply(fast_config(space))
-        return fast_object(lower(sch, args, name=mt.name), target), FAST_SOURCE
+        return lower(sch, args, name=mt.name)
     except KilnError as exc:
         log.warning("%s: its fast-tier schedule failed to build (%s); using the default",
                     mt.name, exc)
         sch, args = space.apply(space.default_config())
-        return fast_object(lower(sch, args, name=mt.name), target), FAST_SOURCE
+        return lower(sch, args, name=mt.name)
+
+
+def build_fast_task(mt: ModelTask, target: Target, selection: Selection,
+                    build: Callable | None = None, threads: int | None = None):
+    """graph/compile/model._build_task's signature for tier 1: the fast config of the task's
+    space, whatever the selection, to an ObjectKernel (`build` is ignored: the fast tier
+    never goes through the kernel cache); the unrolled default if that fails to build.
+    (A tiered compile builds its tasks several to a module: fast_batch.py.)"""
+    return fast_object(fast_func(mt, target, threads), target), FAST_SOURCE
 
 
 def no_record(mt: ModelTask) -> Selection:
     """The fast tier reads no database."""
     return Selection(None)
-
-
-def build_fast_serial(tasks, target: Target, threads: int):
-    """Tier 1 in this process: (kernels, sources, stats) as model._build_kernels returns."""
-    objects, sources, wall, cpu = [], {}, {}, {}
-    for mt in tasks:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        obj, sources[mt.name] = build_fast_task(mt, target, Selection(None), threads=threads)
-        objects.append((mt.name, obj))
-        wall[mt.name] = round(time.perf_counter() - start, 4)
-        cpu[mt.name] = round(time.process_time() - cpu_start, 4)
-    kernels = parallel_build.link_and_load(objects, target, threads) if objects else {}
-    return kernels, sources, {"workers": 1, "worker_cpu_s": [round(sum(cpu.values()), 3)],
-                              "kernel_s": wall, "kernel_cpu_s": cpu, "skipped_records": 0}
 
 
 # ---------------------------------------------------------------------------- the model
