@@ -71,7 +71,7 @@ def test_cold_compiled_model_has_aligned_weights_and_matches_onnxruntime(size, t
 
 def test_the_arena_and_the_weight_block_start_on_a_huge_page(rng):
     """Both big blocks start 2 MB-aligned, so transparent huge pages back them the same way
-    in every instance (a model's speed then does not change from one compile to the next)."""
+    in every instance of a model."""
     from kiln.graph.runtime.executor import HUGE_PAGE, _aligned_empty
     for nbytes in (1, 4096, HUGE_PAGE + 3):
         block = _aligned_empty(nbytes, 64)
