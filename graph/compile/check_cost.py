@@ -2,8 +2,9 @@
 task scheduler keeps of a time budget for them (autotune/spread.reserve_seconds).
 
 Why: a fixed 3 s per tuned task (a guess for two cores) left 60-70 s of GPT-2's 5-minute
-budget unspent (its checks took about a second each); a larger model's checks take longer
-than the guess and were cut off by the deadline. A check is a compile of the model with
+budget unspent on a quiet machine, and on a loaded one (checks of 4.6-7 s, and a first
+compile that builds every tuned kernel, which the guess left out) the deadline stopped the
+checks after 6 of 16 tasks (benchmarks/RESULTS.md). A check is a compile of the model with
 every kernel but one already in the kernel cache, then paired rounds of runs
 (model_check.paired_ratio), so both parts can be measured once, up front: one warm compile
 (its wall time) and a short run of its result (the time per run on the checks' clock, and how
