@@ -73,7 +73,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
                time_budget: float | None = None,
                confirm: ConfirmOptions | None = CONFIRM, cluster=None,
                latencies: dict[str, float] | None = None,
-               check_seconds: float = 0.0) -> list[TaskReport]:
+               check_seconds: float = 0.0,
+               verdict_seconds: float | None = None) -> list[TaskReport]:
     """Tune the tasks until the database holds `trials` records of them in total at the
     measurement's thread count (records already there count, so a rerun resumes, as in
     tune_task), or until `time_budget` seconds have passed, whichever comes first (None: no
@@ -88,8 +89,9 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
     the budget by measured spread instead (autotune/spread.py): no warm-up, heaviest first,
     batches of at most spread.BATCH around each task's best, stalled tasks left; what it
     keeps of a time budget for confirming is then what the tasks tuned so far need
-    (spread.reserve_seconds), plus `check_seconds` per tuned task for the caller's in-model
-    check after this returns (tune_model), instead of a fixed share."""
+    (spread.reserve_seconds), plus `check_seconds` per tuned task and `verdict_seconds` (None:
+    one check's) for the caller's in-model check after this returns (tune_model), instead of
+    a fixed share."""
     if trials is None and time_budget is None:
         raise KilnError("tune_tasks needs a trial budget (trials=) or a time budget "
                         "(time_budget= seconds), or both")
@@ -136,7 +138,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
         if end is not None and confirm is not None:
             deadline = end - confirm_reserve(time_budget, len(tuners), confirm)
         if end is not None and latencies is not None:
-            deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds)
+            deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds,
+                                                    verdict_seconds)
         while spent < trials and (deadline is None or time.perf_counter() < deadline):
             if pending:
                 index = pending.pop(0)
@@ -163,7 +166,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
             spent += got
             histories[index].append(tuners[index].best_seconds)
             if end is not None and latencies is not None:       # what the tuned tasks need
-                deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds)
+                deadline = end - spread.reserve_seconds(tuners, confirm, check_seconds,
+                                                        verdict_seconds)
             if got == 0 and tuners[index].skipped == skipped and \
                     not (deadline is not None and time.perf_counter() >= deadline):
                 log.info("%s: space exhausted", tuners[index].task.name)
@@ -181,7 +185,8 @@ def tune_tasks(tasks_with_weights: list[tuple[Task, float]], target: str | Targe
                 order = [i for i in order if tuners[i].best_is_tuned]
             confirm_end = end
             if end is not None and latencies is not None:      # the in-model check's time
-                confirm_end = end - spread.reserve_seconds(tuners, None, check_seconds)
+                confirm_end = end - spread.reserve_seconds(tuners, None, check_seconds,
+                                                           verdict_seconds)
             choices = confirm_tasks([(tuners[i].task, tuners[i].data) for i in order],
                                     target, db, runner,
                                     deadline=confirm_end, options=confirm)

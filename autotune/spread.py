@@ -122,16 +122,37 @@ def local_batch(space, base: dict, seen: set[str], n: int, salt: str) -> list[di
     return out
 
 
-def reserve_seconds(tuners, confirm, check_seconds: float) -> float:
+# a trial's parts that a confirmation's build of a config repeats (not the search's propose,
+# the cost model's update or the database commit: a confirmation does none of those)
+BUILD_PARTS = ("worker_setup", "worker_lower", "worker_compile", "worker_check", "worker_run",
+               "worker_timeout", "ipc")
+
+
+def build_seconds(tuners) -> float:
+    """Mean seconds the measurement worker took per trial so far (its round trip: setup,
+    lowering, LLVM, the check, the timing, IPC), or CONFIRM_BUILD_SECONDS before any."""
+    trials = sum(t.timer.trials for t in tuners)
+    if not trials:
+        return CONFIRM_BUILD_SECONDS
+    return sum(t.timer.seconds.get(part, 0.0) for t in tuners for part in BUILD_PARTS) / trials
+
+
+def reserve_seconds(tuners, confirm, check_seconds: float,
+                    verdict_seconds: float | None = None) -> float:
     """Seconds a short budget keeps after its tuning loop: for each task whose best so far is
     not its default, a confirmation (`confirm`: ConfirmOptions or None; 1 + leaders builds at
-    the run's mean seconds per trial so far) and `check_seconds` of in-model check, plus one
-    more check's worth for the whole-model verdict."""
+    the worker's measured seconds per trial so far, build_seconds) and an in-model check:
+    `check_seconds` and a build of its tuned kernel, which the checks' first compile makes
+    (tuning candidates are not kept in the kernel cache); plus `verdict_seconds` for the
+    whole-model verdict (None: one more check's worth). Both come measured from
+    graph/compile/check_cost.py in tune_model."""
     tuned = sum(1 for t in tuners if t.best_is_tuned)
-    seconds = check_seconds * (tuned + 1) if check_seconds else 0.0
+    if verdict_seconds is None:
+        verdict_seconds = check_seconds
+    per_build = build_seconds(tuners) if tuned else 0.0
+    seconds = 0.0
+    if check_seconds:
+        seconds = (check_seconds + per_build) * tuned + verdict_seconds
     if confirm is not None and tuned:
-        trials = sum(t.timer.trials for t in tuners)
-        wall = sum(t.timer.wall for t in tuners)
-        per_build = wall / trials if trials else CONFIRM_BUILD_SECONDS
-        seconds += tuned * (1 + confirm.leaders) * per_build + tuned * CONFIRM_TIMING_SECONDS
+        seconds += tuned * ((1 + confirm.leaders) * per_build + CONFIRM_TIMING_SECONDS)
     return seconds

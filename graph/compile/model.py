@@ -33,6 +33,7 @@ from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
 from ..ir import Graph
 from .memory_plan import check_plan, plan_buffers
+from .check_cost import measure_check_cost
 from .task_latency import task_latencies
 from ..passes import fuse_operators, optimize
 from ..passes.fusion import FusedGroup
@@ -384,8 +385,8 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     model_check: after the confirmation, try each tuned choice against its default inside
     the compiled model and keep it only where the model runs faster, then the whole model
     with them against its defaults (graph/compile/model_check.py; a time budget keeps the
-    seconds the tuned choices need for that, or model_check.SHARE of itself without
-    latencies)."""
+    seconds the tuned choices need for that, as measured before tuning by
+    graph/compile/check_cost.py, or model_check.SHARE of itself without latencies)."""
     from ...autotune.confirm import CONFIRM
     from ...autotune.measure import MeasureOptions
     from . import model_check as check
@@ -404,15 +405,24 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
     compile_now = lambda: compile_model(model, target, database, input_shapes,  # noqa: E731
                                         layout=layout, threads=threads, winograd=winograd,
                                         cache_model=False)
+    cost = None
     if budget is not None and options.get("cluster") is None and "latencies" not in options:
         # a time budget goes where the model's time is and candidates differ
         # (autotune/spread.py): the tasks' in-model seconds, measured once
         options["latencies"] = task_latencies(compile_now(), tasks)
+        if checking:        # what a check and the verdict take here, measured
+            cost = measure_check_cost(compile_now, threads)
+            log.info("an in-model check will take about %.1f s, the verdict %.1f s "
+                     "(a warm compile %.2f s, a run %.2f ms)", cost.check_seconds(),
+                     cost.verdict_seconds(), cost.compile_seconds, 1e3 * cost.run_seconds)
         budget = max(1.0, budget - (time.perf_counter() - start))
     if budget is not None and options.get("latencies") is not None:
         # the task scheduler keeps what the tuned tasks' confirmations and checks need
         options["time_budget"] = budget
-        options["check_seconds"] = check.SECONDS_PER_TASK if checking else 0.0
+        options["check_seconds"] = 0.0 if not checking else (
+            check.SECONDS_PER_TASK if cost is None else cost.check_seconds())
+        if cost is not None:
+            options["verdict_seconds"] = cost.verdict_seconds()
     elif checking and budget is not None:
         options["time_budget"] = budget * (1 - check.SHARE)
     elif budget is not None:
@@ -428,7 +438,7 @@ def tune_model(model, target: str | Target = "native", trials: int | None = 200,
         found = check.check_choices_in_model(
             compile_now, tasks, target, database, threads,
             deadline=None if total is None else start + total,
-            compile_default=compile_default)
+            compile_default=compile_default, cost=cost)
     except KilnError as exc:
         log.warning("the in-model check of the tuned choices failed (%s); the confirmed "
                     "choices stand", exc)

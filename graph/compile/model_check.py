@@ -14,6 +14,13 @@ differs) are timed in interleaved rounds, and the default comes back as the task
 unless the choice makes the model faster. Reverting commits a new confirmation that names
 the default (with the kernel-alone rows of the one it replaces, which stay the zero-shot
 model's labels); keeping it changes nothing.
+
+Every comparison times fresh instances (fresh_instance: new buffers, a new copy of the
+weights) of both sides. An instance's speed depends a little on where its memory landed, and
+the checks used to carry the model with the choices from one check to the next, replacing it
+only when a choice was reverted: an instance that read slow was swapped out and one that read
+fast stayed, so the instance left at the end was a lucky one, and the whole-model verdict,
+timed on it, read 3-9% faster than an independent A/B of the same kernels (RESULTS.md).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from ...autotune.database import Choice, Database, config_key
 from ...autotune.dispatch import Selection, select_record
 from ...autotune.space.rules import SearchSpace
 from ...codegen.target import Target
+from ..runtime.executor import CompiledModel
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +45,8 @@ SAMPLES = 3             # timed samples of each model per round (their median co
 SAMPLE_SECONDS = 0.01   # a sample runs the model this long at least
 MARGIN = 0.0            # the choice stays if the model with it takes < (1 - MARGIN) x
 SHARE = 0.15            # of a time budget, kept for this check (tune_model)
-VERDICT_ROUNDS = 15     # paired rounds of the whole verdict (every choice against none)
+VERDICT_ROUNDS = 15     # paired rounds of the whole verdict (every choice against none) ...
+VERDICT_PAIRS = 3       # ... split over this many pairs of fresh instances
 SECONDS_PER_TASK = 3.0  # a check of one task on two cores (a compile and the rounds), before
                         # one has been timed
 
@@ -51,11 +60,31 @@ class ModelCheck:
     kept: bool              # the choice stays (else the default is the task's choice again)
 
 
+def fresh_instance(model):
+    """A new CompiledModel over the same plan and kernels, with buffers and a copy of the
+    weights of its own (placed anew, aligned); anything else comes back as it is."""
+    if not isinstance(model, CompiledModel):
+        return model
+    constants = {spec.name: model.buffers[spec.name].copy() for spec in model.plan.buffers
+                 if spec.kind == "constant"}
+    out = CompiledModel(model.plan, model.kernels, constants)
+    out.set_num_threads(model.plan.meta.get("threads", 1))
+    return out
+
+
 def paired_ratio(run_a: Callable[[], object], run_b: Callable[[], object],
                  rounds: int = ROUNDS, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median over `rounds` of (a's time / b's time), a and b timed back to back in each
-    round (which goes first alternates), each as the median of SAMPLES samples of enough
-    runs to last SAMPLE_SECONDS: both sides of a ratio see the same machine load."""
+    """Median over `rounds` of (a's time / b's time) (paired_ratios)."""
+    return statistics.median(paired_ratios(run_a, run_b, rounds, clock))
+
+
+def paired_ratios(run_a: Callable[[], object], run_b: Callable[[], object],
+                  rounds: int = ROUNDS, clock: Callable[[], float] = time.perf_counter,
+                  first_round: int = 0) -> list[float]:
+    """(a's time / b's time) of each of `rounds` rounds, a and b timed back to back in each
+    round (which goes first alternates: a in even rounds, counted from `first_round`), each
+    as the median of SAMPLES samples of enough runs to last SAMPLE_SECONDS: both sides of a
+    ratio see the same machine load."""
     run_a(), run_b()                                   # warm-up: page faults, caches
     start = clock()
     run_a()
@@ -71,7 +100,7 @@ def paired_ratio(run_a: Callable[[], object], run_b: Callable[[], object],
         return statistics.median(times)
 
     ratios = []
-    for r in range(rounds):
+    for r in range(first_round, first_round + rounds):
         if r % 2 == 0:
             a = sample(run_a)
             b = sample(run_b)
@@ -79,7 +108,7 @@ def paired_ratio(run_a: Callable[[], object], run_b: Callable[[], object],
             b = sample(run_b)
             a = sample(run_a)
         ratios.append(a / b)
-    return statistics.median(ratios)
+    return ratios
 
 
 def model_clock(threads: int) -> Callable[[], float]:
@@ -110,8 +139,8 @@ def _default_choice(choice: Choice, default_config: dict) -> Choice:
 def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Target,
                            db: Database, threads: int, deadline: float | None = None,
                            rounds: int = ROUNDS,
-                           compile_default: Callable[[], object] | None = None
-                           ) -> list[ModelCheck]:
+                           compile_default: Callable[[], object] | None = None,
+                           cost=None) -> list[ModelCheck]:
     """Try each task's non-default schedule (a confirmed choice or a best record) against
     its default inside the model (see the module docstring), heaviest task first; `tasks`:
     the model's ModelTasks,
@@ -120,7 +149,9 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
     (it takes as long as the slowest so far). With `compile_default()` (the model on default
     schedules only), the checks end with the whole verdict (`whole_model_verdict`): time is
     kept for it, and every choice still standing goes back to its default unless the model
-    with them all beats the defaults. Returns what each check found."""
+    with them all beats the defaults. `cost` (check_cost.CheckCost, measured before tuning)
+    says how long a check and the verdict take until one check has been timed (else
+    SECONDS_PER_TASK each). Returns what each check found."""
     order = sorted(tasks, key=lambda mt: -mt.weight * mt.task.flops)
     pending = []
     for mt in order:
@@ -140,9 +171,11 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
     results, longest = [], 0.0
     stop = deadline
     if deadline is not None and compile_default is not None:
-        stop = deadline - VERDICT_ROUNDS / rounds * SECONDS_PER_TASK
+        stop = deadline - (cost.verdict_seconds() if cost is not None else
+                           VERDICT_ROUNDS / rounds * SECONDS_PER_TASK)
     for mt, space, choice in pending:
-        expected = longest or SECONDS_PER_TASK
+        expected = longest or (cost.check_seconds(rounds) if cost is not None else
+                               SECONDS_PER_TASK)
         if stop is not None and time.perf_counter() + expected > stop:
             log.info("in-model check stopped at the deadline (%d of %d tasks checked)",
                      len(results), len(pending))
@@ -151,7 +184,9 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
         db.commit_choice(_default_choice(choice, space.default_config()))
         try:
             reverted = compile_now()
-            ratio = paired_ratio(lambda: current.run(inputs), lambda: reverted.run(inputs),
+            # (a fresh instance of the model with the choice each time: see the docstring)
+            candidate = fresh_instance(current)
+            ratio = paired_ratio(lambda: candidate.run(inputs), lambda: reverted.run(inputs),
                                  rounds, clock)
         except BaseException:       # (Ctrl-C too) the choice stands as it was
             db.commit_choice(dataclasses.replace(choice, timestamp=time.time()))
@@ -166,15 +201,18 @@ def check_choices_in_model(compile_now: Callable[[], object], tasks, target: Tar
                  mt.name, ratio, "kept" if kept else "back to the default")
         longest = max(longest, time.perf_counter() - start)
     if compile_default is not None:
-        results = whole_model_verdict(current, compile_default, pending, results, db,
+        results = whole_model_verdict(compile_now, compile_default, pending, results, db,
                                       threads, clock)
     return results
 
 
-def whole_model_verdict(current, compile_default: Callable[[], object], pending, results,
+def whole_model_verdict(compile_now: Callable[[], object],
+                        compile_default: Callable[[], object], pending, results,
                         db: Database, threads: int, clock) -> list[ModelCheck]:
-    """The model with every choice still standing (`current`) against the model on its
-    default schedules, in VERDICT_ROUNDS paired rounds; unless it is faster, each standing
+    """The model with every choice still standing (`compile_now()`, compiled afresh, as an
+    independent A/B would) against the model on its default schedules, in VERDICT_ROUNDS
+    paired rounds over VERDICT_PAIRS pairs of fresh instances (the median of every round's
+    ratio: no one instance's placement decides); unless it is faster, each standing
     choice goes back to its default (a task-by-task check decides at the noise level, and
     a budget may end before every choice is checked: this one keeps the sum honest).
     `pending`: (ModelTask, space, choice) of the tasks with a non-default schedule;
@@ -184,10 +222,7 @@ def whole_model_verdict(current, compile_default: Callable[[], object], pending,
                 if mt.task.workload_key not in checked or checked[mt.task.workload_key].kept]
     if not standing:
         return results
-    default = compile_default()
-    inputs = current._example_inputs()
-    ratio = paired_ratio(lambda: current.run(inputs), lambda: default.run(inputs),
-                         VERDICT_ROUNDS, clock)
+    ratio = verdict_ratio(compile_now(), compile_default(), clock)
     kept = ratio < 1.0 - MARGIN
     log.info("the model with its %d tuned choices runs %.3fx as long as on its defaults: %s",
              len(standing), ratio, "kept" if kept else "all back to the defaults")
@@ -201,3 +236,17 @@ def whole_model_verdict(current, compile_default: Callable[[], object], pending,
         else:
             out[key] = ModelCheck(mt.name, key, ratio, kept)
     return list(out.values())
+
+
+def verdict_ratio(tuned, default, clock, rounds: int = VERDICT_ROUNDS,
+                  pairs: int = VERDICT_PAIRS) -> float:
+    """Median over `rounds` paired rounds of tuned time / default time, the rounds split
+    over `pairs` pairs of instances: the two given, then fresh_instance of each."""
+    inputs = tuned._example_inputs()
+    ratios = []
+    for i in range(pairs):
+        a, b = (tuned, default) if i == 0 else (fresh_instance(tuned), fresh_instance(default))
+        share = rounds // pairs + (i < rounds % pairs)
+        ratios += paired_ratios(lambda a=a: a.run(inputs), lambda b=b: b.run(inputs), share,
+                                clock, first_round=len(ratios))
+    return statistics.median(ratios)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 PLAN_FORMAT = "kiln-compiled-model"
 PLAN_VERSION = 1
 ARENA_ALIGNMENT = 64
+HUGE_PAGE = 2 << 20     # a transparent huge page on x86-64
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,15 @@ class Plan:
 
 
 def _aligned_empty(nbytes: int, alignment: int = ARENA_ALIGNMENT) -> np.ndarray:
-    """A uint8 array of `nbytes` whose data pointer is `alignment`-aligned."""
+    """A uint8 array of `nbytes` whose data pointer is `alignment`-aligned and, as it is one
+    of a model's two big blocks (the arena, the packed weights), HUGE_PAGE-aligned too.
+    Why: numpy asks Linux for transparent huge pages on large blocks (madvise), which back
+    only the whole 2 MB pages inside a block, so where a block starts decides which of its
+    bytes they back. Two compiles of the same kernels can differ in speed by several percent;
+    in one measurement 2 MB alignment cut that spread and ran ConvNeXt-atto faster, in
+    another it did not (benchmarks/RESULTS.md, 2026-11-29, issue 33 item 4: unsettled).
+    The rest of the over-allocation is never touched."""
+    alignment = max(alignment, HUGE_PAGE)
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]

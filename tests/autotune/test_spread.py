@@ -207,15 +207,26 @@ def test_best_is_tuned_says_whether_the_best_is_the_default(tmp_path):
 
 def test_the_reserve_is_what_the_tuned_tasks_confirmations_and_checks_need():
     from kiln.autotune.confirm import ConfirmOptions
-    timer = SimpleNamespace(trials=10, wall=5.0)                # 0.5 s per trial so far
+    # 10 trials in 9 s, of which the worker's round trips took 5 s: 0.5 s per build (the
+    # search's propose, the model update and commits are not what a confirmation repeats)
+    parts = {"propose": 3.0, "model_update": 1.0, "worker_compile": 3.0, "worker_run": 1.0,
+             "worker_lower": 0.5, "ipc": 0.5}
+    timer = SimpleNamespace(trials=10, wall=9.0, seconds=parts)
     tuned = SimpleNamespace(best_is_tuned=True, timer=timer)
-    plain = SimpleNamespace(best_is_tuned=False, timer=SimpleNamespace(trials=0, wall=0.0))
+    plain = SimpleNamespace(best_is_tuned=False,
+                            timer=SimpleNamespace(trials=0, wall=0.0, seconds={}))
     confirm = ConfirmOptions(leaders=3)
+    assert spread.build_seconds([tuned, plain]) == pytest.approx(0.5)
+    assert spread.build_seconds([plain]) == spread.CONFIRM_BUILD_SECONDS
     assert spread.reserve_seconds([plain], confirm, 3.0) == 3.0      # the verdict's check
     assert spread.reserve_seconds([plain], None, 0.0) == 0.0
+    # each tuned task: its check (3 s) and its kernel's build for the checks (0.5 s), its
+    # confirmation (4 builds and the timing); the verdict (3 s)
     two = spread.reserve_seconds([tuned, tuned, plain], confirm, 3.0)
-    assert two == pytest.approx(3.0 * 3 + 2 * (4 * 0.5 + spread.CONFIRM_TIMING_SECONDS))
-    assert spread.reserve_seconds([tuned], None, 3.0) == 6.0
+    assert two == pytest.approx(2 * 3.5 + 3.0 + 2 * (4 * 0.5 + spread.CONFIRM_TIMING_SECONDS))
+    assert spread.reserve_seconds([tuned], None, 3.0) == pytest.approx(6.5)
+    # measured costs (graph/compile/check_cost.py): a check 1.2 s, the verdict 4 s
+    assert spread.reserve_seconds([tuned, tuned, plain], None, 1.2, 4.0) == pytest.approx(7.4)
 
 
 def test_explore_adds_samples_of_the_whole_space(tmp_path, monkeypatch):

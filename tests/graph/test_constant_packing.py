@@ -67,3 +67,16 @@ def test_cold_compiled_model_has_aligned_weights_and_matches_onnxruntime(size, t
     warm = kiln.compile(str(path), db=None, jobs=1)
     assert warm.plan.meta["compile"].get("cached")
     np.testing.assert_array_equal(warm.run(x)[0], cold.run(x)[0])
+
+
+def test_the_arena_and_the_weight_block_start_on_a_huge_page(rng):
+    """Both big blocks start 2 MB-aligned, so transparent huge pages back them the same way
+    in every instance of a model."""
+    from kiln.graph.runtime.executor import HUGE_PAGE, _aligned_empty
+    for nbytes in (1, 4096, HUGE_PAGE + 3):
+        block = _aligned_empty(nbytes, 64)
+        assert block.nbytes == nbytes and block.ctypes.data % HUGE_PAGE == 0
+    specs = [BufferSpec("w", (17, 23), "float32", "constant")]
+    packed = _packed_constants(_plan(specs), {"w": _misaligned(
+        rng.standard_normal((17, 23)).astype(np.float32))})
+    assert packed["w"].ctypes.data % HUGE_PAGE == 0

@@ -170,12 +170,13 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     def fake_tune_tasks(pairs, target, trials, db, callback=None, **options):
         seen["budget"] = options["time_budget"]
         seen["check_seconds"] = options.get("check_seconds")
+        seen["verdict_seconds"] = options.get("verdict_seconds")
         latencies.update(options["latencies"] or {})
         return [TaskReport(t.workload_key, t.name, w, 0, math.inf) for t, w in pairs]
 
     def fake_check(compile_now, tasks, target, db, threads, deadline=None,
-                   compile_default=None):
-        seen["deadline"], seen["threads"] = deadline, threads
+                   compile_default=None, cost=None):
+        seen["deadline"], seen["threads"], seen["cost"] = deadline, threads, cost
         seen["latencies"] = latencies
         return [model_check.ModelCheck(tasks[0].name, tasks[0].task.workload_key, 1.1, False)]
 
@@ -189,7 +190,12 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     # of the budget; the task scheduler keeps check_seconds per tuned task for the check)
     spent = time.perf_counter() - start
     assert 100 - spent <= seen["budget"] <= 100
-    assert seen["check_seconds"] == model_check.SECONDS_PER_TASK
+    # (what a check and the verdict take was measured, not guessed: a warm compile of this
+    # small model and its runs take well under the 3 s guessed for a model's check)
+    cost = seen["cost"]
+    assert 0 < cost.compile_seconds < model_check.SECONDS_PER_TASK and cost.run_seconds > 0
+    assert seen["check_seconds"] == cost.check_seconds()
+    assert seen["verdict_seconds"] == cost.verdict_seconds() > cost.check_seconds()
     assert start + 100 <= seen["deadline"] <= time.perf_counter() + 100
     assert set(seen["latencies"]) == {t.task.workload_key for t in tasks}
     assert all(v > 0 for v in seen["latencies"].values())
@@ -200,7 +206,8 @@ def test_tune_model_keeps_a_share_of_its_budget_for_the_check(tmp_path, monkeypa
     start = time.perf_counter()
     C.tune_model(model, trials=None, db=Database(tmp_path / "k.db"), time_budget=100,
                  model_check=False)
-    assert set(seen) == {"budget", "check_seconds"} and seen["check_seconds"] == 0.0
+    assert set(seen) == {"budget", "check_seconds", "verdict_seconds"}
+    assert seen["check_seconds"] == 0.0 and seen["verdict_seconds"] is None
     assert 100 - (time.perf_counter() - start) <= seen["budget"] <= 100
     # without the profile (latencies given as None: the scheduler's own allocation) the
     # check keeps its fixed share
@@ -257,7 +264,7 @@ def test_the_verdict_keeps_the_choices_only_if_the_whole_model_beats_its_default
             space = SearchSpace(mt.task.retargeted(TARGET), 1)
             pending.append((mt, space, db.choice(mt.task.workload_key, TARGET, 1)))
     checked = [model_check.ModelCheck("a", first, 0.97, True)]     # second: not reached
-    out = model_check.whole_model_verdict(_FakeModel(clock, tuned_seconds),
+    out = model_check.whole_model_verdict(lambda: _FakeModel(clock, tuned_seconds),
                                           lambda: _FakeModel(clock, 1e-3), pending, checked,
                                           db, 1, clock)
     assert {c.task_key: c.kept for c in out} == {first: kept, second: kept}
@@ -271,7 +278,8 @@ def test_the_verdict_leaves_reverted_choices_alone(tmp_path):
     checked = [model_check.ModelCheck("a", key, 1.05, False)]
     mt = next(mt for mt in tasks if mt.task.workload_key == key)
     pending = [(mt, SearchSpace(mt.task.retargeted(TARGET), 1), db.choice(key, TARGET, 1))]
-    out = model_check.whole_model_verdict(None, lambda: pytest.fail("compiled"), pending,
+    out = model_check.whole_model_verdict(lambda: pytest.fail("compiled"),
+                                          lambda: pytest.fail("compiled"), pending,
                                           checked, db, 1, time.thread_time)
     assert out == checked
 
@@ -284,3 +292,63 @@ def test_task_latencies_sum_each_tasks_kernels_in_the_profile():
             {"kernel": "conv", "ms": 1.0}, {"kernel": "", "ms": 0.3}]
     compiled = SimpleNamespace(profile=lambda repeat: rows)
     assert task_latencies(compiled, tasks) == pytest.approx({"k1": 3e-3, "k2": 0.5e-3})
+
+
+def test_a_fresh_instance_runs_the_same_kernels_on_memory_of_its_own():
+    model = models.mlp(sizes=(48, 32, 16, 10))
+    compiled = compile_model(model, TARGET, None, threads=1, cache_model=False)
+    fresh = model_check.fresh_instance(compiled)
+    inputs = compiled._example_inputs()
+    for a, b in zip(compiled.run(inputs), fresh.run(inputs)):
+        np.testing.assert_array_equal(a, b)
+    assert fresh.plan is compiled.plan and fresh.kernels == compiled.kernels
+    constants = [s.name for s in compiled.plan.buffers if s.kind == "constant"]
+    assert constants
+    for name in constants:
+        old, new = compiled.buffers[name], fresh.buffers[name]
+        assert new.ctypes.data != old.ctypes.data and new.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(old, new)
+    assert fresh.arena.ctypes.data != compiled.arena.ctypes.data
+    assert model_check.fresh_instance(None) is None         # not a CompiledModel: as it is
+
+
+def test_every_check_and_the_verdict_time_fresh_instances(tmp_path, monkeypatch):
+    """No instance of the model with the choices is carried from one comparison to the next
+    (one that read fast would stay and flatter the verdict): each check times a fresh
+    instance, the verdict a fresh compile and VERDICT_PAIRS pairs of instances."""
+    model, tasks, db, chosen = _model_with_choices(tmp_path, 2)
+    made, compiles = [], []
+    real = model_check.fresh_instance
+
+    def spy(compiled):
+        out = real(compiled)
+        made.append(out)
+        return out
+
+    def compile_now():
+        compiles.append("now")
+        return compile_model(model, TARGET, db, threads=1, cache_model=False)
+
+    def compile_default():
+        compiles.append("default")
+        return compile_model(model, TARGET, None, threads=1, cache_model=False)
+
+    monkeypatch.setattr(model_check, "fresh_instance", spy)
+    # (every check keeps its choice, whatever the timing: the verdict then runs)
+    monkeypatch.setattr(model_check, "paired_ratio",
+                        lambda a, b, rounds, clock: (a(), b(), 0.9)[2])
+    found = model_check.check_choices_in_model(compile_now, tasks, TGT, db, 1, rounds=3,
+                                               compile_default=compile_default)
+    assert len(found) == 2
+    # two checks (one fresh instance each), then the verdict's extra pairs of instances
+    assert len(made) == 2 + 2 * (model_check.VERDICT_PAIRS - 1)
+    assert len({id(m) for m in made}) == len(made)
+    # the first model and one per check, then the verdict compiles both sides afresh
+    assert compiles == ["now", "now", "now", "now", "default"]
+
+
+def test_the_verdict_ratio_is_the_median_over_every_rounds_ratio():
+    clock = type("Clock", (), {"now": 0.0, "__call__": lambda self: self.now})()
+    ratio = model_check.verdict_ratio(_FakeModel(clock, 0.8e-3), _FakeModel(clock, 1e-3),
+                                      clock, rounds=7, pairs=3)
+    assert ratio == pytest.approx(0.8)
