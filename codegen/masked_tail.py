@@ -24,7 +24,7 @@ from ..te import dtype as dt
 from ..te import expr as E
 from ..te.visit import child_exprs, substitute
 
-ENABLED = False
+ENABLED = True
 
 
 def _stores(stmt: Stmt) -> list[Store] | None:
