@@ -583,7 +583,6 @@ def _has_vnni(target) -> bool:
     return any(how == "vnni" for _, how in dot4_strategies(target_features(target)))
 
 
-@functools.lru_cache(maxsize=None)
 def opaque_mask(builder: ir.IRBuilder, mask: ir.Value) -> ir.Value:
     """`mask` passed through an empty inline asm, so LLVM cannot see which lanes it holds.
 
@@ -604,6 +603,7 @@ def opaque_mask(builder: ir.IRBuilder, mask: ir.Value) -> ir.Value:
     return builder.bitcast(builder.trunc(hidden, bits), mask.type)
 
 
+@functools.lru_cache(maxsize=None)
 def _native_masked_load(target, dtype: str) -> bool:
     """Whether `target` has a masked vector load of `dtype`'s elements (AVX/AVX2 vmaskmov:
     32 and 64 bits; AVX-512BW: 8 and 16 too). Elsewhere LLVM expands one into a branch per
