@@ -1,0 +1,100 @@
+"""Masked vector tails on against off (codegen/masked_tail.ENABLED), kernel by kernel.
+
+    python benchmarks/masked_tails.py [--rounds 5] [--repeat 20]
+
+Each kernel (default schedule, 1 thread) is built twice in this process, with masked tails
+on and off (the flag is read when a kernel is emitted; the kernel cache is keyed on the LLVM
+IR, so the two builds never share an entry), and timed in interleaved rounds (on, off, on,
+...) of a `--repeat`-run median each, on thread CPU time; the ratio on/off is taken per
+round and its median reported. The shapes are GEMMs whose columns 16 (an AVX-512 vector of
+float32) does not divide, as in EdgeNeXt's and EfficientViT's Linears, and a uint8
+quantize of 17 columns (the kernel whose one-lane tail LLVM stored wide). Both builds'
+outputs are compared with numpy. Prints a table and, last, one JSON object.
+For whole models, run benchmarks/architectures.py with KILN_MASKED_TAILS=1 and =0 (each
+with its own KILN_CACHE_DIR).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import emit_json, interleaved_medians, print_table  # noqa: E402
+
+from kiln import te  # noqa: E402
+from kiln.autotune.space.rules import SearchSpace  # noqa: E402
+from kiln.autotune.task import Task  # noqa: E402
+from kiln.codegen import build, masked_tail  # noqa: E402
+from kiln.schedule.lower import lower  # noqa: E402
+from kiln.te import expr as E  # noqa: E402
+
+GEMMS = [(1024, 96, 24), (256, 352, 88), (64, 672, 168), (1024, 96, 40), (196, 64, 17)]
+
+
+def _quantize_task(m: int, n: int) -> tuple[Task, object]:
+    x = te.placeholder((m, n), "float32", "x")
+    y = te.compute((m, n), lambda i, j: E.cast(E.minimum(E.maximum(
+        E.round(x[i, j] * 50.0) + 3.0, 0.0), 255.0), "uint8"), name="y")
+    return (Task(f"quantize_{m}x{n}", (y,), (x, y)),
+            lambda a: np.clip(np.round(a * np.float32(50)) + 3, 0, 255).astype(np.uint8))
+
+
+def _kernel(task: Task, enabled: bool):
+    space = SearchSpace(task)
+    sch, args = space.apply(space.default_config())
+    saved = masked_tail.ENABLED
+    masked_tail.ENABLED = enabled
+    try:
+        return build(lower(sch, args, name=f"{task.name}_{'on' if enabled else 'off'}"),
+                     target="native", num_threads=1)
+    finally:
+        masked_tail.ENABLED = saved
+
+
+def measure(task: Task, reference, rounds: int, repeat: int) -> dict:
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in task.args
+              if t not in task.outputs]
+    out = task.outputs[0]
+    kernels, outputs = {}, {}
+    for enabled in (True, False):
+        k = _kernel(task, enabled)
+        result = np.zeros(out.shape, out.dtype)
+        k(*inputs, result)
+        want = reference(*inputs)
+        if out.dtype == "uint8":
+            np.testing.assert_array_equal(result, want)
+        else:
+            np.testing.assert_allclose(result, want, rtol=1e-4, atol=1e-4)
+        kernels[enabled], outputs[enabled] = k, result
+    masked = "llvm.masked.store" in kernels[True].llvm_ir()
+    on, off, ratio = interleaved_medians(lambda: kernels[True](*inputs, outputs[True]),
+                                         lambda: kernels[False](*inputs, outputs[False]),
+                                         rounds=rounds, repeat=repeat, clock=time.thread_time)
+    return {"kernel": task.name, "masked_stores": masked, "on_us": on * 1e6,
+            "off_us": off * 1e6, "on_over_off": ratio}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    rows = []
+    for m, k, n in GEMMS:
+        rows.append(measure(Task.from_op("matmul", (m, k, n)), lambda a, b: a @ b,
+                            args.rounds, args.repeat))
+    rows.append(measure(*_quantize_task(2048, 17), args.rounds, args.repeat))
+    print_table(["kernel", "masked stores", "on us", "off us", "on/off"],
+                [[r["kernel"], r["masked_stores"], r["on_us"], r["off_us"], r["on_over_off"]]
+                 for r in rows])
+    emit_json({"kernels": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
