@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 
-from ..schedule.analysis import lane_stride
+from ..schedule.analysis import free_vars, lane_stride
 from ..schedule.ir import Buffer, BufferLoad, Scope, SeqStmt, Stmt, Store
 from ..schedule.passes import GuardedLoad
+from ..schedule.visitor import StmtVisitor
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.visit import child_exprs, substitute
@@ -109,3 +110,28 @@ def buffers(stmt: Stmt) -> set[Buffer]:
         out.add(s.buffer)
         out.update(load.buffer for load in _loads(s.value, []) + _loads(s.index, []))
     return out
+
+
+class _LoopVars(StmtVisitor):
+    def __init__(self):
+        self.found = set()
+
+    def visit_For(self, node) -> None:
+        self.found.add(node.loop_var)
+        self.generic_visit(node)
+
+
+def loop_vars(stmt: Stmt) -> frozenset:
+    """Every loop variable bound inside `stmt` (an Allocate's body)."""
+    visitor = _LoopVars()
+    visitor(stmt)
+    return frozenset(visitor.found)
+
+
+def steady(cond: E.Expr, var: E.Var, inner: frozenset) -> bool:
+    """Whether a guard keeps each element of a stack buffer valid or masked off for the
+    buffer's whole life: `cond` reads no loop variable bound inside its Allocate (`inner`)
+    but the lane ramp `var`. Then no valid lane ever reads a masked-off one and its store
+    needs no select to keep the old value (a matmul tile's column tail: `j0 + lane < n`);
+    a scan's `if j <= i`, with i a loop inside, is not steady."""
+    return not (free_vars(cond) - {var}) & inner
