@@ -132,3 +132,19 @@ def test_a_models_intermediates_are_not_written_past():
     want = np.clip(np.round(x / scale) + zero, 0, 255).astype(np.uint8)
     got = compiled.buffers[compiled.plan.outputs[0]]
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_a_guard_is_steady_only_without_loops_inside_the_allocation():
+    """A matmul tile's column guard (`j0 + lane < n`, j0 outside the tile's Allocate) keeps
+    each accumulator lane valid or off for the tile's life: its stores need no select. A
+    scan's `lane <= i`, i a loop inside the Allocate, turns lanes on later: it is not."""
+    from kiln.codegen.masked_tail import loop_vars, steady
+    from kiln.schedule.ir import ForKind, Store
+    from .cg_util import buf, loop
+    acc = buf("acc", "float32", [16])
+    j0, i, lane = E.var("j0"), E.var("i"), E.var("lane")
+    body = loop(i, 5, loop(lane, 16, Store(acc, lane, E.const(1.0)), ForKind.VECTORIZED))
+    inner = loop_vars(body)
+    assert inner == frozenset({i, lane})
+    assert steady(j0 * 16 + lane < 17, lane, inner)
+    assert not steady(lane <= i, lane, inner)
