@@ -6,9 +6,13 @@ backend stored wide from a one-lane constant mask (codegen/emit_expr.opaque_mask
 intermediate tensors (its arena) are guarded the same way, kernel by kernel."""
 from __future__ import annotations
 
+import ctypes
 import random
 
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +20,10 @@ import kiln
 from kiln import te
 from kiln.autotune.space.rules import SearchSpace
 from kiln.autotune.task import Task
-from kiln.codegen import build
+from kiln.codegen import Target, build, emit_expr
+from kiln.codegen.dot4 import target_features
+from kiln.codegen.jit import compile_module
+from kiln.codegen.target import init_llvm
 from kiln.schedule.lower import lower
 from kiln.te import expr as E
 from kiln.te.ops import indexing, reduction
@@ -148,3 +155,48 @@ def test_a_guard_is_steady_only_without_loops_inside_the_allocation():
     assert inner == frozenset({i, lane})
     assert steady(j0 * 16 + lane < 17, lane, inner)
     assert not steady(lane <= i, lane, inner)
+
+
+def _one_lane_truncating_store(wide: int, narrow: int, lanes: int, lane: int):
+    """LLVM IR of f(src, dst): dst <- trunc(src's `lanes` i<wide>) under a constant mask with
+    only `lane` on, the mask passed through emit_expr.opaque_mask as kernels pass it."""
+    init_llvm()
+    mod = ir.Module(name="one_lane")
+    mod.triple = llvm.get_process_triple()
+    ptr = ir.PointerType(ir.IntType(8))
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr, ptr]), name="f")
+    b = ir.IRBuilder(fn.append_basic_block())
+    wide_t = ir.VectorType(ir.IntType(wide), lanes)
+    narrow_t = ir.VectorType(ir.IntType(narrow), lanes)
+    mask_t = ir.VectorType(ir.IntType(1), lanes)
+    value = b.trunc(b.load(b.bitcast(fn.args[0], wide_t.as_pointer()), align=1), narrow_t)
+    mask = ir.Constant(mask_t, [ir.Constant(ir.IntType(1), int(k == lane))
+                                for k in range(lanes)])
+    store = ir.Function(mod, ir.FunctionType(ir.VoidType(), [narrow_t, ptr, ir.IntType(32),
+                                                             mask_t]),
+                        name=f"llvm.masked.store.v{lanes}i{narrow}.p0")
+    b.call(store, [value, fn.args[1], ir.Constant(ir.IntType(32), 1), emit_expr.opaque_mask(b, mask)])
+    b.ret_void()
+    return mod
+
+
+@pytest.mark.parametrize("wide,narrow", [(32, 8), (32, 16), (64, 32), (16, 8), (64, 8)])
+def test_a_one_lane_truncating_masked_store_stores_one_lane(wide, narrow):
+    """The LLVM pattern behind the heap corruption (llvm/llvm-project#179489: a masked
+    store of a truncated vector under a constant one-lane mask stored the lane at its wide
+    width): with the mask made opaque, exactly the lane's bytes change."""
+    target = Target.native()
+    if "avx512bw" not in target_features(target):
+        pytest.skip("masked stores of 8/16-bit lanes need AVX-512BW")
+    lanes = 8
+    for lane in (0, 3, lanes - 1):
+        compiled = compile_module(_one_lane_truncating_store(wide, narrow, lanes, lane), target)
+        f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(compiled.address("f"))
+        src = np.arange(1, lanes + 1, dtype=f"int{wide}") * 0x0101
+        raw = np.full(64 + lanes * narrow // 8 + 64, 0xA5, np.uint8)
+        f(src.ctypes.data, raw[64:].ctypes.data)
+        changed = np.flatnonzero(raw != 0xA5) - 64
+        width = narrow // 8
+        assert set(changed) <= set(range(lane * width, (lane + 1) * width)), (lane, changed)
+        got = raw[64 + lane * width:64 + (lane + 1) * width].view(f"int{narrow}")[0]
+        assert got == src.astype(f"int{narrow}")[lane]
