@@ -8,8 +8,8 @@ IR, so the two builds never share an entry), and timed in interleaved rounds (on
 ...) of a `--repeat`-run median each, on thread CPU time; the ratio on/off is taken per
 round and its median reported. The shapes are GEMMs (and a Linear with bias and ReLU, a
 softmax) whose columns 16 (an AVX-512 vector of float32) does not divide, as in EdgeNeXt's
-and EfficientViT's Linears, and a uint8 quantize of 17 columns (the kernel whose one-lane tail LLVM stored wide). Both builds'
-outputs are compared with numpy. Prints a table and, last, one JSON object.
+and EfficientViT's Linears, and a uint8 quantize of 17 columns (the kernel whose one-lane
+tail LLVM stored wide). Both builds' outputs are compared with numpy. Prints a table and, last, one JSON object.
 For whole models, run benchmarks/architectures.py with KILN_MASKED_TAILS=1 and =0 (each
 with its own KILN_CACHE_DIR).
 """

@@ -175,7 +175,8 @@ def _one_lane_truncating_store(wide: int, narrow: int, lanes: int, lane: int):
     store = ir.Function(mod, ir.FunctionType(ir.VoidType(), [narrow_t, ptr, ir.IntType(32),
                                                              mask_t]),
                         name=f"llvm.masked.store.v{lanes}i{narrow}.p0")
-    b.call(store, [value, fn.args[1], ir.Constant(ir.IntType(32), 1), emit_expr.opaque_mask(b, mask)])
+    b.call(store, [value, fn.args[1], ir.Constant(ir.IntType(32), 1),
+                   emit_expr.opaque_mask(b, mask)])
     b.ret_void()
     return mod
 
