@@ -10,8 +10,14 @@ round and its median reported. The shapes are GEMMs (and a Linear with bias and 
 softmax) whose columns 16 (an AVX-512 vector of float32) does not divide, as in EdgeNeXt's
 and EfficientViT's Linears, and a uint8 quantize of 17 columns (the kernel whose one-lane
 tail LLVM stored wide). Both builds' outputs are compared with numpy. Prints a table and, last, one JSON object.
-For whole models, run benchmarks/architectures.py with KILN_MASKED_TAILS=1 and =0 (each
-with its own KILN_CACHE_DIR).
+
+    python benchmarks/masked_tails.py --onnx DIR --models a,b [--cache-dirs ON,OFF]
+
+With --onnx, whole models instead (DIR/<name>.onnx, examples as benchmarks/architectures.py
+makes them): each compiled twice in this process (default schedules, 1 thread), with tails
+on and off, each into its own model cache (--cache-dirs; a model compiled by
+architectures.py under KILN_MASKED_TAILS=1 / =0 with those KILN_CACHE_DIRs loads from
+them), the two outputs compared, then timed in interleaved rounds as the kernels are.
 """
 from __future__ import annotations
 
@@ -99,11 +105,69 @@ def measure(task: Task, reference, rounds: int, repeat: int) -> dict:
             "off_us": off / calls * 1e6, "on_over_off": ratio}
 
 
+def _compile(model, feeds: dict, enabled: bool, cache: str):
+    import kiln
+    from kiln.codegen import cache_store
+    saved = masked_tail.ENABLED, os.environ.get("KILN_CACHE_DIR")
+    masked_tail.ENABLED = enabled
+    cache_store.environment_key.cache_clear()       # the model cache's key holds the flag
+    os.environ["KILN_CACHE_DIR"] = cache
+    try:
+        return kiln.compile(model, db=None, threads=1, tiered=False,
+                            input_shapes={n: a.shape for n, a in feeds.items()})
+    finally:
+        masked_tail.ENABLED = saved[0]
+        cache_store.environment_key.cache_clear()
+        if saved[1] is None:
+            os.environ.pop("KILN_CACHE_DIR", None)
+        else:
+            os.environ["KILN_CACHE_DIR"] = saved[1]
+
+
+def measure_model(name: str, onnx_dir: str, caches: list[str], rounds: int,
+                  repeat: int) -> dict:
+    import onnx
+
+    from architectures import example_feeds
+    model = onnx.load(os.path.join(onnx_dir, name + ".onnx"))
+    feeds = example_feeds(model, 32)
+    x = list(feeds.values())
+    on, off = (_compile(model, feeds, enabled, cache)
+               for enabled, cache in zip((True, False), caches))
+    a, b = on.run(x)[0].copy(), off.run(x)[0].copy()
+    err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) or 1.0))
+    t_on, t_off, ratio = interleaved_medians(lambda: on.run(x), lambda: off.run(x),
+                                             rounds=rounds, repeat=repeat,
+                                             clock=time.thread_time)
+    return {"model": name, "on_ms": t_on * 1e3, "off_ms": t_off * 1e3, "on_over_off": ratio,
+            "rel_diff": err}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--onnx", default=None, metavar="DIR")
+    parser.add_argument("--models", default="")
+    parser.add_argument("--cache-dirs", default=None, metavar="ON,OFF",
+                        help="model caches of the two builds (default: two folders under "
+                             "the system's temporary folder)")
     args = parser.parse_args(argv)
+    if args.onnx:
+        import tempfile
+        caches = (args.cache_dirs.split(",") if args.cache_dirs else
+                  [os.path.join(tempfile.gettempdir(), f"kiln_masked_tails_{s}")
+                   for s in ("on", "off")])
+        rows = [measure_model(n, args.onnx, caches, args.rounds, args.repeat)
+                for n in args.models.split(",") if n]
+        print_table(["model", "on ms", "off ms", "on/off", "rel diff"],
+                    [[r["model"], r["on_ms"], r["off_ms"], r["on_over_off"], r["rel_diff"]]
+                     for r in rows])
+        ratios = [r["on_over_off"] for r in rows]
+        geomean = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
+        print(f"geomean on/off {geomean:.3f}" if ratios else "no models")
+        emit_json({"models": rows, "geomean_on_over_off": geomean})
+        return 0
     rows = []
     for op, shape in GEMMS:
         rows.append(measure(Task.from_op(op, shape), REFERENCES[op], args.rounds, args.repeat))
