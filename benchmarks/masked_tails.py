@@ -9,7 +9,8 @@ IR, so the two builds never share an entry), and timed in interleaved rounds (on
 round and its median reported. The shapes are GEMMs (and a Linear with bias and ReLU, a
 softmax) whose columns 16 (an AVX-512 vector of float32) does not divide, as in EdgeNeXt's
 and EfficientViT's Linears, and a uint8 quantize of 17 columns (the kernel whose one-lane
-tail LLVM stored wide). Both builds' outputs are compared with numpy. Prints a table and, last, one JSON object.
+tail LLVM stored wide). Both builds' outputs are compared with numpy. Prints a table and,
+last, one JSON object.
 
     python benchmarks/masked_tails.py --onnx DIR --models a,b [--cache-dirs ON,OFF]
 
@@ -17,7 +18,9 @@ With --onnx, whole models instead (DIR/<name>.onnx, examples as benchmarks/archi
 makes them): each compiled twice in this process (default schedules, 1 thread), with tails
 on and off, each into its own model cache (--cache-dirs; a model compiled by
 architectures.py under KILN_MASKED_TAILS=1 / =0 with those KILN_CACHE_DIRs loads from
-them), the two outputs compared, then timed in interleaved rounds as the kernels are.
+them), the two outputs compared, then timed in interleaved rounds as the kernels are; the
+kernels whose LLVM IR differs between the two are also timed one by one (a model with none
+differs only in where its memory lies).
 """
 from __future__ import annotations
 
@@ -139,8 +142,35 @@ def measure_model(name: str, onnx_dir: str, caches: list[str], rounds: int,
     t_on, t_off, ratio = interleaved_medians(lambda: on.run(x), lambda: off.run(x),
                                              rounds=rounds, repeat=repeat,
                                              clock=time.thread_time)
+    differ, k_on, k_off = _differing_kernels(on, off, rounds)
     return {"model": name, "on_ms": t_on * 1e3, "off_ms": t_off * 1e3, "on_over_off": ratio,
-            "rel_diff": err}
+            "rel_diff": err, "kernels_differ": differ, "differ_on_us": k_on * 1e6,
+            "differ_off_us": k_off * 1e6}
+
+
+def _differing_kernels(on, off, rounds: int, calls: int = 30) -> tuple[int, float, float]:
+    """(how many steps' kernels differ in LLVM IR between the two builds, their summed
+    seconds on, off): each pair timed alone on its model's buffers, alternating which goes
+    first. A model whose kernels all match differs in memory placement only."""
+    count, sum_on, sum_off = 0, 0.0, 0.0
+    for s_on, s_off in zip(on.plan.steps, off.plan.steps):
+        pair = (on.kernels[s_on.kernel], off.kernels[s_off.kernel])
+        if pair[0].llvm_ir() == pair[1].llvm_ir():
+            continue
+        count += 1
+        args = ([on.buffers[a].ctypes.data for a in s_on.args],
+                [off.buffers[a].ctypes.data for a in s_off.args])
+        times = ([], [])
+        for r in range(2 * rounds + 1):
+            for k in ((0, 1) if r % 2 else (1, 0)):
+                pair[k]._raw(*args[k])
+                start = time.thread_time()
+                for _ in range(calls):
+                    pair[k]._raw(*args[k])
+                times[k].append((time.thread_time() - start) / calls)
+        sum_on += float(np.median(times[0]))
+        sum_off += float(np.median(times[1]))
+    return count, sum_on, sum_off
 
 
 def main(argv=None) -> int:
@@ -160,8 +190,10 @@ def main(argv=None) -> int:
                    for s in ("on", "off")])
         rows = [measure_model(n, args.onnx, caches, args.rounds, args.repeat)
                 for n in args.models.split(",") if n]
-        print_table(["model", "on ms", "off ms", "on/off", "rel diff"],
-                    [[r["model"], r["on_ms"], r["off_ms"], r["on_over_off"], r["rel_diff"]]
+        print_table(["model", "on ms", "off ms", "on/off", "rel diff", "kernels differ",
+                     "their us on", "off"],
+                    [[r["model"], r["on_ms"], r["off_ms"], r["on_over_off"], r["rel_diff"],
+                      r["kernels_differ"], r["differ_on_us"], r["differ_off_us"]]
                      for r in rows])
         ratios = [r["on_over_off"] for r in rows]
         geomean = float(np.exp(np.mean(np.log(ratios)))) if ratios else None
