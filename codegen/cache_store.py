@@ -19,6 +19,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
+from . import masked_tail
 from .pyentry import AVAILABLE as PYENTRY
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ def environment_key() -> dict:
             "llvmlite": llvmlite.__version__,
             "llvm": ".".join(map(str, llvm.llvm_version_info)),
             "numpy": np.__version__, "python": platform.python_version(),
-            "machine": platform.machine(), "pyentry": PYENTRY}
+            "machine": platform.machine(), "pyentry": PYENTRY,
+            "masked_tails": masked_tail.ENABLED}
 
 
 def make_key(kind: str, **parts) -> str:

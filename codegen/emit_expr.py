@@ -279,7 +279,7 @@ class ExprEmitter:
             return self.builder.call(fn, [ptr, align, mask, ir.Constant(vty, None)])
         fn = self.mod.declare(f"llvm.masked.store.{name}.p0", ir.VoidType(),
                               [vty, T.PTR, T.I32, mask.type])
-        self.builder.call(fn, [value, ptr, align, mask])
+        self.builder.call(fn, [value, ptr, align, opaque_mask(self.builder, mask)])
         return None
 
     def _emit_GuardedLoad(self, e):
@@ -581,6 +581,26 @@ class ExprEmitter:
 @functools.lru_cache(maxsize=None)
 def _has_vnni(target) -> bool:
     return any(how == "vnni" for _, how in dot4_strategies(target_features(target)))
+
+
+def opaque_mask(builder: ir.IRBuilder, mask: ir.Value) -> ir.Value:
+    """`mask` passed through an empty inline asm, so LLVM cannot see which lanes it holds.
+
+    LLVM 22's X86 backend (llvm/llvm-project#179489, fixed after 22.1.0) rewrites a masked
+    store whose mask is a constant with one true lane into a scalar store of the element
+    *before* truncation: `masked.store(trunc <8 x i32> to <8 x i8>, mask <0,0,1,0,...>)`
+    stores 4 bytes, 3 of them past the lane (or past the buffer's end, corrupting the heap
+    when a uint8 quantize's tail had one valid lane). A tail's mask becomes such a constant
+    once a guard over unrolled loops folds, so every masked store takes an opaque mask: it
+    costs two mask moves; the one-lane rewrite needs a constant and never fires.
+    Masked loads keep theirs (their one-lane rewrite is correct, and pays)."""
+    count = mask.type.count
+    bits = ir.IntType(count)
+    word = ir.IntType(32 if count <= 32 else 64)
+    packed = builder.zext(builder.bitcast(mask, bits), word)
+    asm = ir.InlineAsm(ir.FunctionType(word, [word]), "", "=r,0", side_effect=False)
+    hidden = builder.call(asm, [packed], attrs=("nounwind", "readnone"))
+    return builder.bitcast(builder.trunc(hidden, bits), mask.type)
 
 
 @functools.lru_cache(maxsize=None)

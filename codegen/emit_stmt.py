@@ -67,6 +67,10 @@ class FunctionEmitter(ExprEmitter):
         self.nonneg = set(nonneg or ())
         self.lanes: Lanes | None = None
         self.in_parallel = in_parallel
+        # stack buffers being emitted -> their Allocate's body (then its loop variables), and
+        # the unmasked ones whose masked-off lanes a masked tail must keep (_mixed_lanes)
+        self.allocations: dict = {}
+        self.keep_lanes: frozenset = frozenset()
         self.entry = fn.append_basic_block("entry")
         self.entry_builder = ir.IRBuilder(self.entry)
         self.builder = ir.IRBuilder(fn.append_basic_block("start"))
@@ -206,7 +210,7 @@ class FunctionEmitter(ExprEmitter):
                                    buf.dtype, value)
                 return
             at = self.element_ptr(ptr, mem_ty, base)
-            if self.lane_mask is not None:
+            if self.lane_mask is not None and buf in self.keep_lanes:
                 # an unmasked (register-tile) buffer keeps its masked-off lanes: a guard
                 # inside a reduction (a scan's `if j <= i`) finds them valid again later
                 value = bld.select(self.lane_mask, value, bld.load(at, typ=value.type, align=align))
@@ -227,10 +231,12 @@ class FunctionEmitter(ExprEmitter):
         nbytes = max(1, buf.size) * dt.itemsize(buf.dtype)
         if nbytes <= STACK_LIMIT_BYTES:
             self.buffers[buf] = self.alloca(ir.ArrayType(mem_ty, max(1, buf.size)))
+            self.allocations[buf] = s.body      # for masked tails' steady guards
             try:
                 self.emit(s.body)
             finally:
                 del self.buffers[buf]
+                del self.allocations[buf]
             return
         rounded = (nbytes + 63) // 64 * 64
         target = self.mod.target   # size_t is 32 bits on wasm32 (the deploy export)
@@ -304,11 +310,20 @@ class FunctionEmitter(ExprEmitter):
                 for b in masked_tail.buffers(s.then_case) if b not in unmasked):
             self._scalar_lanes(s)
             return
-        self.lane_mask, self.unmasked = cond, unmasked
+        keep = frozenset(b for b in unmasked if b not in self.allocations or not
+                         masked_tail.steady(s.cond, lanes.var, self._loop_vars_in(b)))
+        self.lane_mask, self.unmasked, self.keep_lanes = cond, unmasked, keep
         try:
             self.emit(s.then_case)
         finally:
-            self.lane_mask, self.unmasked = None, frozenset()
+            self.lane_mask, self.unmasked, self.keep_lanes = None, frozenset(), frozenset()
+
+    def _loop_vars_in(self, buf) -> frozenset:
+        """The loop variables bound inside `buf`'s Allocate (computed once per buffer)."""
+        body = self.allocations[buf]
+        if not isinstance(body, frozenset):
+            body = self.allocations[buf] = masked_tail.loop_vars(body)
+        return body
 
     def _scalar_lanes(self, s: Stmt) -> None:
         lanes = self.lanes

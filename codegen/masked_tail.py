@@ -10,21 +10,26 @@ written in whole aligned vectors (a register tile's accumulators) keeps plain ac
 LLVM still keeps it in registers: its masked-off lanes hold values no valid lane reads.
 Statements this cannot prove safe keep the scalar loop (`plan` returns None).
 
-OFF (`ENABLED`): at the merge it corrupted the heap (glibc "free(): invalid pointer" /
-"corrupted size vs. prev_size" aborts after tests/graph/test_dynamic_quantize.py's kernels
-ran; the same with every access masked), so mixed-lane guards run the scalar loop again
-until the out-of-bounds access is found.
+On unless KILN_MASKED_TAILS=0 (read once, at import; part of the model cache's key). It
+was off for a while: the merged suite aborted on heap corruption. The cause was LLVM's, not
+this plan's: a masked store of a narrow integer whose mask LLVM had folded to one constant
+lane was stored at its pre-truncation width (codegen/emit_expr.opaque_mask says how, and
+how every masked store now avoids it; tests/codegen/test_masked_tail_guards.py checks that
+no kernel writes outside its arrays).
 """
 from __future__ import annotations
 
-from ..schedule.analysis import lane_stride
+import os
+
+from ..schedule.analysis import free_vars, lane_stride
 from ..schedule.ir import Buffer, BufferLoad, Scope, SeqStmt, Stmt, Store
 from ..schedule.passes import GuardedLoad
+from ..schedule.visitor import StmtVisitor
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.visit import child_exprs, substitute
 
-ENABLED = False
+ENABLED = os.environ.get("KILN_MASKED_TAILS", "1") != "0"
 
 
 def _stores(stmt: Stmt) -> list[Store] | None:
@@ -105,3 +110,28 @@ def buffers(stmt: Stmt) -> set[Buffer]:
         out.add(s.buffer)
         out.update(load.buffer for load in _loads(s.value, []) + _loads(s.index, []))
     return out
+
+
+class _LoopVars(StmtVisitor):
+    def __init__(self):
+        self.found = set()
+
+    def visit_For(self, node) -> None:
+        self.found.add(node.loop_var)
+        self.generic_visit(node)
+
+
+def loop_vars(stmt: Stmt) -> frozenset:
+    """Every loop variable bound inside `stmt` (an Allocate's body)."""
+    visitor = _LoopVars()
+    visitor(stmt)
+    return frozenset(visitor.found)
+
+
+def steady(cond: E.Expr, var: E.Var, inner: frozenset) -> bool:
+    """Whether a guard keeps each element of a stack buffer valid or masked off for the
+    buffer's whole life: `cond` reads no loop variable bound inside its Allocate (`inner`)
+    but the lane ramp `var`. Then no valid lane ever reads a masked-off one and its store
+    needs no select to keep the old value (a matmul tile's column tail: `j0 + lane < n`);
+    a scan's `if j <= i`, with i a loop inside, is not steady."""
+    return not (free_vars(cond) - {var}) & inner
