@@ -148,10 +148,20 @@ def test_worker_moves_off_the_callers_cpu():
     # in a fresh interpreter: a child forked from a pytest-xdist worker late in the suite
     # never saw its worker move (twice in CI, 2026-11-26 21:30 UTC; never alone or early), which is
     # left to find; the forked-child pool has its own test above
-    cpu, start, threads, moved, missing = _in_forked_child(_worker_moves_off, "spawn")
-    assert missing == 0           # every iteration of every run, exactly once
-    assert len(start) >= 2 and threads >= 1, (start, threads)
-    assert moved and all(cpu not in cpus for cpus in moved), (cpu, start, threads, moved)
+    # Whether the worker gets a time slice while the job is posted is the scheduler's call:
+    # on a loaded machine a child can go 60 s without it (CI, 2026-11-29 15:32 UTC, with the
+    # suite on both cores), so up to three fresh children are tried; the worker must leave in
+    # one, and every run of every child must count every iteration exactly once.
+    seen = []
+    for _ in range(3):
+        cpu, start, threads, moved, missing = _in_forked_child(_worker_moves_off, "spawn")
+        assert missing == 0           # every iteration of every run, exactly once
+        assert len(start) >= 2 and threads >= 1, (start, threads)
+        seen.append((cpu, start, threads, moved))
+        if moved:
+            assert all(cpu not in cpus for cpus in moved), (cpu, start, threads, moved)
+            return
+    pytest.fail(f"the pool's worker never left the caller's CPU in 3 children: {seen}")
 
 
 def _pool_on_one_cpu(queue):
