@@ -19,12 +19,8 @@ from typing import Sequence
 import llvmlite.binding as llvm
 
 from ...autotune.dispatch import Selection
-from ...codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
-from ...codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from ...codegen.jit import optimize, slow_compile_watch
-from ...codegen.pyentry import add_python_entry
 from ...codegen.target import Target
-from ...schedule.ir import PrimFunc
 from . import parallel_build
 from .tasks import ModelTask
 from .tiers import FAST_CODEGEN_OPT, FAST_PIPELINE, FAST_SOURCE, fast_func
@@ -36,13 +32,6 @@ from .tiers import FAST_CODEGEN_OPT, FAST_PIPELINE, FAST_SOURCE, fast_func
 # runtime); an idle worker takes what waits at once, and the last tasks are split over the
 # workers (parallel_build.StreamingBuild).
 BATCH = 3
-
-
-def _module_text(func: PrimFunc, target: Target) -> str:
-    with gc_paused():
-        module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
-        add_python_entry(module, symbol_name(func.name), param_specs(func))
-        return str(module)
 
 
 def compile_linked(texts: Sequence[str], target: Target, pipeline: str,
@@ -67,21 +56,23 @@ def build_fast_batch(tasks: Sequence[ModelTask], target: Target,
     s), as parallel_build's workers report them (a task's seconds: its own scheduling,
     lowering and emission plus an equal share of the batch's LLVM time). `selections` are
     ignored (tier 1 reads no database)."""
-    funcs, texts, own = [], [], []
+    funcs, texts, entries, own = [], [], [], []
     for mt in tasks:
         cpu, wall = time.process_time(), time.perf_counter()
         func = fast_func(mt, target, threads)
+        text, symbol, params = parallel_build.kernel_text(func, target)
         funcs.append(func)
-        texts.append(_module_text(func, target))
+        texts.append(text)
+        entries.append((symbol, params))
         own.append((time.process_time() - cpu, time.perf_counter() - wall))
     cpu, wall = time.process_time(), time.perf_counter()
     optimized, code = compile_linked(texts, target, FAST_PIPELINE, FAST_CODEGEN_OPT)
     llvm_cpu = (time.process_time() - cpu) / len(tasks)
     llvm_wall = (time.perf_counter() - wall) / len(tasks)
     out = []
-    for mt, func, (c, w) in zip(tasks, funcs, own):
-        obj = parallel_build.ObjectKernel(func, symbol_name(func.name), param_specs(func),
-                                          optimized, code, w + llvm_wall, None)
+    for mt, func, (symbol, params), (c, w) in zip(tasks, funcs, entries, own):
+        obj = parallel_build.ObjectKernel(func, symbol, params, optimized, code,
+                                          w + llvm_wall, None)
         out.append((mt.name, obj, FAST_SOURCE, c + llvm_cpu, w + llvm_wall))
     return out
 

@@ -65,16 +65,22 @@ def can_fork_workers() -> bool:
     return not multiprocessing.current_process().daemon
 
 
+def kernel_text(func: PrimFunc, target: Target) -> tuple[str, str, tuple[ParamSpec, ...]]:
+    """`func`'s LLVM module as text, with its checked Python entry, for an object file (no
+    parallel runtime bound yet: the parent links the pool): (text, symbol, params)."""
+    with gc_paused():
+        module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
+        symbol, params = symbol_name(func.name), param_specs(func)
+        add_python_entry(module, symbol, params)
+        return str(module), symbol, params
+
+
 def compile_object(func: PrimFunc, target: Target) -> ObjectKernel:
     """codegen.build's emit and optimise steps, ending in an object file instead of a JIT;
     through the kernel cache when it is on (the same key as codegen.build's)."""
     start = time.perf_counter()
     tgt = target
-    with gc_paused():
-        module = emit_module(func, tgt, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
-        symbol, params = symbol_name(func.name), param_specs(func)
-        add_python_entry(module, symbol, params)
-        text = str(module)
+    text, symbol, params = kernel_text(func, tgt)
     store = cache.kernel_store()
     key = cache.kernel_key(text, tgt, params) if store is not None else None
     hit = cache.read_object(store, key) if store is not None else None

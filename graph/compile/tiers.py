@@ -24,10 +24,7 @@ from typing import Callable, Mapping
 
 from ...autotune.dispatch import Selection
 from ...autotune.space.rules import SearchSpace
-from ...codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
-from ...codegen.emit_module import emit_module, fastmath_flags, symbol_name
 from ...codegen.jit import compile_object
-from ...codegen.pyentry import add_python_entry
 from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...schedule.ir import PrimFunc
@@ -99,11 +96,7 @@ def fast_config(space: SearchSpace) -> dict:
 def fast_object(func: PrimFunc, target: Target) -> parallel_build.ObjectKernel:
     """`func` to an object file through the fast pipeline; not cached."""
     start = time.perf_counter()
-    with gc_paused():
-        module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
-        symbol, params = symbol_name(func.name), param_specs(func)
-        add_python_entry(module, symbol, params)
-        text = str(module)
+    text, symbol, params = parallel_build.kernel_text(func, target)
     optimized_ir, code, _ = compile_object(text, target, FAST_PIPELINE, FAST_CODEGEN_OPT)
     return parallel_build.ObjectKernel(func, symbol, params, optimized_ir, code,
                                        time.perf_counter() - start, None)
