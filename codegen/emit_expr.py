@@ -430,15 +430,32 @@ class ExprEmitter:
         folded = fold.fold_divmod(a, b, want_div, dt.is_unsigned(e.dtype))
         if folded is not None:
             return folded
-        if dt.is_unsigned(e.dtype) or (self.is_nonneg(e.a) and self.is_nonneg(e.b)):
-            return bld.udiv(a, b) if want_div else bld.urem(a, b)
-        q, r = bld.sdiv(a, b), bld.srem(a, b)
-        zero = T.const_like(a.type, 0)
+        unsigned = dt.is_unsigned(e.dtype)
+        zero, one = T.const_like(a.type, 0), T.const_like(a.type, 1)
+        divisor = _known_int(b, unsigned)
+        # x86 traps (SIGFPE, the whole process) on a zero divisor and on INT_MIN / -1; a
+        # divisor only known at run time takes numpy's answers instead: a // 0 == a % 0 == 0,
+        # a // -1 == -a (wrapping). Constant divisors need no guard.
+        by_zero = None if divisor is not None and divisor != 0 else bld.icmp_signed("==", b, zero)
+        if unsigned or (self.is_nonneg(e.a) and self.is_nonneg(e.b)):
+            safe = b if by_zero is None else bld.select(by_zero, one, b)
+            out = bld.udiv(a, safe) if want_div else bld.urem(a, safe)
+            return out if by_zero is None else bld.select(by_zero, zero, out)
+        by_minus_one = (None if divisor is not None and divisor != -1
+                        else bld.icmp_signed("==", b, T.const_like(a.type, -1)))
+        odd = by_zero if by_minus_one is None else (
+            by_minus_one if by_zero is None else bld.or_(by_zero, by_minus_one))
+        safe = b if odd is None else bld.select(odd, one, b)
+        q, r = bld.sdiv(a, safe), bld.srem(a, safe)
+        if by_minus_one is not None:
+            q = bld.select(by_minus_one, bld.sub(zero, a), q)
+        if by_zero is not None:
+            q = bld.select(by_zero, zero, q)
         nonzero = bld.icmp_signed("!=", r, zero)
         signs_differ = bld.icmp_signed("<", bld.xor(r, b), zero)
         fix = bld.and_(nonzero, signs_differ)
         if want_div:
-            return bld.select(fix, bld.sub(q, T.const_like(a.type, 1)), q)
+            return bld.select(fix, bld.sub(q, one), q)
         return bld.select(fix, bld.add(r, b), r)
 
     def is_nonneg(self, e: E.Expr) -> bool:
@@ -628,3 +645,12 @@ def _mangle(ty: ir.Type) -> str:
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:
     """`element`, as a vector with the lanes of `value` when it is a vector."""
     return ir.VectorType(element, value.type.count) if T.is_vector(value) else element
+
+
+def _known_int(v: ir.Value, unsigned: bool) -> int | None:
+    """The value of an integer constant, scalar or the same in every vector lane, else None."""
+    if isinstance(v, ir.Constant) and isinstance(v.type, ir.VectorType):
+        lanes = v.constant if isinstance(v.constant, (list, tuple)) else None
+        values = {fold.int_value(c, unsigned) for c in lanes} if lanes else {None}
+        return values.pop() if len(values) == 1 else None
+    return fold.int_value(v, unsigned)

@@ -149,3 +149,24 @@ def test_float64_vector_lanes():
     # a contracted multiply-add rounds once: near x = 1/3 the relative error of the
     # (tiny) result is large, its absolute error within an ulp of x*x
     np.testing.assert_allclose(c, a * a - a / 3.0, rtol=1e-15, atol=4e-16)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+@pytest.mark.parametrize("op", ["floordiv", "floormod"])
+def test_divisor_zero_or_minus_one_known_only_at_run_time(dtype, op, kind):
+    # x86 traps on a zero divisor and on INT_MIN / -1 (the whole process dies of SIGFPE);
+    # a run-time divisor takes numpy's answers instead: a // 0 == a % 0 == 0, a // -1 == -a
+    n = 37
+    info = np.iinfo(dtype)
+    a = rand(n, dtype, RNG, low=max(info.min, -100), high=100)
+    b = rand(n, dtype, RNG, low=max(info.min, -5), high=5)
+    b[:6] = 0
+    a[:3] = [info.min, info.max, 0]
+    if info.min < 0:
+        b[6:9] = -1
+        a[6:9] = [info.min, info.max, 5]
+    c = np.zeros(n, dtype)
+    build(_binary(dtype, op, kind))(a, b, c)
+    with np.errstate(over="ignore", divide="ignore"):
+        np.testing.assert_array_equal(c, BINARY[op][1](a, b).astype(dtype))
