@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import gc
 import hashlib
 import importlib
 import json
 import os
 import pstats
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,6 +49,7 @@ graph_compile = importlib.import_module("kiln.graph.compile.model")
 parallel_build = importlib.import_module("kiln.graph.compile.parallel_build")
 emit_module_mod = importlib.import_module("kiln.codegen.emit_module")
 jit = importlib.import_module("kiln.codegen.jit")
+cache_mod = importlib.import_module("kiln.codegen.cache")
 
 DEFAULT_MODELS = "default_cnn,mobilenetv2_like,hf_llama"
 
@@ -124,25 +127,46 @@ def _wrap_all(ph: Phases) -> None:
     ph.wrap(jit, "optimize", "LLVM passes (+parse)")
     ph.wrap(llvm.ModuleRef, "__str__", "optimized IR text")
     ph.wrap(llvm.TargetMachine, "emit_object", "machine code")
+    ph.wrap(cache_mod, "kernel_key", "cache key")
+    ph.wrap(cache_mod, "read_object", "cache read")
+    ph.wrap(cache_mod, "store_object", "cache write")
+
+
+class _GcTime:
+    """CPU seconds of Python's cyclic garbage collections (gc.callbacks)."""
+
+    def __init__(self):
+        self.seconds, self._start = 0.0, 0.0
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._start
 
 
 def build_one(job) -> tuple[float, dict, bytes]:
-    """One worker build of `job` in this process: (CPU s, phase CPU s, object code)."""
+    """One worker build of `job` in this process, as a compile worker does it
+    (parallel_build._work): (CPU s, phase CPU s, object code)."""
     mt, target, selection, threads = job
-    ph = Phases()
+    ph, gc_time = Phases(), _GcTime()
     _wrap_all(ph)
+    gc.callbacks.append(gc_time)
     start = time.process_time()
     try:
-        obj, _ = graph_compile._build_task(
-            mt, target, selection, lambda func: parallel_build.compile_object(func, target),
-            threads)
+        _, obj, _, _, _, _ = parallel_build._work(
+            (mt, target, selection, graph_compile._build_task, threads))
+        gc.collect(0)   # what the build left (the next allocation would trigger it anyway)
     finally:
+        gc.callbacks.remove(gc_time)
         ph.restore()
     total = time.process_time() - start
     phases = dict(ph.seconds)
     phases["emit LLVM IR"] = phases.pop("emit (+passes)", 0.0) - phases.get("loop-IR passes", 0)
     phases["LLVM passes"] = (phases.pop("LLVM passes (+parse)", 0.0) - phases.get("parse IR", 0)
                              - phases.get("verify", 0) - phases.get("optimized IR text", 0))
+    phases["gc"] = gc_time.seconds
+    phases["other"] = total - sum(phases.values())
     return total, phases, obj.object_code
 
 
@@ -151,6 +175,9 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--cache", action="store_true",
+                        help="through the kernel cache, an empty folder for each build (a "
+                             "cold compile's misses: key, store)")
     parser.add_argument("--objects", help="write {kernel: sha256 of its object code} here")
     parser.add_argument("--compare-objects", help="and compare with this file")
     args = parser.parse_args(argv)
@@ -160,10 +187,13 @@ def main(argv=None) -> int:
                 for job in capture_jobs(name, tmp)]
     rows, per_kernel, objects = [], {}, {}
     profiler = cProfile.Profile() if args.profile else None
-    for name, job in jobs:
+    cache_root = tempfile.mkdtemp(prefix="kiln-kernel-cpu-") if args.cache else None
+    for n, (name, job) in enumerate(jobs):
         build_one(job)      # warm-up (imports, caches of the first build)
         totals, phase_runs = [], []
         for r in range(args.repeat):
+            if cache_root:
+                os.environ["KILN_CACHE_DIR"] = f"{cache_root}/{n}-{r}"
             if profiler and r == 0:
                 profiler.enable()
             total, phases, code = build_one(job)
@@ -171,6 +201,7 @@ def main(argv=None) -> int:
                 profiler.disable()
             totals.append(total)
             phase_runs.append(phases)
+        os.environ["KILN_CACHE_DIR"] = "off"
         key = f"{name}|{job[0].name}|{job[3]}"
         objects[key] = hashlib.sha256(code).hexdigest()
         med = {p: statistics.median(run.get(p, 0.0) for run in phase_runs)
@@ -178,7 +209,8 @@ def main(argv=None) -> int:
         per_kernel[key] = {"class": kernel_class(job[0]), "cpu_s": statistics.median(totals),
                            **med}
     labels = ("schedule", "lower", "loop-IR passes", "emit LLVM IR", "IR to text", "parse IR",
-              "verify", "LLVM passes", "optimized IR text", "machine code")
+              "verify", "LLVM passes", "optimized IR text", "machine code", "cache key", "cache read", "cache write", "gc",
+              "other")
     by_class = collections.defaultdict(list)
     for key, k in per_kernel.items():
         by_class[k["class"]].append(k)
@@ -198,8 +230,10 @@ def main(argv=None) -> int:
                          for h in heads] for r in rows])
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+    if cache_root:
+        shutil.rmtree(cache_root, ignore_errors=True)
     status = 0
-    result = {"models": args.models, "repeat": args.repeat, "total_cpu_s": total,
+    result = {"models": args.models, "repeat": args.repeat, "cache": args.cache, "total_cpu_s": total,
               "by_class_ms": summary, "per_kernel": per_kernel}
     if args.objects:
         Path(args.objects).write_text(json.dumps(objects, indent=1, sort_keys=True))
