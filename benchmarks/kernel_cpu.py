@@ -1,20 +1,22 @@
 """The CPU one kernel costs a cold compile, by phase and kernel class: what a compile worker
-does per task (graph/compile/parallel_build._work: schedule, lowering, LLVM IR emission,
-its text, LLVM's passes and machine code), repeated in this process on each distinct kernel
-of the models, kernel cache off.
+does per task (graph/compile/parallel_build._work: schedule, lowering, the loop-IR passes,
+LLVM IR emission and its text, LLVM's passes and machine code, garbage collection), repeated
+in this process on each distinct kernel of the models.
 
-    python benchmarks/kernel_cpu.py [--models default_cnn,mobilenetv2_like,hf_llama]
-                                    [--repeat 3] [--profile 25] [--out kernels.json]
-    python benchmarks/kernel_cpu.py --objects a.json --compare-objects b.json
+    PYTHONPATH=. python benchmarks/kernel_cpu.py [--models default_cnn,mobilenetv2_like,hf_llama]
+        [--repeat 3] [--cache] [--profile 25] [--objects FILE [--compare-objects OTHER]]
 
-Models as in compile_time_ort.py (bundled and tests/fixtures). The tasks and their
-selections are what `kiln.compile(path, jobs=1)` builds (captured from one compile with the
-committed database); each kernel is then built `--repeat` times after one warm-up build and
-its median CPU seconds (time.process_time) kept, in total and by phase (wrapped functions).
-Kernel class: from the task's ops (conv, depthwise, matmul, softmax/norm, pool, elementwise).
---profile N prints cProfile's top N functions (own time) over every build of one repeat.
---objects FILE writes a sha256 of each kernel's object code (machine code unchanged:
-compare two runs with --compare-objects). Prints a table and, last, one JSON object.
+Models as in compile_time_ort.py (bundled and tests/fixtures; run from the repository root).
+The tasks and their selections are what `kiln.compile(path, jobs=1)` builds (captured from one
+compile with the committed database); each kernel is then built `--repeat` times after one
+warm-up build and its median CPU seconds (time.process_time) kept, in total and by phase
+(wrapped functions; "other" is the rest). Kernel cache off, or with --cache through an empty
+cache folder per build (a cold compile's misses: key and write). Kernel class: from the task's
+name (conv, depthwise conv, matmul, softmax/norm, pool/reduce, elementwise).
+--profile N prints cProfile's top N functions (own time) over the first repeat.
+--objects FILE writes a sha256 of each kernel's object code; --compare-objects OTHER compares
+with another run's (a change that must leave the machine code alone: exit status 1 if not).
+Prints a table and, last, one JSON object.
 """
 from __future__ import annotations
 
@@ -209,8 +211,8 @@ def main(argv=None) -> int:
         per_kernel[key] = {"class": kernel_class(job[0]), "cpu_s": statistics.median(totals),
                            **med}
     labels = ("schedule", "lower", "loop-IR passes", "emit LLVM IR", "IR to text", "parse IR",
-              "verify", "LLVM passes", "optimized IR text", "machine code", "cache key", "cache read", "cache write", "gc",
-              "other")
+              "verify", "LLVM passes", "optimized IR text", "machine code", "cache key",
+              "cache read", "cache write", "gc", "other")
     by_class = collections.defaultdict(list)
     for key, k in per_kernel.items():
         by_class[k["class"]].append(k)
@@ -233,8 +235,8 @@ def main(argv=None) -> int:
     if cache_root:
         shutil.rmtree(cache_root, ignore_errors=True)
     status = 0
-    result = {"models": args.models, "repeat": args.repeat, "cache": args.cache, "total_cpu_s": total,
-              "by_class_ms": summary, "per_kernel": per_kernel}
+    result = {"models": args.models, "repeat": args.repeat, "cache": args.cache,
+              "total_cpu_s": total, "by_class_ms": summary, "per_kernel": per_kernel}
     if args.objects:
         Path(args.objects).write_text(json.dumps(objects, indent=1, sort_keys=True))
     if args.compare_objects:
