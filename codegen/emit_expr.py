@@ -165,6 +165,8 @@ class ExprEmitter:
         return self.lanes is not None and self.lanes.var in _free_vars(e)
 
     def _emit(self, e: E.Expr) -> ir.Value:
+        if type(e) is E.IntImm:     # a third of all calls: T.const shares the constant
+            return self._emit_IntImm(e)
         lanes = self.lanes
         key = ((e, self._index, lanes) if lanes is not None and lanes.var in _free_vars(e)
                else (e, self._index))

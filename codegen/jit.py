@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -66,6 +67,18 @@ PIPELINES = {
 }
 
 
+@functools.lru_cache(maxsize=16)
+def machine(target: Target, for_object: bool = False, opt: int = 3) -> llvm.TargetMachine:
+    """`target.create_target_machine(...)`, one per process for each setting, for the pass
+    pipeline and object code of every kernel. LLVM builds a target machine's subtarget (the
+    CPU's features, scheduling model, cost tables) lazily and keeps it: a new machine per
+    kernel rebuilt it each time, 1-3 ms of a kernel's 25-130 ms of compile CPU; the machine
+    code and optimized IR are byte-identical either way (benchmarks/kernel_cpu.py
+    --compare-objects). Not for MCJIT engines, which take ownership of theirs. (A forked
+    worker inherits the parent's; LLVM calls are serialised by llvmlite's lock.)"""
+    return target.create_target_machine(for_object=for_object, opt=opt)
+
+
 def optimize(module: ir.Module | str | llvm.ModuleRef, target: Target, pipeline: str = "o3",
              timing: list[str] | None = None) -> llvm.ModuleRef:
     """Parse, verify and run an LLVM pipeline (default O3); returns the optimized module.
@@ -86,7 +99,7 @@ def optimize(module: ir.Module | str | llvm.ModuleRef, target: Target, pipeline:
         name = parsed.name if parsed is not None else _module_name(text)
         raise InternalError(f"codegen produced invalid LLVM IR for module {name!r}: "
                             f"{exc}; this is a bug in Kiln") from exc
-    tm = target.create_target_machine()
+    tm = machine(target)
     mod.triple = target.triple
     mod.data_layout = str(tm.target_data)
     level, vectorize, slp, unroll, interleave = PIPELINES[pipeline]
@@ -172,8 +185,7 @@ def compile_object(module: ir.Module | str, target: Target, pipeline: str = "o3"
     with slow_compile_watch(text):
         mod = optimize(text, target, pipeline)
         optimized = str(mod)      # before code generation, whose IR passes change `mod`
-        code = target.create_target_machine(for_object=True,
-                                            opt=codegen_opt).emit_object(mod)
+        code = machine(target, for_object=True, opt=codegen_opt).emit_object(mod)
     return optimized, code, time.perf_counter() - start
 
 

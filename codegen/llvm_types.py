@@ -59,8 +59,35 @@ def lanes_of(value: ir.Value) -> int | None:
     return value.type.count if isinstance(value.type, ir.VectorType) else None
 
 
+# const()'s results by (dtype, lanes, value key): an unrolled kernel asks for the same few
+# constants tens of thousands of times (ResNet-50's and MobileNet's convs), and a shared
+# ir.Constant is built once and formatted to text once (llvmlite caches its text on the
+# object); constants have no parent and are never changed after construction. Bounded: a
+# worker compiles many kernels.
+_CONSTS: dict = {}
+_CONSTS_MAX = 1 << 14
+
+
 def const(dtype: str, value, lanes: int | None = None) -> ir.Constant:
     """A constant of `dtype` (a splat vector when lanes is given)."""
+    if dt.is_float(dtype):
+        as_float = float(value)
+        # -0.0 == 0.0 in Python but not in LLVM: the key is the exact bits; NaNs (payloads)
+        # are not cached
+        key = None if as_float != as_float else (dtype, lanes, as_float.hex())
+    else:
+        key = (dtype, lanes, int(value))
+    if key is not None:
+        hit = _CONSTS.get(key)
+        if hit is None:
+            if len(_CONSTS) >= _CONSTS_MAX:
+                _CONSTS.clear()
+            hit = _CONSTS[key] = _make_const(dtype, value, lanes)
+        return hit
+    return _make_const(dtype, value, lanes)
+
+
+def _make_const(dtype: str, value, lanes: int | None) -> ir.Constant:
     ty = scalar_type(dtype)
     if dt.is_float(dtype):   # a float16/bfloat16 constant holds a value its dtype can hold
         scalar = ir.Constant(ty, float(np.asarray(value, dtype).astype("float32"))

@@ -52,6 +52,18 @@ def init_llvm() -> None:
         llvm.set_option("kiln", option)
 
 
+@cache
+def _host() -> tuple[str, str]:
+    """The host CPU's LLVM name and canonical feature string. Asked by every kernel compile
+    (codegen/jit.py checks the target runs here): LLVM's detection costs 0.5 ms a time
+    (benchmarks/RESULTS.md, per-kernel compile CPU), and the CPU does not change under a
+    running process (a forked worker inherits the answer)."""
+    init_llvm()
+    cpu = llvm.get_host_cpu_name()
+    feats = _parse_features(llvm.get_host_cpu_features().flatten())
+    return cpu, _canonical_features(feats)
+
+
 def _cpu_default_isa(cpu: str) -> set[str]:
     if cpu in _AVX512_CPUS or cpu == "x86-64-v4":
         return {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
@@ -110,11 +122,9 @@ class Target:
     # ------------------------------------------------------------------ construction
     @staticmethod
     def native() -> Target:
-        """The host CPU, detected through LLVM."""
-        init_llvm()
-        cpu = llvm.get_host_cpu_name()
-        feats = _parse_features(llvm.get_host_cpu_features().flatten())
-        return Target(cpu=cpu, features=_canonical_features(feats))
+        """The host CPU, detected through LLVM (once per process: see _host)."""
+        cpu, features = _host()
+        return Target(cpu=cpu, features=features)
 
     @staticmethod
     def from_string(text: str | Target) -> Target:

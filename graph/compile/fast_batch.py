@@ -19,7 +19,7 @@ from typing import Sequence
 import llvmlite.binding as llvm
 
 from ...autotune.dispatch import Selection
-from ...codegen.jit import optimize, slow_compile_watch
+from ...codegen.jit import machine, optimize, slow_compile_watch
 from ...codegen.target import Target
 from . import parallel_build
 from .tasks import ModelTask
@@ -44,8 +44,7 @@ def compile_linked(texts: Sequence[str], target: Target, pipeline: str,
             mod.link_in(llvm.parse_assembly(text))
         mod = optimize(mod, target, pipeline)
         optimized = str(mod)      # before code generation, whose IR passes change `mod`
-        code = target.create_target_machine(for_object=True,
-                                            opt=codegen_opt).emit_object(mod)
+        code = machine(target, for_object=True, opt=codegen_opt).emit_object(mod)
     return optimized, code
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from ...autotune.dispatch import Selection
 from ...codegen.build import DEFAULT_FASTMATH, gc_paused, param_specs
-from ...codegen.emit_module import emit_module, fastmath_flags, symbol_name
+from ...codegen.emit_module import emit_module, fastmath_flags, release, symbol_name
 from ...codegen import cache
 from ...codegen.jit import compile_object as jit_compile_object
 from ...codegen.kernel import Kernel, ParamSpec
@@ -72,7 +72,9 @@ def kernel_text(func: PrimFunc, target: Target) -> tuple[str, str, tuple[ParamSp
         module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH), parallel=None)
         symbol, params = symbol_name(func.name), param_specs(func)
         add_python_entry(module, symbol, params)
-        return str(module), symbol, params
+        text = str(module)
+        release(module)
+        return text, symbol, params
 
 
 def compile_object(func: PrimFunc, target: Target) -> ObjectKernel:
