@@ -233,6 +233,10 @@ class CompiledModel:
         self._sequence = None if checked_calls or not self._steps else CallSequence(
             [(self._kernel(step).address, [a.ctypes.data for a in args])
              for step, (_, args) in zip(plan.steps, self._steps)], name=plan.name)
+        # kernels measured faster on one thread when the model was built (thread_choice.py)
+        for name in self.serial_kernels:
+            if name in self.kernels:
+                self.kernels[name].set_num_threads(1)
 
     # ------------------------------------------------------------------ preparation
     def _kernel(self, step: Step) -> Kernel:
@@ -344,12 +348,32 @@ class CompiledModel:
         graph/compile/tiers.TieredModel, waits for them)."""
         return self
 
-    def set_num_threads(self, n: int) -> None:
-        """Threads for the kernels' parallel loops (default: the count compiled for). The
-        schedules stay those chosen for `plan.meta["threads"]`; to run best at another
-        count, compile for it (compile_model(threads=...))."""
-        for kernel in self.kernels.values():
-            kernel.set_num_threads(n)
+    @property
+    def serial_kernels(self) -> frozenset[str]:
+        """Kernels that run on one thread whatever the model's count: measured no faster on
+        more when the model was built (graph/runtime/thread_choice.py)."""
+        return frozenset(self.plan.meta.get("thread_choice", {}).get("serial", ()))
+
+    def set_num_threads(self, n: int, choice: bool = True) -> None:
+        """Threads for the kernels' parallel loops (default: the count compiled for), but
+        one for serial_kernels unless `choice` is False (every kernel at `n`, for A/B
+        measurements). The schedules stay those chosen for `plan.meta["threads"]`; to run
+        best at another count, compile for it (compile_model(threads=...))."""
+        serial = self.serial_kernels if choice else frozenset()
+        for name, kernel in self.kernels.items():
+            kernel.set_num_threads(1 if name in serial else n)
+
+    def step_times(self, inputs, clock=time.perf_counter) -> list[float]:
+        """Run the model one step at a time from `inputs` (in plan order, so every kernel
+        sees the data and the pool state of a real run) and return clock() differences per
+        step: seconds with the default clock, fork/joins with codegen.runtime.fork_count."""
+        self._bind(inputs)
+        out = []
+        for fn, args in self._steps:
+            start = clock()
+            fn(*args)
+            out.append(clock() - start)
+        return out
 
     def _example_inputs(self) -> list[np.ndarray]:
         rng = np.random.default_rng(0)

@@ -1,0 +1,159 @@
+"""The measured per-kernel thread choice (graph/runtime/thread_choice.py): a kernel whose
+forks do not pay runs on one thread, one whose forks pay keeps N; outputs are the same either
+way and the same as the 1-thread model's; the choice is stored in the plan and survives the
+model cache and an export."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import kiln
+from kiln.codegen.runtime import backend, fork_count
+from kiln.graph.compile.model import compile_model
+from kiln.graph.runtime import thread_choice
+from kiln.graph.runtime.thread_choice import KernelTiming
+
+from .graph_helpers import ort_run
+
+pytestmark = pytest.mark.skipif(backend() != "kiln", reason="forks are counted by Kiln's pool")
+
+
+def _model() -> onnx.ModelProto:
+    """x[1, 48, 32, 33] -> 1x1 conv to 80 channels (a parallel loop over rows) -> relu ->
+    NHWC transpose -> softmax over 80 channels; and a 7-wide add (too small to fork)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((80, 48, 1, 1)).astype(np.float32) * 0.2
+    b = rng.standard_normal(80).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Softmax", ["t"], ["y"], axis=-1),
+        helper.make_node("Add", ["s", "s"], ["s2"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "thread_choice_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 48, 32, 33]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 33, 80]),
+         helper.make_tensor_value_info("s2", TensorProto.FLOAT, [7])],
+        [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
+         helper.make_tensor("b", TensorProto.FLOAT, b.shape, b)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _inputs(seed=1):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((1, 48, 32, 33)).astype(np.float32),
+            "s": rng.standard_normal(7).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def models():
+    model = _model()
+    return model, {n: compile_model(model, db=None, threads=n, jobs=1, cache_model=False)
+                   for n in (1, 2)}
+
+
+def _forks_per_run(m, x) -> int:
+    m.run(x)
+    before = fork_count()
+    m.run(x)
+    return fork_count() - before
+
+
+def _fake(pays: set[str]):
+    """A measure_fn that says N threads take half the time for `pays`, twice for the rest."""
+    def measure_fn(model, threads, forks, inputs):
+        return [KernelTiming(k, 1, n, 10.0 if k in pays else 40.0, 20.0)
+                for k, n in forks.items()]
+    return measure_fn
+
+
+def test_pays_needs_the_margin():
+    assert KernelTiming("k", 1, 1, 90.0, 100.0).pays(0.05)
+    assert not KernelTiming("k", 1, 1, 96.0, 100.0).pays(0.05)
+    assert not KernelTiming("k", 1, 1, 120.0, 100.0).pays(0.0)
+
+
+def test_only_kernels_that_fork_are_candidates(models):
+    _, by_threads = models
+    m = by_threads[2]
+    x = _inputs()
+    forks = thread_choice.forking_kernels(m, 2, x)
+    assert forks and all(n > 0 for n in forks.values())
+    assert set(forks) <= set(m.kernels)
+    add = [s.kernel for s in m.plan.steps if s.ops == ("add",)]
+    assert add and add[0] not in forks          # 7 elements: its loop never forks
+    m.set_num_threads(2, choice=False)
+    assert sum(forks.values()) == _forks_per_run(m, x)
+
+
+def test_injected_timings_decide_and_outputs_do_not_change(models):
+    model, by_threads = models
+    m = by_threads[2]
+    x = _inputs()
+    m.set_num_threads(2, choice=False)
+    before = [a.copy() for a in m.run(x)]
+    forks = thread_choice.forking_kernels(m, 2, x)
+    keep = sorted(forks)[0]
+    _, timings = thread_choice.choose(m, 2, x, measure_fn=_fake({keep}))
+    assert {t.kernel for t in timings} == set(forks)
+    assert set(m.serial_kernels) == set(forks) - {keep}
+    assert m.kernels[keep].num_threads == 2
+    assert all(m.kernels[k].num_threads == 1 for k in m.serial_kernels)
+    assert _forks_per_run(m, x) == forks[keep]
+    after = m.run(x)
+    one = by_threads[1].run(x)
+    for a, b, c in zip(before, after, one):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after[0], ort_run(model, x)[0], rtol=2e-4, atol=2e-5)
+    # every kernel slower at N: no forks at all; choice=False restores them
+    thread_choice.choose(m, 2, x, measure_fn=_fake(set()))
+    assert set(m.serial_kernels) == set(forks) and _forks_per_run(m, x) == 0
+    m.set_num_threads(2, choice=False)
+    assert _forks_per_run(m, x) == sum(forks.values())
+    m.set_num_threads(2)
+    assert _forks_per_run(m, x) == 0
+
+
+def test_one_thread_has_nothing_to_choose(models):
+    _, by_threads = models
+    m = by_threads[1]
+    assert "thread_choice" not in m.plan.meta
+    assert thread_choice.choose(m, 1)[1] == []
+    assert "none" in thread_choice.describe(m)
+
+
+def test_compile_measures_stores_and_reloads(tmp_path, monkeypatch):
+    """A 2-thread compile measures (real timings: which way they go depends on the machine,
+    so only the invariants are checked), the model cache's warm load and an export keep the
+    choice without measuring, and every model gives the 1-thread model's outputs."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kcache"))
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    x = _inputs(2)
+    one = kiln.compile(str(path), db=None, jobs=1, threads=1)
+    cold = kiln.compile(str(path), db=None, jobs=1, threads=2)
+    warm = kiln.compile(str(path), db=None, jobs=1, threads=2)
+    assert warm.plan.meta["compile"].get("cached") and not cold.plan.meta["compile"].get(
+        "cached")
+    doc = cold.plan.meta["thread_choice"]
+    assert doc["threads"] == 2 and doc["kernels"]
+    assert set(doc["serial"]) <= set(doc["kernels"]) <= set(cold.kernels)
+    assert all(k["forks"] > 0 and k["at_1_us"] > 0 for k in doc["kernels"].values())
+    assert doc["seconds"] < 5.0
+    assert warm.plan.meta["thread_choice"] == doc
+    cold.export(tmp_path / "e.so")
+    loaded = kiln.load_compiled(tmp_path / "e.so")
+    want = one.run(x)
+    for m in (cold, warm, loaded):
+        assert {k: m.kernels[k].num_threads for k in doc["serial"]} == dict.fromkeys(
+            doc["serial"], 1)
+        for a, b in zip(want, m.run(x)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    for a, b in zip(cold.run(x), warm.run(x)):
+        np.testing.assert_array_equal(a, b)
