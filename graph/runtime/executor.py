@@ -11,6 +11,7 @@ order (codegen.sequence), not each kernel from Python.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...codegen import Kernel, export_library, load_library
+from ...codegen.runtime import prewake_address
 from ...codegen.sequence import CallSequence
 from ...te.errors import InternalError, KernelArgumentError, ModelFormatError
 from ..ops.index_bounds import RunChecks
@@ -229,10 +231,11 @@ class CompiledModel:
         self._outputs = [self.buffers[name] for name in plan.outputs]
         # (min, max) of run-time indices per checked node (graph/index_checks.py)
         self._index_checks = RunChecks(plan.meta.get("index_checks", ()), self.buffers)
-        # checked calls (debugging) go through Python; otherwise one native call per run
-        self._sequence = None if checked_calls or not self._steps else CallSequence(
-            [(self._kernel(step).address, [a.ctypes.data for a in args])
-             for step, (_, args) in zip(plan.steps, self._steps)], name=plan.name)
+        # checked calls (debugging) go through Python; otherwise one native call per run,
+        # with the pool's workers woken ahead of forks where the thread choice says so
+        self._native = not checked_calls and bool(self._steps)
+        self._sequences: dict[frozenset, CallSequence] = {}
+        self._sequence = self._call_sequence(True)
         # kernels measured faster on one thread when the model was built (thread_choice.py)
         for name in self.serial_kernels:
             if name in self.kernels:
@@ -245,6 +248,23 @@ class CompiledModel:
                                    f"needs kernel '{step.kernel}', which the kernel library "
                                    "lacks; re-export the model")
         return self.kernels[step.kernel]
+
+    def _call_sequence(self, prewake: bool) -> CallSequence | None:
+        """The native sequence of the plan's calls, with a PREWAKE call (codegen/runtime.py)
+        before each step thread_choice listed if `prewake` (built on first use)."""
+        if not self._native:
+            return None
+        at = frozenset(self.plan.meta.get("thread_choice", {}).get("prewake", ())
+                       ) if prewake else frozenset()
+        key = at
+        if key not in self._sequences:
+            calls = []
+            for k, (step, (_, args)) in enumerate(zip(self.plan.steps, self._steps)):
+                if k in at:
+                    calls.append((prewake_address(), []))
+                calls.append((self._kernel(step).address, [a.ctypes.data for a in args]))
+            self._sequences[key] = CallSequence(calls, name=self.plan.name)
+        return self._sequences[key]
 
     def _allocate(self, spec: BufferSpec, constants: Mapping[str, np.ndarray]) -> np.ndarray:
         dtype = np.dtype(spec.dtype)
@@ -362,14 +382,19 @@ class CompiledModel:
         serial = self.serial_kernels if choice else frozenset()
         for name, kernel in self.kernels.items():
             kernel.set_num_threads(1 if name in serial else n)
+        self._sequence = self._call_sequence(choice and n > 1)
 
-    def step_times(self, inputs, clock=time.perf_counter) -> list[float]:
+    def step_times(self, inputs, clock=time.perf_counter, prewake=()) -> list[float]:
         """Run the model one step at a time from `inputs` (in plan order, so every kernel
         sees the data and the pool state of a real run) and return clock() differences per
-        step: seconds with the default clock, fork/joins with codegen.runtime.fork_count."""
+        step: seconds with the default clock, fork/joins with codegen.runtime.fork_count.
+        `prewake`: step indices before which the pool's workers are woken (untimed)."""
         self._bind(inputs)
+        wake = ctypes.CFUNCTYPE(None)(prewake_address()) if prewake else None
         out = []
-        for fn, args in self._steps:
+        for k, (fn, args) in enumerate(self._steps):
+            if wake is not None and k in prewake:
+                wake()
             start = clock()
             fn(*args)
             out.append(clock() - start)

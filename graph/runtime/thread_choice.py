@@ -14,9 +14,16 @@ How: after a model is assembled for N > 1 threads, run it one step at a time in 
 its example inputs (so each kernel sees its real data and the pool as a real run leaves it),
 count each step's forks at N threads (kernels that do not fork are not candidates), then
 time the candidates' steps in alternating rounds with every candidate at N threads and every
-candidate at 1. A kernel keeps N threads only where the median over rounds of its time per
-run at N beats its time at 1 by MARGIN; otherwise it runs on one. Rounds stop after
+candidate at 1. A kernel keeps N threads where the median over rounds of its time per run at
+N over its time at 1 (paired within a round) is below 1 - MARGIN, or where it is too long
+for a fork not to pay (SERIAL_MAX_US per call); otherwise it runs on one. Rounds stop after
 MAX_ROUNDS or once BUDGET_SECONDS are spent (at least MIN_ROUNDS).
+
+Between forks far apart the pool's worker goes to sleep, and a fork that must wake it costs
+the caller 10-25 us (the main loss of efficientvit_m0 at 2 threads). So the model also wakes
+the worker ahead of time: a PREWAKE call (codegen/runtime.py) goes into the model's native
+call sequence LEAD_US of serial work before each kept fork that no other fork precedes
+closely (`prewake_steps`), and the rounds at N threads are measured with those calls in place.
 
 The choice is stored in the plan (`meta["thread_choice"]`), so a model from the model cache
 or from an export runs exactly as measured and pays nothing at load; measuring again on every
@@ -40,23 +47,37 @@ log = logging.getLogger(__name__)
 # N threads must beat one by this fraction of the 1-thread time to keep the kernel's forks:
 # a split that saves less is within the noise of a shared machine and costs the other core.
 MARGIN = 0.05
-MIN_ROUNDS, MAX_ROUNDS = 3, 9
+MIN_ROUNDS, MAX_ROUNDS = 5, 15
 BUDGET_SECONDS = 0.5
+# A kernel taking more than this per call at one thread keeps N threads whatever it
+# measured: a fork costs at most ~25 us (a sleeping worker, measured), so such a kernel pays
+# on a free core, and one measured slower at N was sharing the second core with another
+# process at that moment, which a choice stored in the model cache must not keep.
+SERIAL_MAX_US = 150.0
+# A worker asleep when a fork is posted cost 10-25 us per fork (rocketlake VM, 2026-11-29);
+# woken 10-40 us ahead (codegen/runtime.py PREWAKE) it was spinning when the fork came.
+# The wake call goes this much serial work (1-thread step times) ahead of a fork.
+LEAD_US = 20.0
 
 
 @dataclass(frozen=True)
 class KernelTiming:
-    """One forking kernel: its calls per run, forks per run at N threads, and the median
-    over rounds of its time per run (all its calls) at N threads and at one."""
+    """One forking kernel: its calls per run, forks per run at N threads, the median over
+    rounds of its time per run (all its calls) at N threads and at one, and the median over
+    rounds of their ratio (N over 1, each round's pair measured back to back: a change in the
+    machine's load between rounds cancels)."""
 
     kernel: str
     calls: int
     forks: int
     at_n_us: float
     at_1_us: float
+    ratio: float
 
     def pays(self, margin: float = MARGIN) -> bool:
-        return self.at_n_us < self.at_1_us * (1.0 - margin)
+        """N threads are worth keeping: measured faster by `margin`, or the kernel is too
+        long for a fork not to pay (SERIAL_MAX_US)."""
+        return self.ratio < 1.0 - margin or self.at_1_us > SERIAL_MAX_US * self.calls
 
 
 def forking_kernels(model, threads: int, inputs) -> dict[str, int]:
@@ -71,11 +92,37 @@ def forking_kernels(model, threads: int, inputs) -> dict[str, int]:
     return forks
 
 
+def step_us(model, inputs, runs: int = 2) -> list[float]:
+    """Each step's fastest time in microseconds over `runs` step-by-step runs, with the
+    model's kernels at their current thread counts."""
+    runs_us = [model.step_times(inputs) for _ in range(runs)]
+    return [min(ts) * 1e6 for ts in zip(*runs_us)]
+
+
+def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
+    """Where a model wakes the pool's workers: for each forking step, the step that starts
+    `lead_us` of serial work before it (by `times_us`), or none when another fork comes
+    sooner before it (the worker still spins from that one). `forking[k]`: step k forks."""
+    out = []
+    for i, forks in enumerate(forking):
+        if not forks:
+            continue
+        j, ahead = i, 0.0
+        while j > 0 and ahead < lead_us and not forking[j - 1]:
+            j -= 1
+            ahead += times_us[j]
+        if j == 0 or ahead >= lead_us:
+            if j not in out:
+                out.append(j)
+    return out
+
+
 def measure(model, threads: int, kernels: Mapping[str, int], inputs,
             clock: Callable[[], float] = time.perf_counter,
-            budget: float = BUDGET_SECONDS) -> list[KernelTiming]:
+            budget: float = BUDGET_SECONDS, prewake=()) -> list[KernelTiming]:
     """Times per run of `kernels` (name -> forks per run) at `threads` and at one, from
-    step-by-step runs of `model` in alternating rounds (see the module docstring)."""
+    step-by-step runs of `model` in alternating rounds (see the module docstring), the
+    workers woken before the `prewake` steps in the rounds at `threads`."""
     names = model.plan.steps
     calls = {k: sum(1 for s in names if s.kernel == k) for k in kernels}
     samples = {n: {k: [] for k in kernels} for n in (threads, 1)}
@@ -84,7 +131,8 @@ def measure(model, threads: int, kernels: Mapping[str, int], inputs,
         for k in kernels:
             model.kernels[k].set_num_threads(n)
         per = dict.fromkeys(kernels, 0.0)
-        for step, dt in zip(names, model.step_times(inputs, clock=clock)):
+        wake = frozenset(prewake) if n > 1 else frozenset()
+        for step, dt in zip(names, model.step_times(inputs, clock=clock, prewake=wake)):
             if step.kernel in per:
                 per[step.kernel] += dt
         for k, t in per.items():
@@ -100,8 +148,11 @@ def measure(model, threads: int, kernels: Mapping[str, int], inputs,
             one_run(n)
         if r + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget:
             break
-    return [KernelTiming(k, calls[k], forks, statistics.median(samples[threads][k]) * 1e6,
-                         statistics.median(samples[1][k]) * 1e6)
+    at_n, at_1 = samples[threads], samples[1]
+    return [KernelTiming(k, calls[k], forks, statistics.median(at_n[k]) * 1e6,
+                         statistics.median(at_1[k]) * 1e6,
+                         statistics.median(a / b if b > 0 else 1.0
+                                           for a, b in zip(at_n[k], at_1[k])))
             for k, forks in kernels.items()]
 
 
@@ -110,20 +161,30 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
     """Measure `model` (a CompiledModel built for `threads`), store the choice in its plan
     and apply it: returns (the model, its KernelTimings). At one thread there is nothing to
     choose and the plan is left as it is. `measure_fn(model, threads, forks, inputs)` is
-    replaceable (tests inject timings)."""
+    replaceable (tests inject timings; it takes prewake=, the steps before which the
+    workers are woken in its rounds at `threads`)."""
     if threads <= 1:
         model.set_num_threads(threads)
         return model, []
     begin = time.perf_counter()
     inputs = model._example_inputs() if inputs is None else inputs
     forks = forking_kernels(model, threads, inputs)
-    timings = measure_fn(model, threads, forks, inputs) if forks else []
+    timings, wake = [], []
+    if forks:
+        model.set_num_threads(1, choice=False)
+        times = step_us(model, inputs)
+        steps = model.plan.steps
+        candidates = prewake_steps(times, [s.kernel in forks for s in steps])
+        timings = measure_fn(model, threads, forks, inputs, prewake=candidates)
+        kept = {t.kernel for t in timings if t.pays(margin)}
+        wake = prewake_steps(times, [s.kernel in kept for s in steps])
     serial = sorted(t.kernel for t in timings if not t.pays(margin))
     seconds = time.perf_counter() - begin
     meta = {**model.plan.meta, "thread_choice": {
-        "threads": threads, "serial": serial, "seconds": round(seconds, 4),
+        "threads": threads, "serial": serial, "prewake": wake, "seconds": round(seconds, 4),
         "kernels": {t.kernel: {"calls": t.calls, "forks": t.forks,
-                               "at_n_us": round(t.at_n_us, 2), "at_1_us": round(t.at_1_us, 2)}
+                               "at_n_us": round(t.at_n_us, 2), "at_1_us": round(t.at_1_us, 2),
+                               "ratio": round(t.ratio, 4)}
                     for t in timings}}}
     model.plan = dataclasses.replace(model.plan, meta=meta)
     model.set_num_threads(threads)
@@ -138,10 +199,11 @@ def describe(model) -> str:
     if not doc:
         return "thread choice: none (built for one thread, or no kernel forks)"
     lines = [f"thread choice at {doc['threads']} threads ({doc['seconds']:.3f} s): "
-             f"{len(doc['serial'])} of {len(doc['kernels'])} forking kernels on one thread"]
+             f"{len(doc['serial'])} of {len(doc['kernels'])} forking kernels on one thread, "
+             f"workers woken ahead of {len(doc.get('prewake', ()))} steps"]
     for name, k in sorted(doc["kernels"].items(), key=lambda kv: -kv[1]["at_1_us"]):
         where = "1" if name in doc["serial"] else str(doc["threads"])
         lines.append(f"  {name:<44} calls {k['calls']:>3} forks {k['forks']:>3} "
                      f"{k['at_1_us']:>9.1f} us at 1, {k['at_n_us']:>9.1f} at "
-                     f"{doc['threads']} -> {where}")
+                     f"{doc['threads']} (ratio {k['ratio']:.3f}) -> {where}")
     return "\n".join(lines)

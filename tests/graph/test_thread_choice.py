@@ -66,16 +66,35 @@ def _forks_per_run(m, x) -> int:
 
 def _fake(pays: set[str]):
     """A measure_fn that says N threads take half the time for `pays`, twice for the rest."""
-    def measure_fn(model, threads, forks, inputs):
-        return [KernelTiming(k, 1, n, 10.0 if k in pays else 40.0, 20.0)
-                for k, n in forks.items()]
+    def measure_fn(model, threads, forks, inputs, prewake=()):
+        return [KernelTiming(k, 1, n, 10.0 if k in pays else 40.0, 20.0,
+                             0.5 if k in pays else 2.0) for k, n in forks.items()]
     return measure_fn
 
 
-def test_pays_needs_the_margin():
-    assert KernelTiming("k", 1, 1, 90.0, 100.0).pays(0.05)
-    assert not KernelTiming("k", 1, 1, 96.0, 100.0).pays(0.05)
-    assert not KernelTiming("k", 1, 1, 120.0, 100.0).pays(0.0)
+def test_pays_needs_the_margin_unless_the_kernel_is_long():
+    assert KernelTiming("k", 1, 1, 90.0, 100.0, 0.9).pays(0.05)
+    assert not KernelTiming("k", 1, 1, 96.0, 100.0, 0.96).pays(0.05)
+    assert not KernelTiming("k", 1, 1, 120.0, 100.0, 1.2).pays(0.0)
+    long = thread_choice.SERIAL_MAX_US * 3
+    assert KernelTiming("k", 2, 2, long * 1.5, long, 1.5).pays()      # 1.5x per call: keeps N
+    assert not KernelTiming("k", 4, 4, long * 1.5, long, 1.5).pays()  # 0.75x per call
+
+
+def test_prewake_goes_lead_us_of_serial_work_ahead_of_a_fork():
+    # steps:        0    1    2    3    4    5    6
+    times = [5.0, 30.0, 8.0, 8.0, 8.0, 3.0, 50.0]
+    forking = [False, False, False, False, True, True, False]
+    # step 4's fork: steps 3 and 2 give 16 us, step 1 reaches 20 -> wake before step 1;
+    # step 5 follows a fork (its worker still spins)
+    assert thread_choice.prewake_steps(times, forking, 20.0) == [1]
+    assert thread_choice.prewake_steps(times, forking, 16.0) == [2]
+    assert thread_choice.prewake_steps(times, forking, 100.0) == [0]     # from the start
+    assert thread_choice.prewake_steps([1.0, 2.0], [True, False], 20.0) == [0]
+    assert thread_choice.prewake_steps(times, [False] * 7, 20.0) == []
+    # two forks far apart: a wake before each
+    assert thread_choice.prewake_steps([10.0, 10.0, 40.0, 10.0], [False, True, False, True],
+                                       20.0) == [0, 2]
 
 
 def test_only_kernels_that_fork_are_candidates(models):
@@ -105,6 +124,8 @@ def test_injected_timings_decide_and_outputs_do_not_change(models):
     assert m.kernels[keep].num_threads == 2
     assert all(m.kernels[k].num_threads == 1 for k in m.serial_kernels)
     assert _forks_per_run(m, x) == forks[keep]
+    wake = m.plan.meta["thread_choice"]["prewake"]
+    assert wake and m._sequence.calls == len(m.plan.steps) + len(wake)
     after = m.run(x)
     one = by_threads[1].run(x)
     for a, b, c in zip(before, after, one):
