@@ -11,7 +11,6 @@ order (codegen.sequence), not each kernel from Python.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -384,17 +383,13 @@ class CompiledModel:
             kernel.set_num_threads(1 if name in serial else n)
         self._sequence = self._call_sequence(choice and n > 1)
 
-    def step_times(self, inputs, clock=time.perf_counter, prewake=()) -> list[float]:
+    def step_times(self, inputs, clock=time.perf_counter) -> list[float]:
         """Run the model one step at a time from `inputs` (in plan order, so every kernel
-        sees the data and the pool state of a real run) and return clock() differences per
-        step: seconds with the default clock, fork/joins with codegen.runtime.fork_count.
-        `prewake`: step indices before which the pool's workers are woken (untimed)."""
+        sees the data of a real run) and return clock() differences per step: seconds with
+        the default clock, fork/joins with codegen.runtime.fork_count."""
         self._bind(inputs)
-        wake = ctypes.CFUNCTYPE(None)(prewake_address()) if prewake else None
         out = []
-        for k, (fn, args) in enumerate(self._steps):
-            if wake is not None and k in prewake:
-                wake()
+        for fn, args in self._steps:
             start = clock()
             fn(*args)
             out.append(clock() - start)
@@ -467,6 +462,12 @@ class CompiledModel:
                  + self._skipped_note(),
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
+        choice = self.plan.meta.get("thread_choice")
+        if choice:
+            lines.append(f"threads: {len(choice['serial'])} of {len(choice['kernels'])} "
+                         f"forking kernels run on one thread (measured no faster on "
+                         f"{choice['threads']}); workers woken ahead of "
+                         f"{len(choice.get('prewake', ()))} steps")
         if self._pinned:
             lines.append("compiled for the values of the inputs that decide shapes: " + ", ".join(
                 f"{name} = {_preview(arr)}" for name, arr in self._pinned.items()))

@@ -13,7 +13,8 @@ per op from a cost estimate; here the decision is measured on the model itself.
 How: after a model is assembled for N > 1 threads, run it one step at a time in plan order on
 its example inputs (so each kernel sees its real data and the pool as a real run leaves it),
 count each step's forks at N threads (kernels that do not fork are not candidates), then
-time the candidates' steps in alternating rounds with every candidate at N threads and every
+time every step of native runs (StepClock: the model's call sequence with a clock read
+around each call) in alternating rounds with every candidate at N threads and every
 candidate at 1. A kernel keeps N threads where the median over rounds of its time per run at
 N over its time at 1 (paired within a round) is below 1 - MARGIN, or where it is too long
 for a fork not to pay (SERIAL_MAX_US per call); otherwise it runs on one. Rounds stop after
@@ -33,6 +34,7 @@ the measurement on demand (a model moved to a quieter or a different machine).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import statistics
@@ -40,7 +42,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ...codegen.runtime import fork_count
+import numpy as np
+
+from ...codegen.runtime import fork_count, prewake_address
+from ...codegen.sequence import CallSequence
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,7 @@ SERIAL_MAX_US = 150.0
 # woken 10-40 us ahead (codegen/runtime.py PREWAKE) it was spinning when the fork came.
 # The wake call goes this much serial work (1-thread step times) ahead of a fork.
 LEAD_US = 20.0
+CLOCK_MONOTONIC = 1           # <time.h>, the same on Linux x86-64 and aarch64
 
 
 @dataclass(frozen=True)
@@ -92,10 +98,42 @@ def forking_kernels(model, threads: int, inputs) -> dict[str, int]:
     return forks
 
 
-def step_us(model, inputs, runs: int = 2) -> list[float]:
-    """Each step's fastest time in microseconds over `runs` step-by-step runs, with the
-    model's kernels at their current thread counts."""
-    runs_us = [model.step_times(inputs) for _ in range(runs)]
+class StepClock:
+    """The model's steps as one native call sequence (codegen/sequence.py) with a
+    clock_gettime call before and after each step, and a PREWAKE call (outside the timed
+    span) before each step of `prewake`: `clock(inputs)` runs the model once and returns each
+    step's seconds. Why not time the steps from Python: 1-3 us of interpreter between calls
+    changes what a fork meets (the worker's spin, the caller's cache), and small kernels
+    measured so lost their gain from a second thread (bert's six 15 us matmul calls: 2-thread
+    over 1-thread time 1.047 timed from Python, 0.873 timed here; 2026-11-29)."""
+
+    def __init__(self, model, prewake=()):
+        libc = ctypes.CDLL(None)
+        stamp = ctypes.cast(libc.clock_gettime, ctypes.c_void_p).value
+        steps = model.plan.steps
+        self._model = model
+        self._ts = np.zeros((2 * len(steps), 2), np.int64)         # struct timespec each
+        base, size = self._ts.ctypes.data, self._ts.strides[0]
+        calls = []
+        for k, (step, (_, args)) in enumerate(zip(steps, model._steps)):
+            if k in prewake:
+                calls.append((prewake_address(), []))
+            calls.append((stamp, [CLOCK_MONOTONIC, base + 2 * k * size]))
+            calls.append((model.kernels[step.kernel].address, [a.ctypes.data for a in args]))
+            calls.append((stamp, [CLOCK_MONOTONIC, base + (2 * k + 1) * size]))
+        self._sequence = CallSequence(calls, name=f"{model.plan.name}_timed")
+
+    def __call__(self, inputs) -> list[float]:
+        self._model._bind(inputs)
+        self._sequence()
+        ns = self._ts[:, 0] * 1_000_000_000 + self._ts[:, 1]
+        return ((ns[1::2] - ns[0::2]) * 1e-9).tolist()
+
+
+def step_us(clock: StepClock, inputs, runs: int = 3) -> list[float]:
+    """Each step's fastest time in microseconds over `runs` timed runs, with the model's
+    kernels at their current thread counts."""
+    runs_us = [clock(inputs) for _ in range(runs)]
     return [min(ts) * 1e6 for ts in zip(*runs_us)]
 
 
@@ -118,21 +156,24 @@ def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
 
 
 def measure(model, threads: int, kernels: Mapping[str, int], inputs,
-            clock: Callable[[], float] = time.perf_counter,
+            clock: Callable[[], float] | None = None,
             budget: float = BUDGET_SECONDS, prewake=()) -> list[KernelTiming]:
     """Times per run of `kernels` (name -> forks per run) at `threads` and at one, from
-    step-by-step runs of `model` in alternating rounds (see the module docstring), the
-    workers woken before the `prewake` steps in the rounds at `threads`."""
+    timed native runs of `model` (StepClock, the workers woken before the `prewake` steps)
+    in alternating rounds (see the module docstring); with `clock`, from Python step-by-step
+    runs timed by it instead."""
     names = model.plan.steps
     calls = {k: sum(1 for s in names if s.kernel == k) for k in kernels}
     samples = {n: {k: [] for k in kernels} for n in (threads, 1)}
+
+    timed = StepClock(model, frozenset(prewake)) if clock is None else None
 
     def one_run(n: int) -> None:
         for k in kernels:
             model.kernels[k].set_num_threads(n)
         per = dict.fromkeys(kernels, 0.0)
-        wake = frozenset(prewake) if n > 1 else frozenset()
-        for step, dt in zip(names, model.step_times(inputs, clock=clock, prewake=wake)):
+        times = timed(inputs) if timed is not None else model.step_times(inputs, clock=clock)
+        for step, dt in zip(names, times):
             if step.kernel in per:
                 per[step.kernel] += dt
         for k, t in per.items():
@@ -172,7 +213,7 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
     timings, wake = [], []
     if forks:
         model.set_num_threads(1, choice=False)
-        times = step_us(model, inputs)
+        times = step_us(StepClock(model), inputs)
         steps = model.plan.steps
         candidates = prewake_steps(times, [s.kernel in forks for s in steps])
         timings = measure_fn(model, threads, forks, inputs, prewake=candidates)

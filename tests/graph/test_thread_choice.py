@@ -168,6 +168,7 @@ def test_compile_measures_stores_and_reloads(tmp_path, monkeypatch):
     assert all(k["forks"] > 0 and k["at_1_us"] > 0 for k in doc["kernels"].values())
     assert doc["seconds"] < 5.0
     assert warm.plan.meta["thread_choice"] == doc
+    assert f"{len(doc['serial'])} of {len(doc['kernels'])} forking kernels" in warm.summary()
     cold.export(tmp_path / "e.so")
     loaded = kiln.load_compiled(tmp_path / "e.so")
     want = one.run(x)
