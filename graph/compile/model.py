@@ -312,7 +312,7 @@ def compile_model(model, target: str | Target = "native", db=None,
             optimized = _assemble(graph, groups, per_group,
                                   *_build_kernels(tasks, target, database, jobs, threads,
                                                   zero_shot),
-                                  target, threads, begin)
+                                  target, threads, begin, choose_threads=False)
             store(optimized)
             return optimized
         log.info("compiled %s (fast tier): %d groups, %d kernels in %.1f s", graph.name,
@@ -329,7 +329,8 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
               start: float, choose_threads: bool = True) -> CompiledModel:
     """The CompiledModel of the groups' kernels: steps, memory plan, executor; at N > 1
     threads with the kernels measured no faster on N set to one (runtime/thread_choice.py;
-    not for a fast tier, which is replaced soon)."""
+    not for a tiered compile: its fast tier is replaced soon, and its optimised tier is
+    built while the fast one runs, whose forks would skew the timings)."""
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
