@@ -15,9 +15,10 @@ its example inputs (so each kernel sees its real data and the pool as a real run
 count each step's forks at N threads (kernels that do not fork are not candidates), then
 time every step of native runs (StepClock: the model's call sequence with a clock read
 around each call) in alternating rounds with every candidate at N threads and every
-candidate at 1. A kernel keeps N threads where its fastest time per run at N over its
-fastest at 1 is below 1 - MARGIN, or where it is too long for a fork not to pay
-(SERIAL_MAX_US per call); otherwise it runs on one. Rounds stop after
+candidate at 1. A kernel's time is that of its calls and the few serial steps after each
+(which read what the other threads wrote); it keeps N threads where the lower quartile over
+rounds of that time at N over the one at 1 is below 1 - MARGIN, or where it is too long for
+a fork not to pay (SERIAL_MAX_US per call); otherwise it runs on one. Rounds stop after
 MAX_ROUNDS or once BUDGET_SECONDS are spent (at least MIN_ROUNDS).
 
 Between forks far apart the pool's worker goes to sleep, and a fork that must wake it costs
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 # N threads must beat one by this fraction of the 1-thread time to keep the kernel's forks:
 # a split that saves less is within the noise of a shared machine and costs the other core.
 MARGIN = 0.05
-MIN_ROUNDS, MAX_ROUNDS = 5, 15
+MIN_ROUNDS, MAX_ROUNDS = 8, 15
+DOWNSTREAM_STEPS = 3           # steps after a fork charged to it (`windows`)
 BUDGET_SECONDS = 0.5
 # Rounds are spread out by this pause (longer than the idle worker's spin, so each round
 # starts with it asleep, as a model called now and then does), which also spreads them over
@@ -71,14 +73,15 @@ CLOCK_MONOTONIC = 1           # <time.h>, the same on Linux x86-64 and aarch64
 
 @dataclass(frozen=True)
 class KernelTiming:
-    """One forking kernel: its calls per run, forks per run at N threads, its fastest time
-    per run (all its calls) over the rounds at N threads and at one, and their ratio. Why
-    the fastest: another process on the second core, or one preempting the caller, only
-    adds time; the fastest round is the one least disturbed, and the choice, kept in the
-    model cache, should describe the machine, not its load during a compile (medians over
-    back-to-back rounds of a small model, all inside one burst of another process's work,
-    put phi's and gpt2's 150 us matmuls at a ratio of 0.95-0.99 in one compile, 0.6 in
-    others)."""
+    """One forking kernel: its calls per run, forks per run at N threads, the lower quartile
+    over rounds of its time per run (all its calls, each with the steps after it: `windows`)
+    at N threads and at one, and their ratio. Why not the median: another process on the
+    second core, or one preempting the caller, only adds time, and the choice, kept in the
+    model cache, should describe the machine rather than its load during one compile
+    (medians over back-to-back rounds of a small model, all inside one burst of another
+    process's work, put phi's and gpt2's 150 us matmuls at 0.95-0.99 in one compile, 0.6
+    in others); why not the fastest round: a lucky round made 15 us convs that lose in a
+    typical run look 7-11% faster at 2 threads."""
 
     kernel: str
     calls: int
@@ -162,27 +165,44 @@ def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
     return out
 
 
+def windows(steps, kernels) -> list[tuple[str, int, int]]:
+    """(kernel, first, end) per step of a forking kernel: the step and the serial steps after
+    it, up to DOWNSTREAM_STEPS of them and not past the next forking step. Why the steps
+    after: they read what the fork's other threads wrote, from another core's cache
+    (efficientvit_m0: the three steps after each of its forks took 1-8 us longer when the
+    fork ran on two threads, together as much as the forks saved)."""
+    at = [k for k, s in enumerate(steps) if s.kernel in kernels]
+    out = []
+    for j, k in enumerate(at):
+        end = min(k + 1 + DOWNSTREAM_STEPS, at[j + 1] if j + 1 < len(at) else len(steps))
+        out.append((steps[k].kernel, k, end))
+    return out
+
+
+def lower_quartile(xs) -> float:
+    return sorted(xs)[len(xs) // 4]
+
+
 def measure(model, threads: int, kernels: Mapping[str, int], inputs,
             clock: Callable[[], float] | None = None,
             budget: float = BUDGET_SECONDS, prewake=()) -> list[KernelTiming]:
-    """Times per run of `kernels` (name -> forks per run) at `threads` and at one, from
-    timed native runs of `model` (StepClock, the workers woken before the `prewake` steps)
-    in alternating rounds (see the module docstring); with `clock`, from Python step-by-step
-    runs timed by it instead."""
-    names = model.plan.steps
-    calls = {k: sum(1 for s in names if s.kernel == k) for k in kernels}
+    """Times per run of `kernels` (name -> forks per run), each call with the steps after it
+    (`windows`), at `threads` and at one, from timed native runs of `model` (StepClock, the
+    workers woken before the `prewake` steps) in alternating rounds (see the module
+    docstring); with `clock`, from Python step-by-step runs timed by it instead."""
+    steps = model.plan.steps
+    calls = {k: sum(1 for s in steps if s.kernel == k) for k in kernels}
+    spans = windows(steps, kernels)
     samples = {n: {k: [] for k in kernels} for n in (threads, 1)}
-
     timed = StepClock(model, frozenset(prewake)) if clock is None else None
 
     def one_run(n: int) -> None:
         for k in kernels:
             model.kernels[k].set_num_threads(n)
-        per = dict.fromkeys(kernels, 0.0)
         times = timed(inputs) if timed is not None else model.step_times(inputs, clock=clock)
-        for step, dt in zip(names, times):
-            if step.kernel in per:
-                per[step.kernel] += dt
+        per = dict.fromkeys(kernels, 0.0)
+        for k, first, end in spans:
+            per[k] += sum(times[first:end])
         for k, t in per.items():
             samples[n][k].append(t)
 
@@ -199,7 +219,8 @@ def measure(model, threads: int, kernels: Mapping[str, int], inputs,
             break
     out = []
     for k, forks in kernels.items():
-        at_n, at_1 = min(samples[threads][k]) * 1e6, min(samples[1][k]) * 1e6
+        at_n = lower_quartile(samples[threads][k]) * 1e6
+        at_1 = lower_quartile(samples[1][k]) * 1e6
         out.append(KernelTiming(k, calls[k], forks, at_n, at_1,
                                 at_n / at_1 if at_1 > 0 else 1.0))
     return out

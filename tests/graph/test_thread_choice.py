@@ -97,6 +97,13 @@ def test_prewake_goes_lead_us_of_serial_work_ahead_of_a_fork():
                                        20.0) == [0, 2]
 
 
+def test_a_fork_is_charged_the_serial_steps_after_it():
+    from types import SimpleNamespace as S
+    steps = [S(kernel=k) for k in "aXbcdeYfXg"]
+    assert thread_choice.windows(steps, {"X", "Y"}) == [("X", 1, 5), ("Y", 6, 8), ("X", 8, 10)]
+    assert thread_choice.lower_quartile([5.0, 1.0, 4.0, 2.0, 3.0]) == 2.0
+
+
 def test_only_kernels_that_fork_are_candidates(models):
     _, by_threads = models
     m = by_threads[2]
