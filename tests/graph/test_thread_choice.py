@@ -72,6 +72,13 @@ def _fake(pays: set[str]):
     return measure_fn
 
 
+def _validate(winner: str):
+    """A validate_fn under which `winner` runs fastest."""
+    def validate_fn(model, threads, configs, inputs):
+        return {name: 1.0 if name == winner else 2.0 for name in configs}
+    return validate_fn
+
+
 def test_pays_needs_the_margin_unless_the_kernel_is_long():
     assert KernelTiming("k", 1, 1, 90.0, 100.0, 0.9).pays(0.05)
     assert not KernelTiming("k", 1, 1, 96.0, 100.0, 0.96).pays(0.05)
@@ -125,7 +132,9 @@ def test_injected_timings_decide_and_outputs_do_not_change(models):
     before = [a.copy() for a in m.run(x)]
     forks = thread_choice.forking_kernels(m, 2, x)
     keep = sorted(forks)[0]
-    _, timings = thread_choice.choose(m, 2, x, measure_fn=_fake({keep}))
+    _, timings = thread_choice.choose(m, 2, x, measure_fn=_fake({keep}),
+                                      validate_fn=_validate("per-kernel"))
+    assert m.plan.meta["thread_choice"]["picked"] == "per-kernel"
     assert {t.kernel for t in timings} == set(forks)
     assert set(m.serial_kernels) == set(forks) - {keep}
     assert m.kernels[keep].num_threads == 2
@@ -140,12 +149,28 @@ def test_injected_timings_decide_and_outputs_do_not_change(models):
         np.testing.assert_allclose(b, c, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(after[0], ort_run(model, x)[0], rtol=2e-4, atol=2e-5)
     # every kernel slower at N: no forks at all; choice=False restores them
-    thread_choice.choose(m, 2, x, measure_fn=_fake(set()))
+    thread_choice.choose(m, 2, x, measure_fn=_fake(set()), validate_fn=_validate("per-kernel"))
     assert set(m.serial_kernels) == set(forks) and _forks_per_run(m, x) == 0
     m.set_num_threads(2, choice=False)
     assert _forks_per_run(m, x) == sum(forks.values())
     m.set_num_threads(2)
     assert _forks_per_run(m, x) == 0
+
+
+@pytest.mark.parametrize("winner", ["all-n", "all-1"])
+def test_whole_runs_overrule_the_per_kernel_choice(models, winner):
+    _, by_threads = models
+    m = by_threads[2]
+    x = _inputs()
+    forks = thread_choice.forking_kernels(m, 2, x)
+    thread_choice.choose(m, 2, x, measure_fn=_fake({sorted(forks)[0]}),
+                         validate_fn=_validate(winner))
+    doc = m.plan.meta["thread_choice"]
+    assert doc["picked"] == winner
+    assert set(m.serial_kernels) == (set() if winner == "all-n" else set(forks))
+    assert _forks_per_run(m, x) == (sum(forks.values()) if winner == "all-n" else 0)
+    assert doc["prewake"] == [] and m._sequence.calls == len(m.plan.steps)
+    np.testing.assert_allclose(m.run(x)[0], by_threads[1].run(x)[0], rtol=1e-5, atol=1e-6)
 
 
 def test_one_thread_has_nothing_to_choose(models):
@@ -171,6 +196,8 @@ def test_compile_measures_stores_and_reloads(tmp_path, monkeypatch):
         "cached")
     doc = cold.plan.meta["thread_choice"]
     assert doc["threads"] == 2 and doc["kernels"]
+    assert doc["picked"] in ("per-kernel", "all-n", "all-1") and set(doc["runs_us"]) == {
+        "per-kernel", "all-n", "all-1"}
     assert set(doc["serial"]) <= set(doc["kernels"]) <= set(cold.kernels)
     assert all(k["forks"] > 0 and k["at_1_us"] > 0 for k in doc["kernels"].values())
     assert doc["seconds"] < 5.0
