@@ -30,7 +30,7 @@ closely (`prewake_steps`), and the rounds at N threads are measured with those c
 A kernel's choice changes its neighbours' times (serialising one leaves the worker asleep
 for the next fork), so the per-kernel choice is then checked on whole runs of the model
 (`validate`) against every forking kernel at N threads (as before this module) and every one
-at 1, and the fastest of the three is kept.
+at 1 but the long ones (SERIAL_MAX_US), and the fastest of the three is kept.
 
 The choice is stored in the plan (`meta["thread_choice"]`), so a model from the model cache
 or from an export runs exactly as measured and pays nothing at load; measuring again on every
@@ -62,6 +62,7 @@ DOWNSTREAM_STEPS = 3           # steps after a fork charged to it (`windows`)
 # Whole-run check (`validate`): runs per round, and how much slower than the fastest of
 # the three configurations the per-kernel choice may be and still be kept.
 VALIDATE_RUNS = 3
+VALIDATE_MIN_ROUNDS = 5
 VALIDATE_SLACK = 0.01
 BUDGET_SECONDS = 0.5
 # Rounds are spread out by this pause (longer than the idle worker's spin, so each round
@@ -256,6 +257,8 @@ def validate(model, threads: int, configs: Mapping[str, tuple], inputs,
     start = time.perf_counter()
     for r in range(MAX_ROUNDS):
         names = list(configs)
+        if r >= VALIDATE_MIN_ROUNDS and time.perf_counter() - start > budget:
+            break
         for name in names[r % len(names):] + names[:r % len(names)]:
             _apply(model, threads, *configs[name])
             model._bind(inputs)
@@ -266,8 +269,6 @@ def validate(model, threads: int, configs: Mapping[str, tuple], inputs,
                 model._sequence()
                 runs.append(time.perf_counter() - begin)
             samples[name].append(sorted(runs)[len(runs) // 2])
-        if r + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget:
-            break
     return {name: lower_quartile(v) * 1e6 for name, v in samples.items()}
 
 
@@ -277,7 +278,8 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
     and apply it: returns (the model, its KernelTimings). At one thread there is nothing to
     choose and the plan is left as it is. The per-kernel choice (`measure`) is then checked
     on whole runs (`validate`) against every forking kernel at N threads (as before this
-    module) and every one at 1; the fastest of the three is kept (the per-kernel one unless
+    module) and every one at 1 but those over SERIAL_MAX_US per call ("small-1"); the
+    fastest of the three is kept (the per-kernel one unless
     another is faster by VALIDATE_SLACK of the model's time). `measure_fn(model, threads,
     forks, inputs, prewake=)` and `validate_fn(model, threads, configs, inputs)` are
     replaceable (tests inject timings)."""
@@ -297,7 +299,8 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
         serial = {t.kernel for t in timings if not t.pays(margin)}
         wake = prewake_steps(times, [s.kernel in forks and s.kernel not in serial
                                      for s in steps])
-        configs = {"per-kernel": (serial, wake), "all-n": (set(), []), "all-1": (set(forks), [])}
+        small = {t.kernel for t in timings if t.at_1_us <= SERIAL_MAX_US * t.calls}
+        configs = {"per-kernel": (serial, wake), "all-n": (set(), []), "small-1": (small, [])}
         runs = validate_fn(model, threads, configs, inputs)
         best = min(runs, key=runs.get)
         picked = "per-kernel" if runs["per-kernel"] <= runs[best] * (1.0 + VALIDATE_SLACK) \
