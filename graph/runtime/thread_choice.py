@@ -122,12 +122,12 @@ class StepClock:
     """The model's steps as one native call sequence (codegen/sequence.py) with a
     clock_gettime call before and after each step, and a PREWAKE call (outside the timed
     span) before each step of `prewake`: `clock(inputs)` runs the model once and returns each
-    step's seconds. Why not time the steps from Python: 1-3 us of interpreter between calls
+    step's seconds (0 for a step not in `timed`, when that is given). Why not time the steps from Python: 1-3 us of interpreter between calls
     changes what a fork meets (the worker's spin, the caller's cache), and small kernels
     measured so lost their gain from a second thread (bert's six 15 us matmul calls: 2-thread
     over 1-thread time 1.047 timed from Python, 0.873 timed here; 2026-11-29)."""
 
-    def __init__(self, model, prewake=()):
+    def __init__(self, model, prewake=(), timed=None):
         libc = ctypes.CDLL(None)
         stamp = ctypes.cast(libc.clock_gettime, ctypes.c_void_p).value
         steps = model.plan.steps
@@ -138,9 +138,12 @@ class StepClock:
         for k, (step, (_, args)) in enumerate(zip(steps, model._steps)):
             if k in prewake:
                 calls.append((prewake_address(), []))
-            calls.append((stamp, [CLOCK_MONOTONIC, base + 2 * k * size]))
+            clocked = timed is None or k in timed    # (fewer calls: a cheaper sequence)
+            if clocked:
+                calls.append((stamp, [CLOCK_MONOTONIC, base + 2 * k * size]))
             calls.append((model.kernels[step.kernel].address, [a.ctypes.data for a in args]))
-            calls.append((stamp, [CLOCK_MONOTONIC, base + (2 * k + 1) * size]))
+            if clocked:
+                calls.append((stamp, [CLOCK_MONOTONIC, base + (2 * k + 1) * size]))
         self._sequence = CallSequence(calls, name=f"{model.plan.name}_timed")
 
     def __call__(self, inputs) -> list[float]:
@@ -150,10 +153,11 @@ class StepClock:
         return ((ns[1::2] - ns[0::2]) * 1e-9).tolist()
 
 
-def step_us(clock: StepClock, inputs, runs: int = 3) -> list[float]:
-    """Each step's fastest time in microseconds over `runs` timed runs, with the model's
-    kernels at their current thread counts."""
-    runs_us = [clock(inputs) for _ in range(runs)]
+def step_us(model, inputs, runs: int = 3) -> list[float]:
+    """Each step's fastest time in microseconds over `runs` step-by-step runs from Python,
+    with the model's kernels at their current thread counts (for where to wake the workers:
+    the serial steps' times, which a microsecond of interpreter per step hardly changes)."""
+    runs_us = [model.step_times(inputs) for _ in range(runs)]
     return [min(ts) * 1e6 for ts in zip(*runs_us)]
 
 
@@ -204,7 +208,8 @@ def measure(model, threads: int, kernels: Mapping[str, int], inputs,
     calls = {k: sum(1 for s in steps if s.kernel == k) for k in kernels}
     spans = windows(steps, kernels)
     samples = {n: {k: [] for k in kernels} for n in (threads, 1)}
-    timed = StepClock(model, frozenset(prewake)) if clock is None else None
+    timed = None if clock is not None else StepClock(
+        model, frozenset(prewake), {k for _, first, end in spans for k in range(first, end)})
 
     def one_run(n: int) -> None:
         for k in kernels:
@@ -292,7 +297,7 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
     timings, serial, wake, picked, runs = [], set(), [], "none", {}
     if forks:
         model.set_num_threads(1, choice=False)
-        times = step_us(StepClock(model), inputs)
+        times = step_us(model, inputs)
         steps = model.plan.steps
         every = prewake_steps(times, [s.kernel in forks for s in steps])
         timings = measure_fn(model, threads, forks, inputs, prewake=every)
