@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 # N threads must beat one by this fraction of the 1-thread time to keep the kernel's forks:
 # a split that saves less is within the noise of a shared machine and costs the other core.
 MARGIN = 0.05
-MIN_ROUNDS, MAX_ROUNDS = 8, 15
+MIN_ROUNDS, MAX_ROUNDS = 7, 11
 DOWNSTREAM_STEPS = 3           # steps after a fork charged to it (`windows`)
 # Whole-run check (`validate`): runs per round, and how much slower than the fastest of
 # the three configurations the per-kernel choice may be and still be kept.
@@ -65,10 +65,11 @@ VALIDATE_RUNS = 3
 VALIDATE_MIN_ROUNDS = 5
 VALIDATE_SLACK = 0.01
 BUDGET_SECONDS = 0.5
-# Rounds are spread out by this pause (longer than the idle worker's spin, so each round
-# starts with it asleep, as a model called now and then does), which also spreads them over
-# more of other processes' scheduling.
-PAUSE_SECONDS = 0.002
+# Rounds are spread out by this pause (longer than the idle worker's spin, ~150 us here, so
+# each round starts with it asleep, as a model called now and then does), which also spreads
+# them over more of other processes' scheduling. Short: a small model's choice costs mostly
+# pauses (2 ms made a 0.5 s compile of a 3-forking-kernel model 0.2 s longer).
+PAUSE_SECONDS = 0.0005
 # A kernel taking more than this per call at one thread keeps N threads whatever it
 # measured: a fork costs at most ~25 us (a sleeping worker, measured), so such a kernel pays
 # on a free core, and one measured slower at N was sharing the second core with another
