@@ -30,7 +30,8 @@ closely (`prewake_steps`), and the rounds at N threads are measured with those c
 A kernel's choice changes its neighbours' times (serialising one leaves the worker asleep
 for the next fork), so the per-kernel choice is then checked on whole runs of the model
 (`validate`) against every forking kernel at N threads (as before this module) and every one
-at 1 but the long ones (SERIAL_MAX_US), and the fastest of the three is kept.
+at 1 but the long ones (SERIAL_MAX_US); a configuration other than all at N is kept only
+where whole runs are MARGIN faster with it.
 
 The choice is stored in the plan (`meta["thread_choice"]`), so a model from the model cache
 or from an export runs exactly as measured and pays nothing at load; measuring again on every
@@ -59,11 +60,9 @@ log = logging.getLogger(__name__)
 MARGIN = 0.05
 MIN_ROUNDS, MAX_ROUNDS = 7, 11
 DOWNSTREAM_STEPS = 3           # steps after a fork charged to it (`windows`)
-# Whole-run check (`validate`): runs per round, and how much slower than the fastest of
-# the three configurations the per-kernel choice may be and still be kept.
+# Whole-run check (`validate`): runs per round, rounds at least.
 VALIDATE_RUNS = 3
 VALIDATE_MIN_ROUNDS = 5
-VALIDATE_SLACK = 0.01
 BUDGET_SECONDS = 0.5
 # Rounds are spread out by this pause (longer than the idle worker's spin, ~150 us here, so
 # each round starts with it asleep, as a model called now and then does), which also spreads
@@ -284,11 +283,11 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
     and apply it: returns (the model, its KernelTimings). At one thread there is nothing to
     choose and the plan is left as it is. The per-kernel choice (`measure`) is then checked
     on whole runs (`validate`) against every forking kernel at N threads (as before this
-    module) and every one at 1 but those over SERIAL_MAX_US per call ("small-1"); the
-    fastest of the three is kept (the per-kernel one unless
-    another is faster by VALIDATE_SLACK of the model's time). `measure_fn(model, threads,
-    forks, inputs, prewake=)` and `validate_fn(model, threads, configs, inputs)` are
-    replaceable (tests inject timings)."""
+    module) and every one at 1 but those over SERIAL_MAX_US per call ("small-1"): the
+    fastest of the other two replaces "all-n" only where it is faster by `margin` of the
+    model's time (a near tie is noise, and "all-n" is what the schedules were made for).
+    `measure_fn(model, threads, forks, inputs, prewake=)` and `validate_fn(model, threads,
+    configs, inputs)` are replaceable (tests inject timings)."""
     if threads <= 1 or model._sequence is None:
         model.set_num_threads(threads)
         return model, []
@@ -309,8 +308,7 @@ def choose(model, threads: int, inputs=None, measure_fn: Callable = measure,
         configs = {"per-kernel": (serial, wake), "all-n": (set(), []), "small-1": (small, [])}
         runs = validate_fn(model, threads, configs, inputs)
         best = min(runs, key=runs.get)
-        picked = "per-kernel" if runs["per-kernel"] <= runs[best] * (1.0 + VALIDATE_SLACK) \
-            else best
+        picked = best if runs[best] < runs["all-n"] * (1.0 - margin) else "all-n"
         serial, wake = configs[picked]
     seconds = time.perf_counter() - begin
     _apply(model, threads, serial, wake, {

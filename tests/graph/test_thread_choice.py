@@ -173,6 +173,18 @@ def test_whole_runs_overrule_the_per_kernel_choice(models, winner):
     np.testing.assert_allclose(m.run(x)[0], by_threads[1].run(x)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_a_near_tie_keeps_every_kernel_at_n(models):
+    _, by_threads = models
+    m = by_threads[2]
+    x = _inputs()
+    forks = thread_choice.forking_kernels(m, 2, x)
+    near = {"per-kernel": 0.97, "all-n": 1.0, "small-1": 0.98}       # 3%: within MARGIN
+    thread_choice.choose(m, 2, x, measure_fn=_fake(set()),
+                         validate_fn=lambda model, threads, configs, inputs: near)
+    assert m.plan.meta["thread_choice"]["picked"] == "all-n" and not m.serial_kernels
+    assert _forks_per_run(m, x) == sum(forks.values())
+
+
 def test_one_thread_has_nothing_to_choose(models):
     _, by_threads = models
     m = by_threads[1]
