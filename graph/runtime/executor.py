@@ -463,7 +463,7 @@ class CompiledModel:
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
         choice = self.plan.meta.get("thread_choice")
-        if choice:
+        if choice and choice.get("kernels"):
             lines.append(f"threads: {len(choice['serial'])} of {len(choice['kernels'])} "
                          f"forking kernels run on one thread (measured no faster on "
                          f"{choice['threads']}); workers woken ahead of "

@@ -124,10 +124,11 @@ class StepClock:
     """The model's steps as one native call sequence (codegen/sequence.py) with a
     clock_gettime call before and after each step, and a PREWAKE call (outside the timed
     span) before each step of `prewake`: `clock(inputs)` runs the model once and returns each
-    step's seconds (0 for a step not in `timed`, when that is given). Why not time the steps from Python: 1-3 us of interpreter between calls
-    changes what a fork meets (the worker's spin, the caller's cache), and small kernels
-    measured so lost their gain from a second thread (bert's six 15 us matmul calls: 2-thread
-    over 1-thread time 1.047 timed from Python, 0.873 timed here; 2026-11-29)."""
+    step's seconds (0 for a step not in `timed`, when that is given). Why not time the steps
+    from Python: 1-3 us of interpreter between calls changes what a fork meets (the worker's
+    spin, the caller's cache), and small kernels measured so lost their gain from a second
+    thread (bert's six 15 us matmul calls: 2-thread over 1-thread time 1.047 timed from
+    Python, 0.873 timed here; 2026-11-29)."""
 
     def __init__(self, model, prewake=(), timed=None):
         libc = ctypes.CDLL(None)
@@ -165,8 +166,10 @@ def step_us(model, inputs, runs: int = 3) -> list[float]:
 
 def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
     """Where a model wakes the pool's workers: for each forking step, the step that starts
-    `lead_us` of serial work before it (by `times_us`), or none when another fork comes
-    sooner before it (the worker still spins from that one). `forking[k]`: step k forks."""
+    `lead_us` of serial work before it (by `times_us`; the first step when there is less),
+    or none when another fork comes sooner before it (the worker still spins from that one)
+    or nothing runs before it (a wake right before the fork's own is only a second system
+    call). `forking[k]`: step k forks."""
     out = []
     for i, forks in enumerate(forking):
         if not forks:
@@ -175,7 +178,7 @@ def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
         while j > 0 and ahead < lead_us and not forking[j - 1]:
             j -= 1
             ahead += times_us[j]
-        if j == 0 or ahead >= lead_us:
+        if j < i and (j == 0 or ahead >= lead_us):
             if j not in out:
                 out.append(j)
     return out

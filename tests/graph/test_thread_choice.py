@@ -97,7 +97,8 @@ def test_prewake_goes_lead_us_of_serial_work_ahead_of_a_fork():
     assert thread_choice.prewake_steps(times, forking, 20.0) == [1]
     assert thread_choice.prewake_steps(times, forking, 16.0) == [2]
     assert thread_choice.prewake_steps(times, forking, 100.0) == [0]     # from the start
-    assert thread_choice.prewake_steps([1.0, 2.0], [True, False], 20.0) == [0]
+    assert thread_choice.prewake_steps([1.0, 2.0], [True, False], 20.0) == []  # no lead
+    assert thread_choice.prewake_steps([1.0, 2.0], [False, True], 20.0) == [0]
     assert thread_choice.prewake_steps(times, [False] * 7, 20.0) == []
     # two forks far apart: a wake before each
     assert thread_choice.prewake_steps([10.0, 10.0, 40.0, 10.0], [False, True, False, True],
@@ -131,7 +132,7 @@ def test_injected_timings_decide_and_outputs_do_not_change(models):
     m.set_num_threads(2, choice=False)
     before = [a.copy() for a in m.run(x)]
     forks = thread_choice.forking_kernels(m, 2, x)
-    keep = sorted(forks)[0]
+    keep = [s.kernel for s in m.plan.steps if s.kernel in forks][-1]   # serial steps before it
     _, timings = thread_choice.choose(m, 2, x, measure_fn=_fake({keep}),
                                       validate_fn=_validate("per-kernel"))
     assert m.plan.meta["thread_choice"]["picked"] == "per-kernel"
