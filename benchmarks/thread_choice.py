@@ -33,12 +33,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from architectures import example_feeds, load  # noqa: E402
-from common import emit_json, median_seconds, print_table  # noqa: E402
+from architectures import example_feeds, load
+from common import emit_json, median_seconds, print_table
+from kiln.codegen.runtime import fork_count, prewake_address
+from kiln.graph.runtime import thread_choice
 
-import kiln  # noqa: E402
-from kiln.codegen.runtime import fork_count, prewake_address  # noqa: E402
-from kiln.graph.runtime import thread_choice  # noqa: E402
+import kiln
 
 
 def forks_per_run(run) -> int:
@@ -102,15 +102,15 @@ def measure(name: str, onnx_dir: str, rounds: int, repeat: int) -> dict:
     for key in ("2T old", "2T new"):
         m, n, choice = configs[key]
         m.set_num_threads(n, choice=choice)
-        forks[key] = forks_per_run(lambda: m.run(x))
+        forks[key] = forks_per_run(lambda m=m: m.run(x))
     times = {k: [] for k in configs}
     order = list(configs)
     for r in range(rounds):
         for key in order[r % 3:] + order[:r % 3]:
             m, n, choice = configs[key]
             m.set_num_threads(n, choice=choice)
-            times[key].append(median_seconds(lambda: m.run(x), repeat, settle=0.02) * 1e3)
-    ratio = lambda a, b: statistics.median(x / y for x, y in zip(times[a], times[b]))  # noqa
+            times[key].append(median_seconds(lambda m=m: m.run(x), repeat, settle=0.02) * 1e3)
+    ratio = lambda a, b: statistics.median(x / y for x, y in zip(times[a], times[b]))
     doc = m2.plan.meta.get("thread_choice", {})
     m2.set_num_threads(2)
     return {"model": name, "ms": {k: statistics.median(v) for k, v in times.items()},
@@ -151,7 +151,7 @@ def main() -> None:
               "'300+wake': 300 us with the workers woken 10 us ahead")
         print_table(["model", "kernel", "0 1T", "0 2T", "50 1T", "50 2T", "300 1T", "300 2T",
                      "300+wake 1T", "300+wake 2T"], diag)
-    geo = lambda key: math.exp(statistics.fmean(math.log(r[key]) for r in results))  # noqa
+    geo = lambda key: math.exp(statistics.fmean(math.log(r[key]) for r in results))
     summary = {"geomean_old_2t_1t": geo("old_2t_1t"), "geomean_new_2t_1t": geo("new_2t_1t"),
                "geomean_new_old": geo("new_old"),
                "worst_old_2t_1t": max(r["old_2t_1t"] for r in results),

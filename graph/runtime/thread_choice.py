@@ -45,8 +45,8 @@ import ctypes
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -178,9 +178,8 @@ def prewake_steps(times_us, forking, lead_us: float = LEAD_US) -> list[int]:
         while j > 0 and ahead < lead_us and not forking[j - 1]:
             j -= 1
             ahead += times_us[j]
-        if j < i and (j == 0 or ahead >= lead_us):
-            if j not in out:
-                out.append(j)
+        if j < i and (j == 0 or ahead >= lead_us) and j not in out:
+            out.append(j)
     return out
 
 
@@ -334,10 +333,10 @@ def describe(model) -> str:
     if not doc:
         return "thread choice: none (built for one thread, or no kernel forks)"
     runs = ", ".join(f"{k} {v:.1f} us" for k, v in doc.get("runs_us", {}).items())
-    lines = [f"thread choice at {doc['threads']} threads ({doc['seconds']:.3f} s): "
+    lines = [(f"thread choice at {doc['threads']} threads ({doc['seconds']:.3f} s): "
              f"{doc.get('picked')} ({runs}): {len(doc['serial'])} of {len(doc['kernels'])} "
              f"forking kernels on one thread, workers woken ahead of "
-             f"{len(doc.get('prewake', ()))} steps"]
+             f"{len(doc.get('prewake', ()))} steps")]
     for name, k in sorted(doc["kernels"].items(), key=lambda kv: -kv[1]["at_1_us"]):
         where = "1" if name in doc["serial"] else str(doc["threads"])
         lines.append(f"  {name:<44} calls {k['calls']:>3} forks {k['forks']:>3} "
