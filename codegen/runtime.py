@@ -146,6 +146,7 @@ class _Pool:
 
 SHUTDOWN = "kiln_rt_shutdown"
 FORKS = "kiln_rt_fork_count"
+PREWAKE = "kiln_rt_prewake"
 
 
 def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.Module:
@@ -177,6 +178,7 @@ def build_runtime_module(triple: str, futex: int, shutdown: bool = False) -> ir.
     worker = _emit_worker(module, pool, run_chunks, move_off, ext, futex, shutdown)
     _emit_entry(module, pool, run_chunks, worker, ext, futex)
     _emit_fork_count(module, pool)
+    _emit_prewake(module, pool, ext, futex)
     if shutdown:
         _emit_shutdown(module, pool, ext, futex)
     return module
@@ -530,6 +532,28 @@ def _emit_fork_count(module, pool: _Pool) -> None:
     b.ret(b.load_atomic(pool.forks, SEQ, 8, typ=I64))
 
 
+def _emit_prewake(module, pool: _Pool, ext, futex: int) -> None:
+    """PREWAKE(): wake the sleeping workers without posting a job; they spin for the next
+    one (WORKER_SPINS) and then sleep again. Why: a worker asleep on the futex when a fork
+    is posted costs the caller 10-25 us on the rocketlake VM measured (the wake-up, then
+    chunks the late worker claims), more than small kernels gain from it. A model calls this
+    a few kernels ahead of a fork that follows a long serial stretch
+    (graph/runtime/thread_choice.py), so the wake-up overlaps serial work. With nobody
+    asleep it is one atomic load."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), []), PREWAKE)
+    fn.attributes.add("nounwind")
+    entry, wake, done = (fn.append_basic_block(n) for n in ("entry", "wake", "done"))
+    b = ir.IRBuilder(entry)
+    sleeping = b.load_atomic(pool.sleepers, SEQ, 4, typ=I32)
+    b.cbranch(b.icmp_signed(">", sleeping, ir.Constant(I32, 0)), wake, done)
+    b.position_at_end(wake)
+    b.call(ext["syscall"], [ir.Constant(I64, futex), pool.futex,
+                            ir.Constant(I32, FUTEX_WAKE_PRIVATE), sleeping])
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+
+
 def _emit_shutdown(module, pool: _Pool, ext, futex: int) -> None:
     """SHUTDOWN() -> i32: take the job lock (1 if a job holds it), post a generation with the
     quit flag and no chunks, wake every sleeper, wait until every started worker has exited,
@@ -660,3 +684,9 @@ def fork_count() -> int:
         import ctypes
         _fork_count = ctypes.CFUNCTYPE(ctypes.c_int64)(_engine.get_function_address(FORKS))
     return int(_fork_count())
+
+
+def prewake_address() -> int:
+    """The address of PREWAKE in this process (the pool is loaded first if it is not)."""
+    pool_address()
+    return _engine.get_function_address(PREWAKE)

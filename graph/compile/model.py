@@ -29,6 +29,7 @@ from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
 from . import fast_batch, model_cache, parallel_build, tiers
 from ..runtime.executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
+from ..runtime import thread_choice
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
 from ..ir import Graph
@@ -300,7 +301,7 @@ def compile_model(model, target: str | Target = "native", db=None,
             graph, groups, target, database, jobs, threads, zero_shot, fast=tiered,
             stream=stream)
     compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
-                         threads, start)
+                         threads, start, choose_threads=not tiered)
     store = lambda done: _store(done, options_key, model, options,  # noqa: E731
                                 constants, cache_key)
     if tiered:
@@ -311,7 +312,7 @@ def compile_model(model, target: str | Target = "native", db=None,
             optimized = _assemble(graph, groups, per_group,
                                   *_build_kernels(tasks, target, database, jobs, threads,
                                                   zero_shot),
-                                  target, threads, begin)
+                                  target, threads, begin, choose_threads=False)
             store(optimized)
             return optimized
         log.info("compiled %s (fast tier): %d groups, %d kernels in %.1f s", graph.name,
@@ -325,8 +326,11 @@ def compile_model(model, target: str | Target = "native", db=None,
 
 def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,
               sources: dict, build_stats: dict, target: Target, threads: int,
-              start: float) -> CompiledModel:
-    """The CompiledModel of the groups' kernels: steps, memory plan, executor."""
+              start: float, choose_threads: bool = True) -> CompiledModel:
+    """The CompiledModel of the groups' kernels: steps, memory plan, executor; at N > 1
+    threads with the kernels measured no faster on N set to one (runtime/thread_choice.py;
+    not for a tiered compile: its fast tier is replaced soon, and its optimised tier is
+    built while the fast one runs, whose forks would skew the timings)."""
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -347,6 +351,8 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
                           **({"io_formats": graph.io_formats} if graph.io_formats else {})})
     compiled = CompiledModel(plan, kernels, graph.constants)
     compiled.set_num_threads(threads)
+    if choose_threads and threads > 1:
+        thread_choice.choose(compiled, threads)
     return compiled
 
 

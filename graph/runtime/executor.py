@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...codegen import Kernel, export_library, load_library
+from ...codegen.runtime import prewake_address
 from ...codegen.sequence import CallSequence
 from ...te.errors import InternalError, KernelArgumentError, ModelFormatError
 from ..ops.index_bounds import RunChecks
@@ -229,10 +230,15 @@ class CompiledModel:
         self._outputs = [self.buffers[name] for name in plan.outputs]
         # (min, max) of run-time indices per checked node (graph/index_checks.py)
         self._index_checks = RunChecks(plan.meta.get("index_checks", ()), self.buffers)
-        # checked calls (debugging) go through Python; otherwise one native call per run
-        self._sequence = None if checked_calls or not self._steps else CallSequence(
-            [(self._kernel(step).address, [a.ctypes.data for a in args])
-             for step, (_, args) in zip(plan.steps, self._steps)], name=plan.name)
+        # checked calls (debugging) go through Python; otherwise one native call per run,
+        # with the pool's workers woken ahead of forks where the thread choice says so
+        self._native = not checked_calls and bool(self._steps)
+        self._sequences: dict[frozenset, CallSequence] = {}
+        self._sequence = self._call_sequence(True)
+        # kernels measured faster on one thread when the model was built (thread_choice.py)
+        for name in self.serial_kernels:
+            if name in self.kernels:
+                self.kernels[name].set_num_threads(1)
 
     # ------------------------------------------------------------------ preparation
     def _kernel(self, step: Step) -> Kernel:
@@ -241,6 +247,23 @@ class CompiledModel:
                                    f"needs kernel '{step.kernel}', which the kernel library "
                                    "lacks; re-export the model")
         return self.kernels[step.kernel]
+
+    def _call_sequence(self, prewake: bool) -> CallSequence | None:
+        """The native sequence of the plan's calls, with a PREWAKE call (codegen/runtime.py)
+        before each step thread_choice listed if `prewake` (built on first use)."""
+        if not self._native:
+            return None
+        at = frozenset(self.plan.meta.get("thread_choice", {}).get("prewake", ())
+                       ) if prewake else frozenset()
+        key = at
+        if key not in self._sequences:
+            calls = []
+            for k, (step, (_, args)) in enumerate(zip(self.plan.steps, self._steps)):
+                if k in at:
+                    calls.append((prewake_address(), []))
+                calls.append((self._kernel(step).address, [a.ctypes.data for a in args]))
+            self._sequences[key] = CallSequence(calls, name=self.plan.name)
+        return self._sequences[key]
 
     def _allocate(self, spec: BufferSpec, constants: Mapping[str, np.ndarray]) -> np.ndarray:
         dtype = np.dtype(spec.dtype)
@@ -344,12 +367,33 @@ class CompiledModel:
         graph/compile/tiers.TieredModel, waits for them)."""
         return self
 
-    def set_num_threads(self, n: int) -> None:
-        """Threads for the kernels' parallel loops (default: the count compiled for). The
-        schedules stay those chosen for `plan.meta["threads"]`; to run best at another
-        count, compile for it (compile_model(threads=...))."""
-        for kernel in self.kernels.values():
-            kernel.set_num_threads(n)
+    @property
+    def serial_kernels(self) -> frozenset[str]:
+        """Kernels that run on one thread whatever the model's count: measured no faster on
+        more when the model was built (graph/runtime/thread_choice.py)."""
+        return frozenset(self.plan.meta.get("thread_choice", {}).get("serial", ()))
+
+    def set_num_threads(self, n: int, choice: bool = True) -> None:
+        """Threads for the kernels' parallel loops (default: the count compiled for), but
+        one for serial_kernels unless `choice` is False (every kernel at `n`, for A/B
+        measurements). The schedules stay those chosen for `plan.meta["threads"]`; to run
+        best at another count, compile for it (compile_model(threads=...))."""
+        serial = self.serial_kernels if choice else frozenset()
+        for name, kernel in self.kernels.items():
+            kernel.set_num_threads(1 if name in serial else n)
+        self._sequence = self._call_sequence(choice and n > 1)
+
+    def step_times(self, inputs, clock=time.perf_counter) -> list[float]:
+        """Run the model one step at a time from `inputs` (in plan order, so every kernel
+        sees the data of a real run) and return clock() differences per step: seconds with
+        the default clock, fork/joins with codegen.runtime.fork_count."""
+        self._bind(inputs)
+        out = []
+        for fn, args in self._steps:
+            start = clock()
+            fn(*args)
+            out.append(clock() - start)
+        return out
 
     def _example_inputs(self) -> list[np.ndarray]:
         rng = np.random.default_rng(0)
@@ -418,6 +462,12 @@ class CompiledModel:
                  + self._skipped_note(),
                  f"arena {self.plan.arena_bytes} bytes (one buffer each: "
                  f"{self.plan.naive_bytes} bytes)"]
+        choice = self.plan.meta.get("thread_choice")
+        if choice and choice.get("kernels"):
+            lines.append(f"threads: {len(choice['serial'])} of {len(choice['kernels'])} "
+                         f"forking kernels run on one thread (measured no faster on "
+                         f"{choice['threads']}); workers woken ahead of "
+                         f"{len(choice.get('prewake', ()))} steps")
         if self._pinned:
             lines.append("compiled for the values of the inputs that decide shapes: " + ", ".join(
                 f"{name} = {_preview(arr)}" for name, arr in self._pinned.items()))
