@@ -105,16 +105,14 @@ class Target:
     def __post_init__(self):
         if not self.triple:
             init_llvm()
-            object.__setattr__(self, "triple", llvm.get_process_triple())
+            object.__setattr__(self, "triple", _process_triple())
 
     # ------------------------------------------------------------------ construction
     @staticmethod
     def native() -> Target:
-        """The host CPU, detected through LLVM."""
-        init_llvm()
-        cpu = llvm.get_host_cpu_name()
-        feats = _parse_features(llvm.get_host_cpu_features().flatten())
-        return Target(cpu=cpu, features=_canonical_features(feats))
+        """The host CPU, detected through LLVM (once per process: a compile asks 3 times,
+        and each detection costs about 1 ms)."""
+        return _native()
 
     @staticmethod
     def from_string(text: str | Target) -> Target:
@@ -201,6 +199,21 @@ class Target:
         if self.features:
             parts.append(f"-mattr={self.features}")
         init_llvm()
-        if self.triple != llvm.get_process_triple():
+        if self.triple != _process_triple():
             parts.append(f"-mtriple={self.triple}")
         return " ".join(parts)
+
+
+@cache
+def _process_triple() -> str:
+    """This process's triple (asked on every str(target): a cache key names the target)."""
+    init_llvm()
+    return llvm.get_process_triple()
+
+
+@cache
+def _native() -> Target:
+    init_llvm()
+    cpu = llvm.get_host_cpu_name()
+    feats = _parse_features(llvm.get_host_cpu_features().flatten())
+    return Target(cpu=cpu, features=_canonical_features(feats))

@@ -293,8 +293,9 @@ def compile_model(model, target: str | Target = "native", db=None,
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
     with stream if stream is not None else contextlib.nullcontext():
-        graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
-                                      target, proto)
+        graph, groups = prepare_graph(
+            model.proto if isinstance(model, model_cache.DigestedProto) else model,
+            input_shapes, layout, winograd, constants, target, proto)
         # default schedules are made for `threads` (SearchSpace(task, threads))
         tasks, per_group, kernels, sources, build_stats = _extract_and_build(
             graph, groups, target, database, jobs, threads, zero_shot, fast=tiered,

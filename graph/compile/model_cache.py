@@ -76,9 +76,20 @@ def _content_identity(path: Path, remember: bool = False) -> str:
     return digest
 
 
+@dataclasses.dataclass(frozen=True)
+class DigestedProto:
+    """A ModelProto with the sha256 of its serialised bytes, computed once (a DynamicModel's:
+    its specialisations' keys then need not serialise the model again). Same identity as the
+    bare proto's."""
+    proto: object
+    digest: str
+
+
 def _model_identity(model) -> list | None:
     if isinstance(model, Graph):
         return None
+    if isinstance(model, DigestedProto):
+        return ["proto", model.digest]
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         return ["file", _content_identity(path)] if path.is_file() else None

@@ -23,8 +23,9 @@ from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
 from ..compile.model import open_db, compile_model
 from .executor import CompiledModel, given_inputs
-from ..onnx.load import (InputValueNeeded, onnx_elem_dtype, read_model, check_supported,
-                         model_opset)
+from ..compile.model_cache import DigestedProto
+from ..onnx.checked import check_model_once
+from ..onnx.load import InputValueNeeded, onnx_elem_dtype, read_model
 from ..ir import Graph
 from ..ops.lowbit import ONNX_FORMATS
 from ..onnx import sequence as _seq
@@ -196,11 +197,9 @@ class DynamicModel:
     def __init__(self, proto: onnx.ModelProto, specs: list[InputSpec],
                  constants: Mapping[str, np.ndarray], options: dict,
                  value_inputs: Sequence[str] = ()):
-        check_supported(proto, model_opset(proto))   # unsupported ops fail now, not at run
-        try:
-            onnx.checker.check_model(proto)
-        except onnx.checker.ValidationError as exc:
-            raise ModelFormatError(f"ONNX model is invalid: {exc}") from exc
+        # unsupported ops and an invalid model fail now, not at run (skipped for bytes that
+        # passed before); the digest identifies the model in its specialisations' cache keys
+        self._model = DigestedProto(proto, check_model_once(proto))
         self.name = proto.graph.name or "model"
         self._proto = proto
         self._specs = specs
@@ -316,7 +315,7 @@ class DynamicModel:
         if self._structured:   # shapes by graph input: lists for sequences, None: empty
             shapes = self._structured_shapes(feeds)
         try:
-            compiled = compile_model(self._proto, input_shapes=shapes,
+            compiled = compile_model(self._model, input_shapes=shapes,
                                      constants={**feeds, **self._constants}, **self._options)
         except ModelFormatError as exc:
             raise KernelArgumentError(
