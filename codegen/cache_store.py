@@ -62,12 +62,14 @@ def _py_files(root: str) -> list[str]:
     return sorted(found, key=lambda r: r.split("/"))
 
 
-def _source_files() -> list[tuple[str, Path]]:
+def _source_files() -> list[tuple[str, str | Path]]:
+    """(label, path) of every .py file of Kiln's packages (paths as strings: a Path object
+    each cost more than the stat)."""
     files = []
     for name in _PACKAGES:
         spec = importlib.util.find_spec(name)
         for root in sorted(spec.submodule_search_locations or ()):
-            files += [(f"{name}/{rel}", Path(root, rel)) for rel in _py_files(root)]
+            files += [(f"{name}/{rel}", os.path.join(root, rel)) for rel in _py_files(root)]
     return files
 
 
@@ -98,7 +100,7 @@ def source_fingerprint() -> str:
     h = hashlib.sha256()
     for label, path in files:
         h.update(f"{label}\0".encode())
-        h.update(path.read_bytes())
+        h.update(Path(path).read_bytes())
     digest = h.hexdigest()
     newest = max((max(s[4], s[5]) for s in stats), default=0) / 1e9
     if (store is not None and time.time() - newest > RACY_SECONDS

@@ -56,16 +56,17 @@ def _digest(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _content_identity(path: Path, remember: bool = False) -> str:
+def _content_identity(path: Path) -> str:
     """sha256 of the file's bytes, read from a small alias entry keyed on its stat identity
-    when one was stored (hashing a 100 MB model costs ~0.1 s). `remember`: hash again and
-    store the alias if the file is old enough and did not change while being hashed."""
+    when one was stored (hashing a 100 MB model costs ~0.1 s); else hashed, and the alias
+    stored if the file is old enough and did not change while being hashed (so a compile's
+    check at its end, still_valid, and the next compile only stat the file)."""
     aliases = open_store("aliases", "sha")
     before = _stat_identity(path)
     if aliases is None or before is None:
         return _digest(path)
     alias = make_key("alias", stat=before)
-    if not remember and (found := aliases.read(alias)) is not None:
+    if (found := aliases.read(alias)) is not None:
         mm, start = found
         digest = mm[start:].decode()
         mm.close()
@@ -144,10 +145,8 @@ def model_key(model, input_shapes: Mapping[str, Sequence[int]] | None, target: s
 def still_valid(key: str, model, input_shapes, target, db, threads, layout, winograd,
                 zero_shot: list | None = None) -> bool:
     """Whether the inputs still are what `key` was made of (a model or database written
-    during the compile must not be stored under the old key). Also records the model file's
-    stat -> sha256 alias, so the next compile need not hash it."""
-    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
-        _content_identity(Path(model), remember=True)
+    during the compile must not be stored under the old key: any write changes the file's
+    stat identity, so its alias misses and the file is hashed again)."""
     return model_key(model, input_shapes, target, db, threads, layout, winograd,
                      zero_shot) == key
 
