@@ -305,6 +305,13 @@ def compile_model(model, target: str | Target = "native", db=None,
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)) and (
             not constants or model_cache.pins_match(hit, constants)):
         return hit
+    if options_key is not None and not getattr(database, "opened", True):
+        # a lazy database (the default one) is read from here on, and opening it may touch
+        # its WAL's times: the key this compile is stored under is of the files as opened
+        database.ensure_open()
+        options_key = model_cache.model_key(model, *options)
+        cache_key = (model_cache.pinned_key(options_key, constants)
+                     if constants and options_key is not None else options_key)
     # the workers are forked first: they build the thread-pool runtime during the graph
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)

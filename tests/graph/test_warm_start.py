@@ -210,3 +210,38 @@ def test_a_parallel_compile_packs_its_weights_while_the_workers_build(cache_root
 def test_the_host_target_is_detected_once():
     a, b = Target.from_string("native"), Target.native()
     assert a is b and str(a) == str(Target.from_string(str(a)))
+
+
+def test_the_default_database_opens_only_when_a_compile_reads_it(cache_root, tmp_path,
+                                                                  monkeypatch):
+    from kiln.autotune import default_db
+    from kiln.graph.compile import model as model_mod
+    user = tmp_path / "user" / "tuning.db"
+    monkeypatch.setenv("KILN_TUNING_DB", str(user))
+    monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)     # files count as old at once
+    opened = []
+    real = model_mod.open_db
+    monkeypatch.setattr(model_mod, "open_db", lambda db: opened.append(real(db)) or opened[-1])
+    path = tmp_path / "m.onnx"
+    onnx.save(_static_model(), path)
+    default_db.open_database("default").records("none", "none")    # the user's log exists
+    cold = kiln.compile(str(path), jobs=1, threads=1)
+    assert opened[-1].opened             # a cold compile reads records
+    warm = kiln.compile(str(path), jobs=1, threads=1)
+    assert warm.plan.meta["compile"].get("cached") and not opened[-1].opened
+    x = {"x": _rand(1, 5, 7, 9)}
+    np.testing.assert_array_equal(warm.run(x)[0], cold.run(x)[0])
+
+
+def test_a_lazy_database_reports_a_bad_file_at_first_use(tmp_path):
+    from kiln.autotune.database import Database
+    from kiln.te.errors import TuningDatabaseError
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database" * 100)
+    db = Database(bad, lazy=True)
+    assert not db.opened
+    db.close()                          # nothing to close
+    with pytest.raises(TuningDatabaseError, match="bad.db"):
+        db.records("task", "target")
+    with pytest.raises(TuningDatabaseError, match="bad.db"):
+        Database(bad)
