@@ -58,7 +58,8 @@ LAYOUTS = ("nchwc", "nchw")
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   layout: str = "nchwc", winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  target: Target | None = None, proto=None) -> tuple[Graph, list[FusedGroup]]:
+                  target: Target | None = None, proto=None,
+                  checked: bool = False) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
@@ -70,13 +71,15 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     target: the Target the graph is compiled for (passes.TARGET_PASSES: int8 weights
     as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral.
     proto: the ModelProto already read from the path `model` (not read again).
+    checked: the model passed onnx.checker already (load_onnx).
     Every node taking run-time indices gets an index check (graph/index_checks.py): an extra
     graph output that compile_model turns into a check after each run."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
     graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes,
-                                                             values=constants, proto=proto)
+                                                             values=constants, proto=proto,
+                                                             checked=checked)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
     graph, checks = add_index_checks(graph)
@@ -316,9 +319,9 @@ def compile_model(model, target: str | Target = "native", db=None,
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
     with stream if stream is not None else contextlib.nullcontext():
-        graph, groups = prepare_graph(
-            model.proto if isinstance(model, model_cache.DigestedProto) else model,
-            input_shapes, layout, winograd, constants, target, proto)
+        digested = isinstance(model, model_cache.DigestedProto)     # checked already
+        graph, groups = prepare_graph(model.proto if digested else model, input_shapes,
+                                      layout, winograd, constants, target, proto, digested)
         # default schedules are made for `threads` (SearchSpace(task, threads))
         packed: dict = {}       # the steps' weights, aligned while the workers compile
         tasks, per_group, kernels, sources, build_stats = _extract_and_build(

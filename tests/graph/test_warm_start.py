@@ -63,8 +63,11 @@ def _cached(model) -> list[bool]:
 def test_checks_run_once_per_model_bytes_and_again_for_other_bytes(cache_root,
                                                                    checker_calls):
     first, other = _symbolic(), _symbolic()
-    kiln.compile(first, db=None, jobs=1)
+    model = kiln.compile(first, db=None, jobs=1)
     assert len(checker_calls) == 1
+    x = {"x": _rand(3, 3)}
+    np.testing.assert_allclose(model.run(x)[0], ort_run(first, x)[0], rtol=1e-5, atol=1e-6)
+    assert len(checker_calls) == 1                # nor is the specialisation checked again
     kiln.compile(first, db=None, jobs=1)          # the same bytes: checked before
     assert len(checker_calls) == 1
     kiln.compile(other, db=None, jobs=1)          # other weights: other bytes
