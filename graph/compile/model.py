@@ -259,7 +259,8 @@ def compile_model(model, target: str | Target = "native", db=None,
                   threads: int | None = None, winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
                   zero_shot: bool = False, proto=None,
-                  cache_model: bool = True, tiered: bool = False) -> CompiledModel:
+                  cache_model: bool = True, tiered: bool = False,
+                  request: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -287,6 +288,8 @@ def compile_model(model, target: str | Target = "native", db=None,
     (tier 1, never cached), and build the model this compile would otherwise return in a
     background thread from the same graph and tasks; it is swapped in between runs and
     cached (graph/compile/tiers.py).
+    request: the compile as its caller asked for it (requested): recorded with the cached
+    model, so the next such compile loads it without parsing the file.
     """
     start = time.perf_counter()
     target = Target.from_string(target)     # an entry point: parsed once, here
@@ -307,6 +310,8 @@ def compile_model(model, target: str | Target = "native", db=None,
                  if constants and options_key is not None else options_key)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)) and (
             not constants or model_cache.pins_match(hit, constants)):
+        if request is not None and not constants:
+            model_cache.remember_request(request, cache_key)
         return hit
     if options_key is not None and not getattr(database, "opened", True):
         # a lazy database (the default one) is read from here on, and opening it may touch
@@ -330,7 +335,7 @@ def compile_model(model, target: str | Target = "native", db=None,
     compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
                          threads, start, packed)
     store = lambda done: _store(done, options_key, model, options,  # noqa: E731
-                                constants, cache_key)
+                                constants, cache_key, request)
     if tiered:
         compiled.plan.meta["compile"]["tier"] = tiers.FAST
 
@@ -382,14 +387,31 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
 
 
 def _store(compiled: CompiledModel, options_key: str | None, model, options: tuple,
-           constants, cache_key: str | None) -> None:
+           constants, cache_key: str | None, request: str | None = None) -> None:
     """Into the model cache, if the compile's inputs did not change meanwhile."""
     if options_key is not None and model_cache.still_valid(options_key, model, *options):
         if constants:
             model_cache.remember_pins(options_key, compiled)
             cache_key = model_cache.pinned_key(options_key, constants)
-        if cache_key is not None:
-            model_cache.store(cache_key, compiled)
+        if cache_key is not None and model_cache.store(cache_key, compiled) and \
+                request is not None and not constants:
+            model_cache.remember_request(request, cache_key)
+
+
+def requested(model, input_shapes, target, db, threads, layout: str, winograd: bool,
+              zero_shot: bool) -> tuple[CompiledModel | None, str | None]:
+    """The compiled model a compile_model call with these arguments (the ONNX file `model`,
+    `input_shapes` as given) made before, loaded without reading the file, or None; and the
+    call's request key (model_cache.request_key) to pass to compile_model (None: not
+    cacheable so)."""
+    target, threads = Target.from_string(target), resolve_threads(threads)
+    database = open_db(db)
+    request = model_cache.request_key(
+        model, input_shapes, str(target), database, threads, layout, winograd,
+        zero_shot_settings() if zero_shot and database is not None else None)
+    if request is None:
+        return None, None
+    return model_cache.load_requested(request, target, threads), request
 
 
 def model_tasks(model, target: str | Target = "native",

@@ -12,6 +12,7 @@ opened once and shared by every specialisation.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -21,7 +22,7 @@ import onnx
 
 from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
-from ..compile.model import open_db, compile_model
+from ..compile.model import open_db, compile_model, requested
 from .executor import CompiledModel, given_inputs
 from ..compile.model_cache import DigestedProto
 from ..onnx.checked import check_model_once
@@ -144,6 +145,13 @@ def compile_specialized(model, target: Target | str = "native", db=None,
                    winograd=winograd, zero_shot=zero_shot, tiered=tiered)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)
+    request = None
+    if not constants and isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
+        # compiled before with these options: loaded without parsing the file
+        hit, request = requested(model, input_shapes, target, options["db"], threads, layout,
+                                 winograd, zero_shot)
+        if hit is not None:
+            return hit
     proto = read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)
                         else str(model))
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
@@ -164,7 +172,8 @@ def compile_specialized(model, target: Target | str = "native", db=None,
             # (the path itself when given one: the model cache identifies a file cheaply)
             compiled = compile_model(proto if isinstance(model, onnx.ModelProto) else model,
                                      input_shapes={s.name: s.dims for s in specs},
-                                     constants=constants, proto=proto, **options)
+                                     constants=constants, proto=proto, request=request,
+                                     **options)
         except InputValueNeeded as exc:
             needed.append(exc.input_name)
         else:

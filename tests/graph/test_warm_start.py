@@ -248,3 +248,38 @@ def test_a_lazy_database_reports_a_bad_file_at_first_use(tmp_path):
         db.records("task", "target")
     with pytest.raises(TuningDatabaseError, match="bad.db"):
         Database(bad)
+
+
+def test_a_file_compiled_before_is_loaded_without_parsing_it(cache_root, tmp_path,
+                                                              monkeypatch):
+    path = tmp_path / "m.onnx"
+    model = _static_model()
+    onnx.save(model, path)
+    monkeypatch.setattr(model_cache, "RACY_SECONDS", -1.0)     # the file counts as old
+    x = {"x": _rand(1, 5, 7, 9)}
+    cold = kiln.compile(str(path), db=None, jobs=1, threads=1)
+    reads = []
+    real = dynamic.read_model
+    monkeypatch.setattr(dynamic, "read_model", lambda *a: reads.append(a) or real(*a))
+    warm = kiln.compile(str(path), db=None, jobs=1, threads=1)
+    assert warm.plan.meta["compile"].get("cached") and reads == []
+    np.testing.assert_array_equal(warm.run(x)[0], cold.run(x)[0])
+    # the same shapes given explicitly: another request, parsed once, then remembered too
+    shapes = {"x": (1, 5, 7, 9)}
+    assert kiln.compile(str(path), db=None, jobs=1, threads=1,
+                        input_shapes=shapes).plan.meta["compile"].get("cached")
+    assert len(reads) == 1
+    kiln.compile(str(path), db=None, jobs=1, threads=1, input_shapes=shapes)
+    assert len(reads) == 1
+    # a changed file: parsed and compiled anew, and right
+    other = _static_model()
+    onnx.save(other, path)
+    again = kiln.compile(str(path), db=None, jobs=1, threads=1)
+    assert not again.plan.meta["compile"].get("cached") and len(reads) == 2
+    np.testing.assert_allclose(again.run(x)[0], ort_run(other, x)[0], rtol=1e-4, atol=1e-5)
+    # a request whose model entry is gone falls back to the full compile
+    for entry in (cache_root / "models").rglob("*.kmodel"):
+        entry.unlink()
+    gone = kiln.compile(str(path), db=None, jobs=1, threads=1)
+    assert not gone.plan.meta["compile"].get("cached") and len(reads) == 3
+    np.testing.assert_array_equal(gone.run(x)[0], again.run(x)[0])
