@@ -232,6 +232,7 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                    "cold_cpu_s": med(cold, "cpu_s"),
                    "warm_compile_s": med(warm, "compile_s"),
                    "warm_first_s": med(warm, "first_result_s"),
+                   "warm_cpu_s": med(warm, "cpu_s"),
                    "warm_hit": all(r["cached"] for r in warm),
                    "tiers": last["tiers"],
                    "slowest_kernels": sorted(last["kernel_cpu_s"].items(),
@@ -249,16 +250,18 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
             # CPU seconds (Kiln's with its compile workers'): steadier than wall on a loaded
             # machine, where a 2-process compile waits for the CPU more than one process
             row["cold_cpu_x"] = row["cold_cpu_s"] / row["ort_cpu_s"]
+            row["warm_cpu_x"] = row["warm_cpu_s"] / row["ort_cpu_s"]
             results.append(row)
             print(f"  {name}: ort {ort_first:.3f} s, cold {row['cold_first_s']:.2f} s "
                   f"({row['cold_x']:.1f}x), warm {row['warm_first_s']:.3f} s "
                   f"({row['warm_x']:.2f}x)", file=sys.stderr, flush=True)
     print_table(["model", "kernels", "ort session s", "ort first s", "cold compile s",
                  "cold first s", "warm first s", "cold x", "warm x", "ort cpu s",
-                 "cold cpu s", "cold cpu x"],
+                 "cold cpu s", "cold cpu x", "warm cpu s", "warm cpu x"],
                 [[r["model"], r["kernels"], r["ort_session_s"], r["ort_first_s"],
                   r["cold_compile_s"], r["cold_first_s"], r["warm_first_s"],
-                  r["cold_x"], r["warm_x"], r["ort_cpu_s"], r["cold_cpu_s"], r["cold_cpu_x"]]
+                  r["cold_x"], r["warm_x"], r["ort_cpu_s"], r["cold_cpu_s"], r["cold_cpu_x"],
+                  r["warm_cpu_s"], r["warm_cpu_x"]]
                  for r in results])
     cold_g, warm_g = _geomean(r["cold_x"] for r in results), _geomean(r["warm_x"] for r in
                                                                       results)
@@ -267,7 +270,8 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
     print(f"\ncold: geomean {cold_g:.2f}x onnxruntime (target <= 10), worst {worst['cold_x']:.1f}x "
           f"({worst['model']}; target <= 30); warm: geomean {warm_g:.2f}x, worst "
           f"{worst_warm['warm_x']:.2f}x ({worst_warm['model']}; target <= 2); cold CPU time: "
-          f"geomean {_geomean(r['cold_cpu_x'] for r in results):.2f}x onnxruntime's")
+          f"geomean {_geomean(r['cold_cpu_x'] for r in results):.2f}x onnxruntime's, warm "
+          f"{_geomean(r['warm_cpu_x'] for r in results):.2f}x")
     tiered = [r for r in results if "optimized_ready_s" in r]
     if tiered:
         print("\ntiered compile (KILN_TIERED): first result on tier 1, the optimised tier "
@@ -295,6 +299,7 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                "cold_geomean_x": cold_g, "cold_worst_x": worst["cold_x"],
                "warm_geomean_x": warm_g, "warm_worst_x": worst_warm["warm_x"],
                "cold_cpu_geomean_x": _geomean(r["cold_cpu_x"] for r in results),
+               "warm_cpu_geomean_x": _geomean(r["warm_cpu_x"] for r in results),
                "tiered": os.environ.get("KILN_TIERED", ""),
                "tier1_over_tier2_run_geomean": _geomean(r["tier1_over_tier2_run"]
                                                         for r in tiered),
