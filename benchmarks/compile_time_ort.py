@@ -7,8 +7,8 @@ the same run (issue 33: cold geomean <= 10x, none above 30x; warm <= 2x).
 Models: the bundled ones (benchmarks/models.py's set, saved as ONNX files as a user would pass
 them) and the exported fixtures tests/fixtures/*.onnx.gz (a torch ResNet-18; Hugging Face
 transformers with symbolic batch and sequence, run at 1x16); with --onnx DIR, the DIR/*.onnx
-files instead (public architectures as exported; `--models` a subset of their stems). Every figure is measured in a
-fresh interpreter, from after `import kiln` (or `import onnxruntime`) to the FIRST CORRECT
+files instead (public architectures as exported; `--models` a subset of their stems). Every
+figure is measured in a fresh interpreter, from after `import kiln` (or `import onnxruntime`) to the FIRST CORRECT
 RESULT: Kiln's compile plus its first run (a compile deferred to the first run, as a
 DynamicModel's, counts), onnxruntime's InferenceSession plus its first run; every Kiln output
 is checked against onnxruntime's. Cold: an empty private KILN_CACHE_DIR (kernel and model
