@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -135,16 +136,47 @@ class Database:
     every read sees the records of both, every write goes to `path`. Records of the base
     have negative ids in the union, so ids stay unique."""
 
-    def __init__(self, path: str | Path, base: str | Path | None = None):
+    # set by _open: reading one of them opens a lazy database (__getattr__)
+    _OPENED = frozenset({"_db", "_records", "_features", "_tasks", "_provenance"})
+
+    def __init__(self, path: str | Path, base: str | Path | None = None, *,
+                 lazy: bool = False):
+        """`lazy`: open the file on first use, not now (kiln.compile's default database:
+        a compile loaded from the model cache reads no record, and opening cost 2 ms of
+        its 15)."""
         self.path = Path(path)
         self.base = Path(base) if base is not None else None
         self._choices_found: str | None = None     # where choices are read (_choices_source)
+        self._open_lock = threading.Lock()
+        if not lazy:
+            self._open()
+
+    def __getattr__(self, name: str):
+        if name in Database._OPENED and "_open_lock" in self.__dict__:
+            with self._open_lock:
+                if "_db" not in self.__dict__:
+                    self._open()
+            return self.__dict__[name]
+        raise AttributeError(f"'Database' object has no attribute {name!r}")
+
+    @property
+    def opened(self) -> bool:
+        """Whether the file is open (a lazy database opens on first use)."""
+        return "_db" in self.__dict__
+
+    def ensure_open(self) -> None:
+        """Open a lazy database now (opening may touch its WAL file's times)."""
+        getattr(self, "_db")
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(50):
             try:
                 conn = sqlite3.connect(_sqlite_uri(self.path), uri=True,
                                        check_same_thread=False)
-                self._db = sqlite_utils.Database(conn)
+                # no sqlite-utils plugins: Kiln's queries use none, and finding them (entry points
+                # of every installed package) cost 4 ms of each compile's start
+                self._db = sqlite_utils.Database(conn, execute_plugins=False)
                 self._db.conn.execute("PRAGMA busy_timeout = 10000")
                 self._db.enable_wal()
                 self._create_tables()
@@ -268,6 +300,8 @@ class Database:
 
     def close(self) -> None:
         """Fold the write-ahead log into the main file (so it can be committed) and close."""
+        if not self.opened:
+            return
         self._db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.conn.close()
 

@@ -49,9 +49,10 @@ def open_database(db) -> Database | None:
         return db
     if isinstance(db, str) and db == DEFAULT:
         user, shipped = user_db_path(), shipped_db_path()
+        # opened on first use: a compile from the model cache needs only the files' identity
         if shipped is not None and shipped.resolve() != user.resolve():
-            return Database(user, base=shipped)
-        return Database(user)
+            return Database(user, base=shipped, lazy=True)
+        return Database(user, lazy=True)
     return Database(db)
 
 

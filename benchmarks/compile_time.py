@@ -7,6 +7,8 @@ with --cache, cold and warm compiles through the persistent kernel cache.
                                       [--cold-runs 1] [--jobs 2]
     python benchmarks/compile_time.py --ort [--models all|resnet18_like,hf_bert]
                                       [--cold-runs 1] [--warm-runs 3] [--ort-runs 3]
+    python benchmarks/compile_time.py --onnx /work/exports [--models gpt2,regnety_004]
+                                      [--cold-runs 1] [--warm-runs 2] [--ort-runs 2]
 
 Every compile runs in a fresh interpreter, timed after `import kiln`. Without --cache the
 kernel cache is off (KILN_CACHE_DIR=off) and the serial and parallel models must give
@@ -19,7 +21,9 @@ run, LLVM does not); every warm model must give the cold model's outputs bit for
 figures are per distinct kernel of the cold compile: wall and CPU seconds of its schedule,
 lowering and codegen in its worker. --ort (compile_time_ort.py) sets each compile beside
 onnxruntime's session creation on the same file, in the same run: the bundled models and the
-exported fixtures of tests/fixtures, cold and warm, as ratios (issue 33's targets).
+exported fixtures of tests/fixtures, cold and warm, as ratios (issue 33's targets); --onnx
+DIR does the same on every DIR/*.onnx (exported public architectures), one cold, two warm
+and two onnxruntime runs each unless told.
 Prints a table and, as the last line, one JSON object.
 """
 from __future__ import annotations
@@ -229,9 +233,11 @@ def main(argv=None) -> int:
                         help="cold and warm compiles through the kernel cache")
     parser.add_argument("--ort", action="store_true",
                         help="cold and warm compiles as ratios to onnxruntime's session")
-    parser.add_argument("--ort-runs", type=int, default=3)
+    parser.add_argument("--onnx", metavar="DIR",
+                        help="as --ort, on the DIR/*.onnx files (--models: some of their stems)")
+    parser.add_argument("--ort-runs", type=int, default=None, help="default 3 (--onnx: 2)")
     parser.add_argument("--cold-runs", type=int, default=1)
-    parser.add_argument("--warm-runs", type=int, default=5)
+    parser.add_argument("--warm-runs", type=int, default=None, help="default 5 (--onnx: 2)")
     parser.add_argument("--one", help=argparse.SUPPRESS)   # internal: "model:jobs"
     parser.add_argument("--one-file", help=argparse.SUPPRESS)   # internal: "path:jobs"
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -244,10 +250,14 @@ def main(argv=None) -> int:
         name, jobs = args.one.split(":")
         print(json.dumps(_one(name, int(jobs), args.small, args.out, args.profile)))
         return 0
-    if args.ort:
+    if args.ort or args.onnx:
         from compile_time_ort import ort_bench
         names = None if args.models == parser.get_default("models") else args.models
-        return ort_bench(names, args.jobs, args.cold_runs, args.warm_runs, args.ort_runs)
+        short = 2 if args.onnx else None    # exports: 40 models, keep the run short
+        return ort_bench(names, args.jobs, args.cold_runs,
+                         args.warm_runs or short or 5, args.ort_runs or short or 3,
+                         onnx_dir=args.onnx)
+    args.warm_runs = 5 if args.warm_runs is None else args.warm_runs
     if args.cache and args.models == parser.get_default("models"):
         args.models = "resnet50_like"
     names = [m for m in args.models.split(",") if m]

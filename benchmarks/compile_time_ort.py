@@ -6,8 +6,9 @@ the same run (issue 33: cold geomean <= 10x, none above 30x; warm <= 2x).
 
 Models: the bundled ones (benchmarks/models.py's set, saved as ONNX files as a user would pass
 them) and the exported fixtures tests/fixtures/*.onnx.gz (a torch ResNet-18; Hugging Face
-transformers with symbolic batch and sequence, run at 1x16). Every figure is measured in a
-fresh interpreter, from after `import kiln` (or `import onnxruntime`) to the FIRST CORRECT
+transformers with symbolic batch and sequence, run at 1x16); with --onnx DIR, the DIR/*.onnx
+files instead (public architectures as exported; `--models` a subset of their stems). Every
+figure is measured in a fresh interpreter, from after `import kiln` (or `import onnxruntime`) to the FIRST CORRECT
 RESULT: Kiln's compile plus its first run (a compile deferred to the first run, as a
 DynamicModel's, counts), onnxruntime's InferenceSession plus its first run; every Kiln output
 is checked against onnxruntime's. Cold: an empty private KILN_CACHE_DIR (kernel and model
@@ -179,17 +180,28 @@ def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def onnx_names(onnx_dir: str) -> list[str]:
+    """The stems of DIR/*.onnx (--onnx DIR: exported models, used in place, never written)."""
+    if not os.path.isdir(onnx_dir):
+        raise SystemExit(f"--onnx {onnx_dir!r} is not a directory")
+    names = sorted(f[:-5] for f in os.listdir(onnx_dir) if f.endswith(".onnx"))
+    if not names:
+        raise SystemExit(f"--onnx {onnx_dir!r} holds no .onnx file")
+    return names
+
+
 def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
-              threads: int | None = None) -> int:
-    names = all_names() if names in (None, "all") else [n for n in names.split(",") if n]
-    unknown = [n for n in names if n not in all_names()]
+              threads: int | None = None, onnx_dir: str | None = None) -> int:
+    known = onnx_names(onnx_dir) if onnx_dir else all_names()
+    names = known if names in (None, "all") else [n for n in names.split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}; choose from {', '.join(all_names())}")
+        raise SystemExit(f"unknown model(s) {unknown}; choose from {', '.join(known)}")
     threads = threads or int(os.environ.get("KILN_NUM_THREADS") or os.cpu_count() or 1)
     loads, results = [os.getloadavg()[0]], []
     with tempfile.TemporaryDirectory(prefix="kiln-ort-bench-") as tmp:
         for name in names:
-            path = write_model(name, tmp)
+            path = f"{onnx_dir}/{name}.onnx" if onnx_dir else write_model(name, tmp)
             inputs = f"{tmp}/{name}_in.npz"
             write_inputs(path, inputs)
             want = f"{tmp}/{name}_ort.npz"
@@ -220,6 +232,7 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                    "cold_cpu_s": med(cold, "cpu_s"),
                    "warm_compile_s": med(warm, "compile_s"),
                    "warm_first_s": med(warm, "first_result_s"),
+                   "warm_cpu_s": med(warm, "cpu_s"),
                    "warm_hit": all(r["cached"] for r in warm),
                    "tiers": last["tiers"],
                    "slowest_kernels": sorted(last["kernel_cpu_s"].items(),
@@ -237,16 +250,18 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
             # CPU seconds (Kiln's with its compile workers'): steadier than wall on a loaded
             # machine, where a 2-process compile waits for the CPU more than one process
             row["cold_cpu_x"] = row["cold_cpu_s"] / row["ort_cpu_s"]
+            row["warm_cpu_x"] = row["warm_cpu_s"] / row["ort_cpu_s"]
             results.append(row)
             print(f"  {name}: ort {ort_first:.3f} s, cold {row['cold_first_s']:.2f} s "
                   f"({row['cold_x']:.1f}x), warm {row['warm_first_s']:.3f} s "
                   f"({row['warm_x']:.2f}x)", file=sys.stderr, flush=True)
     print_table(["model", "kernels", "ort session s", "ort first s", "cold compile s",
                  "cold first s", "warm first s", "cold x", "warm x", "ort cpu s",
-                 "cold cpu s", "cold cpu x"],
+                 "cold cpu s", "cold cpu x", "warm cpu s", "warm cpu x"],
                 [[r["model"], r["kernels"], r["ort_session_s"], r["ort_first_s"],
                   r["cold_compile_s"], r["cold_first_s"], r["warm_first_s"],
-                  r["cold_x"], r["warm_x"], r["ort_cpu_s"], r["cold_cpu_s"], r["cold_cpu_x"]]
+                  r["cold_x"], r["warm_x"], r["ort_cpu_s"], r["cold_cpu_s"], r["cold_cpu_x"],
+                  r["warm_cpu_s"], r["warm_cpu_x"]]
                  for r in results])
     cold_g, warm_g = _geomean(r["cold_x"] for r in results), _geomean(r["warm_x"] for r in
                                                                       results)
@@ -255,7 +270,8 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
     print(f"\ncold: geomean {cold_g:.2f}x onnxruntime (target <= 10), worst {worst['cold_x']:.1f}x "
           f"({worst['model']}; target <= 30); warm: geomean {warm_g:.2f}x, worst "
           f"{worst_warm['warm_x']:.2f}x ({worst_warm['model']}; target <= 2); cold CPU time: "
-          f"geomean {_geomean(r['cold_cpu_x'] for r in results):.2f}x onnxruntime's")
+          f"geomean {_geomean(r['cold_cpu_x'] for r in results):.2f}x onnxruntime's, warm "
+          f"{_geomean(r['warm_cpu_x'] for r in results):.2f}x")
     tiered = [r for r in results if "optimized_ready_s" in r]
     if tiered:
         print("\ntiered compile (KILN_TIERED): first result on tier 1, the optimised tier "
@@ -277,11 +293,13 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
     print(f"(times from after the import to the first correct result, in fresh processes, "
           f"onnxruntime at {threads} threads, Kiln jobs={jobs}; load average "
           f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores)")
-    emit_json({"bench": "compile_time_ort", "jobs": jobs, "threads": threads,
+    emit_json({"bench": "compile_time_ort", "source": onnx_dir or "bundled",
+               "jobs": jobs, "threads": threads,
                "load_average": [min(loads), max(loads)],
                "cold_geomean_x": cold_g, "cold_worst_x": worst["cold_x"],
                "warm_geomean_x": warm_g, "warm_worst_x": worst_warm["warm_x"],
                "cold_cpu_geomean_x": _geomean(r["cold_cpu_x"] for r in results),
+               "warm_cpu_geomean_x": _geomean(r["warm_cpu_x"] for r in results),
                "tiered": os.environ.get("KILN_TIERED", ""),
                "tier1_over_tier2_run_geomean": _geomean(r["tier1_over_tier2_run"]
                                                         for r in tiered),
@@ -292,7 +310,10 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="all", help=f"all, or some of {all_names()}")
+    parser.add_argument("--models", default="all",
+                        help="all, or some of the bundled models and the fixtures "
+                        f"{', '.join(FIXTURE_NAMES)} (with --onnx: of the DIR's stems)")
+    parser.add_argument("--onnx", metavar="DIR", help="the DIR/*.onnx files (exports) instead")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cold-runs", type=int, default=1)
     parser.add_argument("--warm-runs", type=int, default=3)
@@ -304,7 +325,8 @@ def main(argv=None) -> int:
         fn = child_ort if kind == "ort" else child_kiln
         print(json.dumps(fn(path, inputs, out, int(arg))))
         return 0
-    return ort_bench(args.models, args.jobs, args.cold_runs, args.warm_runs, args.ort_runs)
+    return ort_bench(args.models, args.jobs, args.cold_runs, args.warm_runs, args.ort_runs,
+                     onnx_dir=args.onnx)
 
 
 if __name__ == "__main__":

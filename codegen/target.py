@@ -117,7 +117,7 @@ class Target:
     def __post_init__(self):
         if not self.triple:
             init_llvm()
-            object.__setattr__(self, "triple", llvm.get_process_triple())
+            object.__setattr__(self, "triple", _process_triple())
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -211,6 +211,13 @@ class Target:
         if self.features:
             parts.append(f"-mattr={self.features}")
         init_llvm()
-        if self.triple != llvm.get_process_triple():
+        if self.triple != _process_triple():
             parts.append(f"-mtriple={self.triple}")
         return " ".join(parts)
+
+
+@cache
+def _process_triple() -> str:
+    """This process's triple (asked on every str(target): a cache key names the target)."""
+    init_llvm()
+    return llvm.get_process_triple()

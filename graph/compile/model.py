@@ -28,7 +28,8 @@ from ...codegen.target import Target
 from ...schedule import create_schedule, lower
 from ...te.errors import KilnError
 from . import fast_batch, model_cache, parallel_build, tiers
-from ..runtime.executor import BufferSpec, CompiledModel, Step, build_plan, pinned_json
+from ..runtime.executor import (BufferSpec, CompiledModel, Step, build_plan, pack_aligned,
+                                pinned_json)
 from ..runtime import thread_choice
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
@@ -58,7 +59,8 @@ LAYOUTS = ("nchwc", "nchw")
 def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   layout: str = "nchwc", winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
-                  target: Target | None = None, proto=None) -> tuple[Graph, list[FusedGroup]]:
+                  target: Target | None = None, proto=None,
+                  checked: bool = False) -> tuple[Graph, list[FusedGroup]]:
     """Load (ONNX path/ModelProto, or an already loaded Graph), optimise and fuse.
 
     constants: values of graph inputs that decide shapes (frontend.load_onnx's `values`).
@@ -70,13 +72,15 @@ def prepare_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     target: the Target the graph is compiled for (passes.TARGET_PASSES: int8 weights
     as int16 pairs on AVX2 without VNNI); None keeps the graph target-neutral.
     proto: the ModelProto already read from the path `model` (not read again).
+    checked: the model passed onnx.checker already (load_onnx).
     Every node taking run-time indices gets an index check (graph/index_checks.py): an extra
     graph output that compile_model turns into a check after each run."""
     if layout not in LAYOUTS:
         raise KilnError(f"layout={layout!r} is not a layout Kiln compiles to; use one of "
                         f"{', '.join(LAYOUTS)}")
     graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes,
-                                                             values=constants, proto=proto)
+                                                             values=constants, proto=proto,
+                                                             checked=checked)
     skip = (("blocked layout",) if layout == "nchw" else ()) + (() if winograd else
                                                                  ("winograd",))
     graph, checks = add_index_checks(graph)
@@ -175,23 +179,38 @@ def _streaming(target: Target, db: Database | None, jobs: int, threads: int,
 def _extract_and_build(graph: Graph, groups: list[FusedGroup], target: Target,
                        db: Database | None, jobs: int, threads: int, zero_shot: bool,
                        fast: bool = False,
-                       stream: "parallel_build.StreamingBuild | None" = None):
+                       stream: "parallel_build.StreamingBuild | None" = None,
+                       packed: dict | None = None):
     """extract_tasks, then _build_kernels: (tasks, per_group, kernels, sources, stats). With
     worker processes (`stream`, from _streaming; made here if not given), each task goes to
-    them as soon as it is found, but for zero-shot picks, which rank every task first.
+    them as soon as it is found, but for zero-shot picks, which rank every task first; the
+    parent packs the steps' weights into `packed` while it waits for them (_pack_weights).
     fast: tier 1 of a tiered compile (graph/compile/tiers.py), no database read."""
     if stream is None:
         stream = _streaming(target, db, jobs, threads, zero_shot, fast)
     if stream is not None:
         with stream:
             tasks, per_group = extract_tasks(graph, groups, target, on_task=stream.add)
-            kernels, sources, stats = stream.finish()
+            kernels, sources, stats = stream.finish(
+                None if packed is None else lambda: packed.update(_pack_weights(graph,
+                                                                                per_group)))
             skipped = sum(len(s.skipped) for s in stream.selections.values())
             return tasks, per_group, kernels, sources, {**stats, "skipped_records": skipped}
     tasks, per_group = extract_tasks(graph, groups, target)
     if fast:
         return (tasks, per_group, *fast_batch.build_serial(tasks, target, threads))
     return (tasks, per_group, *_build_kernels(tasks, target, db, jobs, threads, zero_shot))
+
+
+def _pack_weights(graph: Graph, per_group: dict) -> dict[str, np.ndarray]:
+    """The constants the model's steps read, copied aligned into one block in the order
+    _buffers gives them (so the executor keeps them as they are: executor.pack_aligned):
+    the copy of a model's weights (0.2 s for ResNet-18's 45 MB) is made while the compile
+    workers build kernels instead of after them."""
+    names = {v.name for _, dag in per_group.values() for v in dag.arg_values}
+    names |= {v.name for v in graph.outputs}
+    return pack_aligned({n: np.ascontiguousarray(graph.constants[n])
+                         for n in sorted(names) if n in graph.constants})
 
 
 def _buffers(graph: Graph, groups: list[FusedGroup], step_args: set[str]):
@@ -241,7 +260,8 @@ def compile_model(model, target: str | Target = "native", db=None,
                   threads: int | None = None, winograd: bool = True,
                   constants: Mapping[str, np.ndarray] | None = None,
                   zero_shot: bool = False, proto=None,
-                  cache_model: bool = True, tiered: bool = False) -> CompiledModel:
+                  cache_model: bool = True, tiered: bool = False,
+                  request: str | None = None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -269,6 +289,8 @@ def compile_model(model, target: str | Target = "native", db=None,
     (tier 1, never cached), and build the model this compile would otherwise return in a
     background thread from the same graph and tasks; it is swapped in between runs and
     cached (graph/compile/tiers.py).
+    request: the compile as its caller asked for it (requested): recorded with the cached
+    model, so the next such compile loads it without parsing the file.
     """
     start = time.perf_counter()
     target = Target.from_string(target)     # an entry point: parsed once, here
@@ -289,21 +311,32 @@ def compile_model(model, target: str | Target = "native", db=None,
                  if constants and options_key is not None else options_key)
     if cache_key is not None and (hit := model_cache.load(cache_key, target, threads)) and (
             not constants or model_cache.pins_match(hit, constants)):
+        if request is not None and not constants:
+            model_cache.remember_request(request, cache_key)
         return hit
+    if options_key is not None and not getattr(database, "opened", True):
+        # a lazy database (the default one) is read from here on, and opening it may touch
+        # its WAL's times: the key this compile is stored under is of the files as opened
+        database.ensure_open()
+        options_key = model_cache.model_key(model, *options)
+        cache_key = (model_cache.pinned_key(options_key, constants)
+                     if constants and options_key is not None else options_key)
     # the workers are forked first: they build the thread-pool runtime during the graph
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
     with stream if stream is not None else contextlib.nullcontext():
-        graph, groups = prepare_graph(model, input_shapes, layout, winograd, constants,
-                                      target, proto)
+        digested = isinstance(model, model_cache.DigestedProto)     # checked already
+        graph, groups = prepare_graph(model.proto if digested else model, input_shapes,
+                                      layout, winograd, constants, target, proto, digested)
         # default schedules are made for `threads` (SearchSpace(task, threads))
+        packed: dict = {}       # the steps' weights, aligned while the workers compile
         tasks, per_group, kernels, sources, build_stats = _extract_and_build(
             graph, groups, target, database, jobs, threads, zero_shot, fast=tiered,
-            stream=stream)
+            stream=stream, packed=packed)
     compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
-                         threads, start, choose_threads=not tiered)
+                         threads, start, packed, choose_threads=not tiered)
     store = lambda done: _store(done, options_key, model, options,  # noqa: E731
-                                constants, cache_key)
+                                constants, cache_key, request)
     if tiered:
         compiled.plan.meta["compile"]["tier"] = tiers.FAST
 
@@ -312,7 +345,7 @@ def compile_model(model, target: str | Target = "native", db=None,
             optimized = _assemble(graph, groups, per_group,
                                   *_build_kernels(tasks, target, database, jobs, threads,
                                                   zero_shot),
-                                  target, threads, begin, choose_threads=False)
+                                  target, threads, begin, packed, choose_threads=False)
             store(optimized)
             return optimized
         log.info("compiled %s (fast tier): %d groups, %d kernels in %.1f s", graph.name,
@@ -326,11 +359,13 @@ def compile_model(model, target: str | Target = "native", db=None,
 
 def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,
               sources: dict, build_stats: dict, target: Target, threads: int,
-              start: float, choose_threads: bool = True) -> CompiledModel:
-    """The CompiledModel of the groups' kernels: steps, memory plan, executor; at N > 1
-    threads with the kernels measured no faster on N set to one (runtime/thread_choice.py;
-    not for a tiered compile: its fast tier is replaced soon, and its optimised tier is
-    built while the fast one runs, whose forks would skew the timings)."""
+              start: float, packed: Mapping[str, np.ndarray] | None = None,
+              choose_threads: bool = True) -> CompiledModel:
+    """The CompiledModel of the groups' kernels: steps, memory plan, executor. `packed`:
+    constants already aligned (_pack_weights), in place of the graph's. At N > 1 threads the
+    kernels measured no faster on N are set to one (runtime/thread_choice.py; not for a
+    tiered compile: its fast tier is replaced soon, and its optimised tier is built while
+    the fast one runs, whose forks would skew the timings)."""
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -349,7 +384,8 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
                           **({"pinned": pinned_json(graph.pinned)} if graph.pinned else {}),
                           **({"index_checks": index_checks} if index_checks else {}),
                           **({"io_formats": graph.io_formats} if graph.io_formats else {})})
-    compiled = CompiledModel(plan, kernels, graph.constants)
+    compiled = CompiledModel(plan, kernels, {**graph.constants, **packed} if packed
+                             else graph.constants)
     compiled.set_num_threads(threads)
     if choose_threads and threads > 1:
         thread_choice.choose(compiled, threads)
@@ -357,14 +393,31 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
 
 
 def _store(compiled: CompiledModel, options_key: str | None, model, options: tuple,
-           constants, cache_key: str | None) -> None:
+           constants, cache_key: str | None, request: str | None = None) -> None:
     """Into the model cache, if the compile's inputs did not change meanwhile."""
     if options_key is not None and model_cache.still_valid(options_key, model, *options):
         if constants:
             model_cache.remember_pins(options_key, compiled)
             cache_key = model_cache.pinned_key(options_key, constants)
-        if cache_key is not None:
-            model_cache.store(cache_key, compiled)
+        if cache_key is not None and model_cache.store(cache_key, compiled) and \
+                request is not None and not constants:
+            model_cache.remember_request(request, cache_key)
+
+
+def requested(model, input_shapes, target, db, threads, layout: str, winograd: bool,
+              zero_shot: bool) -> tuple[CompiledModel | None, str | None]:
+    """The compiled model a compile_model call with these arguments (the ONNX file `model`,
+    `input_shapes` as given) made before, loaded without reading the file, or None; and the
+    call's request key (model_cache.request_key) to pass to compile_model (None: not
+    cacheable so)."""
+    target, threads = Target.from_string(target), resolve_threads(threads)
+    database = open_db(db)
+    request = model_cache.request_key(
+        model, input_shapes, str(target), database, threads, layout, winograd,
+        zero_shot_settings() if zero_shot and database is not None else None)
+    if request is None:
+        return None, None
+    return model_cache.load_requested(request, target, threads), request
 
 
 def model_tasks(model, target: str | Target = "native",

@@ -236,9 +236,11 @@ class StreamingBuild:
                         self.threads)))
         self._waiting.clear()
 
-    def finish(self) -> tuple[dict[str, Kernel], dict[str, str], dict]:
+    def finish(self, meanwhile: Callable[[], None] | None = None
+               ) -> tuple[dict[str, Kernel], dict[str, str], dict]:
         """Wait for every kernel (readying the runtime and the deferred constants
-        meanwhile), link and load them: as build_in_workers returns."""
+        meanwhile, then calling `meanwhile`), link and load them: as build_in_workers
+        returns."""
         if self._pool is None:
             raise KilnError("StreamingBuild.finish(): fewer than two tasks were added, so no "
                             "worker started; build them in this process")
@@ -247,6 +249,8 @@ class StreamingBuild:
         if self._runtime is not None and (code := self._runtime.result()) is not None:
             pool_address(code)      # a worker built it
         _ready_runtime()            # else here, while the workers compile
+        if meanwhile is not None:
+            meanwhile()
         results = [r for f in self._futures for r in
                    (f.result() if self.batch > 1 else [f.result()])]
         self._pool.shutdown()

@@ -361,10 +361,12 @@ class ConvertContext:
 def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
               name: str | None = None,
               values: Mapping[str, np.ndarray] | None = None,
-              proto: onnx.ModelProto | None = None) -> Graph:
+              proto: onnx.ModelProto | None = None, checked: bool = False) -> Graph:
     """Convert an ONNX file path or ModelProto to a Graph with static shapes.
 
     proto: the ModelProto already read from the path `model` (it is not read again).
+    checked: the model passed onnx.checker already (a DynamicModel checks its model once,
+    graph/onnx/checked.py); it is checked again only if conversion changed it.
 
     input_shapes of a sequence-typed input: a list of shapes, one per element; of an
     optional-typed one: its shape, or None (or nothing) when it is empty. Such inputs become
@@ -385,8 +387,9 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
     try:
         # the file as read: the checker reads it itself (serialising the proto for it costs
         # ~0.5 s for a 100 MB model, parsing the file ~0.05 s)
-        onnx.checker.check_model(source if proto is read and source != "<ModelProto>"
-                                 else proto)
+        if not (checked and proto is read):
+            onnx.checker.check_model(source if proto is read and source != "<ModelProto>"
+                                     else proto)
     except onnx.checker.ValidationError as exc:
         raise ModelFormatError(f"ONNX model {source} is invalid: {exc}") from exc
     bound: dict = {}

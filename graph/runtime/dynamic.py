@@ -12,6 +12,7 @@ opened once and shared by every specialisation.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -21,10 +22,11 @@ import onnx
 
 from ...codegen.target import Target
 from ...te.errors import KernelArgumentError, KilnError, ModelFormatError
-from ..compile.model import open_db, compile_model
+from ..compile.model import open_db, compile_model, requested
 from .executor import CompiledModel, given_inputs
-from ..onnx.load import (InputValueNeeded, onnx_elem_dtype, read_model, check_supported,
-                         model_opset)
+from ..compile.model_cache import DigestedProto
+from ..onnx.checked import check_model_once
+from ..onnx.load import InputValueNeeded, onnx_elem_dtype, read_model
 from ..ir import Graph
 from ..ops.lowbit import ONNX_FORMATS
 from ..onnx import sequence as _seq
@@ -143,6 +145,13 @@ def compile_specialized(model, target: Target | str = "native", db=None,
                    winograd=winograd, zero_shot=zero_shot, tiered=tiered)
     if isinstance(model, Graph):
         return compile_model(model, input_shapes=input_shapes, constants=constants, **options)
+    request = None
+    if not constants and isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
+        # compiled before with these options: loaded without parsing the file
+        hit, request = requested(model, input_shapes, target, options["db"], threads, layout,
+                                 winograd, zero_shot)
+        if hit is not None:
+            return hit
     proto = read_model(model, "<ModelProto>" if isinstance(model, onnx.ModelProto)
                         else str(model))
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
@@ -163,7 +172,8 @@ def compile_specialized(model, target: Target | str = "native", db=None,
             # (the path itself when given one: the model cache identifies a file cheaply)
             compiled = compile_model(proto if isinstance(model, onnx.ModelProto) else model,
                                      input_shapes={s.name: s.dims for s in specs},
-                                     constants=constants, proto=proto, **options)
+                                     constants=constants, proto=proto, request=request,
+                                     **options)
         except InputValueNeeded as exc:
             needed.append(exc.input_name)
         else:
@@ -196,11 +206,9 @@ class DynamicModel:
     def __init__(self, proto: onnx.ModelProto, specs: list[InputSpec],
                  constants: Mapping[str, np.ndarray], options: dict,
                  value_inputs: Sequence[str] = ()):
-        check_supported(proto, model_opset(proto))   # unsupported ops fail now, not at run
-        try:
-            onnx.checker.check_model(proto)
-        except onnx.checker.ValidationError as exc:
-            raise ModelFormatError(f"ONNX model is invalid: {exc}") from exc
+        # unsupported ops and an invalid model fail now, not at run (skipped for bytes that
+        # passed before); the digest identifies the model in its specialisations' cache keys
+        self._model = DigestedProto(proto, check_model_once(proto))
         self.name = proto.graph.name or "model"
         self._proto = proto
         self._specs = specs
@@ -316,7 +324,7 @@ class DynamicModel:
         if self._structured:   # shapes by graph input: lists for sequences, None: empty
             shapes = self._structured_shapes(feeds)
         try:
-            compiled = compile_model(self._proto, input_shapes=shapes,
+            compiled = compile_model(self._model, input_shapes=shapes,
                                      constants={**feeds, **self._constants}, **self._options)
         except ModelFormatError as exc:
             raise KernelArgumentError(

@@ -122,9 +122,17 @@ def _packed_constants(plan: Plan, constants: Mapping[str, np.ndarray],
               for b in specs}
     if all(a.nbytes == 0 or a.ctypes.data % alignment == 0 for a in arrays.values()):
         return constants
+    return {**constants, **pack_aligned(arrays, alignment)}
+
+
+def pack_aligned(arrays: Mapping[str, np.ndarray], alignment: int = ARENA_ALIGNMENT
+                 ) -> dict[str, np.ndarray]:
+    """Copies of the C-contiguous `arrays`, in their order, each `alignment`-aligned in one
+    block (see _packed_constants; a compile packs its weights so while its workers build
+    kernels, and the executor then finds them aligned)."""
     sizes = {name: -(-a.nbytes // alignment) * alignment for name, a in arrays.items()}
     block = _aligned_empty(max(sum(sizes.values()), 1), alignment)
-    packed, offset = dict(constants), 0
+    packed, offset = {}, 0
     for name, arr in arrays.items():
         view = block[offset:offset + arr.nbytes].view(arr.dtype).reshape(arr.shape)
         view[...] = arr
