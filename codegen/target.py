@@ -123,8 +123,7 @@ class Target:
     @staticmethod
     def native() -> Target:
         """The host CPU, detected through LLVM (once per process: see _host)."""
-        cpu, features = _host()
-        return Target(cpu=cpu, features=features)
+        return _native_target()
 
     @staticmethod
     def from_string(text: str | Target) -> Target:
@@ -221,3 +220,9 @@ def _process_triple() -> str:
     """This process's triple (asked on every str(target): a cache key names the target)."""
     init_llvm()
     return llvm.get_process_triple()
+
+
+@cache
+def _native_target() -> Target:
+    cpu, features = _host()
+    return Target(cpu=cpu, features=features)
