@@ -35,3 +35,11 @@ settings.load_profile(os.environ.get("KILN_HYPOTHESIS", "repeatable"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    """A fresh, empty kernel and model cache for one test (KILN_CACHE_DIR), not the session's."""
+    root = tmp_path / "kcache"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
+    return root

@@ -21,13 +21,6 @@ from kiln.codegen.target import Target
 
 
 @pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "kcache"
-    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
-    return root
-
-
-@pytest.fixture
 def builds(monkeypatch):
     """Counts LLVM compiles (cache misses) of codegen.build."""
     calls = []

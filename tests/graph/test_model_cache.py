@@ -18,13 +18,6 @@ from kiln.graph.compile import model_cache
 from kiln.graph import models
 
 
-@pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "kcache"
-    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
-    return root
-
-
 def _model(seed_width=8, size=17):
     # odd image side: every pooling and conv has ragged edges
     return models.resnet18_like(image_size=size, base_width=seed_width, num_classes=7)

@@ -5,7 +5,6 @@ one that does. Oracle: onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from onnx import helper
 
 import kiln
@@ -14,13 +13,6 @@ from kiln.graph.runtime import dynamic
 from .graph_helpers import make_model, ort_run
 
 RNG = np.random.default_rng(11)
-
-
-@pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "kcache"
-    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
-    return root
 
 
 def _rand(*shape):

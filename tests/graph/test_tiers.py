@@ -25,13 +25,6 @@ from kiln.te.errors import KilnError
 
 
 @pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "kcache"
-    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
-    return root
-
-
-@pytest.fixture
 def gate(monkeypatch):
     """Holds the optimised (tier-2) build until `gate.set()`; `gate.fail` makes it raise."""
     event = threading.Event()

@@ -26,13 +26,6 @@ RNG = np.random.default_rng(33)
 
 
 @pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "kcache"
-    monkeypatch.setenv("KILN_CACHE_DIR", str(root))
-    return root
-
-
-@pytest.fixture
 def checker_calls(monkeypatch):
     """Counts onnx.checker runs (the real checker is called)."""
     calls = []
