@@ -22,6 +22,9 @@ if _CACHE is None:
     os.environ["KILN_TEST_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["KILN_CACHE_DIR"] = _CACHE
+# the generic kernel library (codegen/generic/library.py) is per machine, not per cache:
+# the tests build it into the session's cache folder, never into ~/.cache
+os.environ.setdefault("KILN_GENERIC_DIR", os.path.join(_CACHE, "generic"))
 
 
 # Property tests draw the same examples on every run (seeded from each test), so a commit

@@ -1,0 +1,36 @@
+"""The generic tier's graph and model: the ONNX model through Kiln's graph passes, but none
+that lays data out for specialised kernels (channel blocks, Winograd, packed weights), then
+planned onto generic kernels."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...codegen.target import Target
+from ..ir import Graph
+from ..onnx.load import load_onnx
+from ..passes import optimize
+from ..passes.index_checks import add_index_checks, settle_index_checks
+from .model import GenericModel
+
+# passes whose output only specialised (per-model compiled) kernels read
+SKIPPED_PASSES = ("blocked layout", "winograd", "pack conv weights", "prepack matmul weights")
+
+
+def generic_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  target: Target | None = None, proto=None, checked: bool = False) -> Graph:
+    """The graph the generic tier runs: loaded, index-checked, optimised without
+    SKIPPED_PASSES."""
+    graph = model if isinstance(model, Graph) else load_onnx(model, input_shapes,
+                                                             values=constants, proto=proto,
+                                                             checked=checked)
+    graph, checks = add_index_checks(graph)
+    return settle_index_checks(optimize(graph, skip=SKIPPED_PASSES, target=target), checks)
+
+
+def compile_generic(model, target: Target, threads: int, **graph_options) -> GenericModel:
+    """A GenericModel of `model` (an ONNX path/ModelProto or a Graph); Unsupported names the
+    first op or attribute the generic kernels do not cover."""
+    return GenericModel(generic_graph(model, target=target, **graph_options), target, threads)
