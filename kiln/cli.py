@@ -497,6 +497,24 @@ def _exchange(args, db) -> int:
     return 0
 
 
+def cmd_warmup(args) -> int:
+    """kiln warmup: build the generic kernel library for this CPU (codegen/generic), so the
+    first tiered compile of any model finds it."""
+    from .codegen.generic.library import library_dir, warm_up
+    from .codegen.generic.runner import runner_address
+    from .codegen.target import Target
+    target = Target.from_string(args.target)
+    start = time.perf_counter()
+    seconds = warm_up(target)
+    runner_address(target)
+    for family, s in seconds.items():
+        console.print(f"  {family:12s} {s:6.2f} s")
+    where = library_dir() or "memory only (KILN_GENERIC_DIR=off)"
+    console.print(f"generic kernel library for {target.cpu}: {len(seconds)} families in "
+                  f"{time.perf_counter() - start:.1f} s, in {where}", soft_wrap=True)
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -630,6 +648,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "it already holds are skipped, so importing twice adds nothing")
     logs.add_argument("--target", default="native", help=argparse.SUPPRESS)
     logs.set_defaults(func=cmd_logs)
+
+    warm = sub.add_parser("warmup", help="build the generic kernel library for this CPU "
+                          "once (tiered compiles then start on it at once)")
+    warm.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
+    warm.set_defaults(func=cmd_warmup)
 
     for p in (tune, conf, comp, bench, logs):
         p.add_argument("--db", help="tuning database file (default: your own log, "

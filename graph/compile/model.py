@@ -34,6 +34,7 @@ from ..runtime import thread_choice
 from ..onnx.load import load_onnx
 from ..passes.index_checks import add_index_checks, settle_index_checks, split_outputs
 from ..ir import Graph
+from ..generic.compile import first_tier
 from .memory_plan import check_plan, plan_buffers
 from .check_cost import measure_check_cost
 from .task_latency import task_latencies
@@ -321,6 +322,16 @@ def compile_model(model, target: str | Target = "native", db=None,
         options_key = model_cache.model_key(model, *options)
         cache_key = (model_cache.pinned_key(options_key, constants)
                      if constants and options_key is not None else options_key)
+    if tiered:
+        first = _generic_first_tier(model, input_shapes, constants, target, threads, proto)
+        if first is not None:
+            def build_optimized() -> CompiledModel:
+                return compile_model(model, target, database, input_shapes, jobs, layout,
+                                     threads, winograd, constants, zero_shot, proto,
+                                     cache_model, tiered=False, request=request)
+            log.info("compiled %s (generic tier): %d calls in %.2f s", first.plan.name,
+                     len(first.calls), time.perf_counter() - start)
+            return tiers.TieredModel(first, build_optimized)
     # the workers are forked first: they build the thread-pool runtime during the graph
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
@@ -355,6 +366,15 @@ def compile_model(model, target: str | Target = "native", db=None,
     log.info("compiled %s: %d groups, %d kernels in %.1f s", graph.name, len(groups),
              len(kernels), time.perf_counter() - start)
     return compiled
+
+
+def _generic_first_tier(model, input_shapes, constants, target: Target, threads: int, proto):
+    """A tiered compile's first tier on generic kernels (graph/generic), or None when the
+    model has a node they do not cover (the fast tier is built then)."""
+    digested = isinstance(model, model_cache.DigestedProto)     # checked already
+    return first_tier(model.proto if digested else model, target, threads,
+                      input_shapes=input_shapes, constants=constants, proto=proto,
+                      checked=digested)
 
 
 def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,

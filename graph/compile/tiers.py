@@ -36,7 +36,7 @@ from .tasks import ModelTask
 
 log = logging.getLogger(__name__)
 
-FAST, OPTIMIZED = "fast", "optimized"
+GENERIC, FAST, OPTIMIZED = "generic", "fast", "optimized"
 FAST_PIPELINE = "o1"      # codegen.jit.PIPELINES
 FAST_CODEGEN_OPT = 3      # 0 (FastISel) ran tier-1 kernels 1.3-3.4x slower for ~15% less CPU
 FAST_SOURCE = "default (fast tier)"
@@ -151,6 +151,7 @@ class TieredModel(CompiledModel):
         # (no CompiledModel.__init__: every attribute is read from the current tier)
         self._current = first
         self._first_seconds = first.plan.meta.get("compile", {}).get("seconds")
+        self._first_tier = first.plan.meta.get("compile", {}).get("tier", FAST)
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -202,7 +203,11 @@ class TieredModel(CompiledModel):
     # ------------------------------------------------------------------ tiers
     @property
     def tier(self) -> str:
-        return OPTIMIZED if self._done.is_set() and self._error is None else FAST
+        """OPTIMIZED once swapped, else the first tier's name: GENERIC (graph/generic's
+        shape-generic kernels) or FAST."""
+        if self._done.is_set() and self._error is None:
+            return OPTIMIZED
+        return self._first_tier
 
     def optimized(self, timeout: float | None = None) -> CompiledModel:
         """Wait for the optimised tier (at most `timeout` seconds) and return it."""

@@ -3,16 +3,22 @@ that lays data out for specialised kernels (channel blocks, Winograd, packed wei
 planned onto generic kernels."""
 from __future__ import annotations
 
+import logging
+import os
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from ...codegen.target import Target
+from ...te.errors import KilnError
 from ..ir import Graph
 from ..onnx.load import load_onnx
 from ..passes import optimize
 from ..passes.index_checks import add_index_checks, settle_index_checks
+from .lowering import Unsupported
 from .model import GenericModel
+
+log = logging.getLogger(__name__)
 
 # passes whose output only specialised (per-model compiled) kernels read
 SKIPPED_PASSES = ("blocked layout", "winograd", "pack conv weights", "prepack matmul weights")
@@ -34,3 +40,29 @@ def compile_generic(model, target: Target, threads: int, **graph_options) -> Gen
     """A GenericModel of `model` (an ONNX path/ModelProto or a Graph); Unsupported names the
     first op or attribute the generic kernels do not cover."""
     return GenericModel(generic_graph(model, target=target, **graph_options), target, threads)
+
+
+ENV = "KILN_GENERIC_TIER"
+
+
+def generic_tier_enabled(environ=None) -> bool:
+    """KILN_GENERIC_TIER=0 (or off/false/no) makes tiered compiles start on the fast tier
+    (per-model kernels) instead; on by default."""
+    value = (os.environ if environ is None else environ).get(ENV, "").strip().lower()
+    if value in ("", "1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no"):
+        return False
+    raise KilnError(f"{ENV}={value!r}: use 1 (generic first tier on) or 0 (off)")
+
+
+def first_tier(model, target: Target, threads: int, **graph_options) -> GenericModel | None:
+    """The generic tier of a tiered compile, or None (logged) when some node of the model is
+    not covered or KILN_GENERIC_TIER is off: the compile then builds its fast tier."""
+    if not generic_tier_enabled():
+        return None
+    try:
+        return compile_generic(model, target, threads, **graph_options)
+    except Unsupported as exc:
+        log.info("generic tier not used: %s", exc)
+        return None

@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from ...codegen.generic.library import library
-from ...codegen.sequence import CallSequence
+from ...codegen.generic.runner import CallTable
 from ...codegen.target import Target
 from ...te.errors import KernelArgumentError
 from ..ir import Graph
@@ -73,10 +73,10 @@ class GenericModel:
         self._threads = threads
         lib = library(target, threads)
         self.kernels = {c.kernel: lib.kernel(c.kernel) for c in self.calls}
-        self._sequence = CallSequence(
+        self._sequence = CallTable(
             [(self.kernels[c.kernel].address,
               [a.ctypes.data for a in c.arrays] + [c.dims.ctypes.data, c.fparams.ctypes.data])
-             for c in self.calls], name=graph.name) if self.calls else None
+             for c in self.calls], target, name=graph.name) if self.calls else None
         self.plan = GenericPlan(graph.name, [v.name for v in graph.inputs], outputs, {
             "target": str(target), "threads": threads,
             "compile": {"seconds": round(time.perf_counter() - start, 3), "tier": TIER,

@@ -84,8 +84,10 @@ def test_a_batch_shares_one_object_and_each_kernel_matches_its_own_module(cnn_ta
 
 @needs_workers
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_a_tiered_model_of_batched_kernels_matches_onnxruntime(tmp_path, rng, jobs):
+def test_a_tiered_model_of_batched_kernels_matches_onnxruntime(tmp_path, rng, jobs,
+                                                               monkeypatch):
     """7 tasks: batches of 4 and 3, in workers (jobs=2) or in this process (jobs=1)."""
+    monkeypatch.setenv("KILN_GENERIC_TIER", "0")    # the fast tier, not the generic one
     path = _cnn(tmp_path)
     m = kiln.compile(path, db=None, jobs=jobs, tiered=True)
     assert m.tier == tiers.FAST and len(m.kernels) == 7 > fast_batch.BATCH

@@ -24,6 +24,13 @@ from kiln.schedule.visitor import StmtVisitor
 from kiln.te.errors import KilnError
 
 
+@pytest.fixture(autouse=True)
+def fast_first_tier(monkeypatch):
+    """These tests are of the fast tier (per-model kernels): the generic first tier, which
+    a tiered compile takes where it covers the model, is off (tests/graph/generic tests it)."""
+    monkeypatch.setenv("KILN_GENERIC_TIER", "0")
+
+
 @pytest.fixture
 def gate(monkeypatch):
     """Holds the optimised (tier-2) build until `gate.set()`; `gate.fail` makes it raise."""
