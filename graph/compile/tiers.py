@@ -222,6 +222,9 @@ class TieredModel(CompiledModel):
 
     def kernel_tiers(self) -> dict[str, str]:
         tier = self.tier
+        own = getattr(self._current, "kernel_tiers", None)     # a GenericModel's mix
+        if tier != OPTIMIZED and own is not None:
+            return own()
         return {name: tier for name in self._current.kernels}
 
     # ------------------------------------------------------------------ CompiledModel's face

@@ -36,10 +36,13 @@ def generic_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
     return settle_index_checks(optimize(graph, skip=SKIPPED_PASSES, target=target), checks)
 
 
-def compile_generic(model, target: Target, threads: int, **graph_options) -> GenericModel:
+def compile_generic(model, target: Target, threads: int, compile_groups=None,
+                    **graph_options) -> GenericModel:
     """A GenericModel of `model` (an ONNX path/ModelProto or a Graph); Unsupported names the
-    first op or attribute the generic kernels do not cover."""
-    return GenericModel(generic_graph(model, target=target, **graph_options), target, threads)
+    first op or attribute the generic kernels do not cover (without `compile_groups`, the
+    GenericModel's builder of kernels for the groups they do not cover)."""
+    return GenericModel(generic_graph(model, target=target, **graph_options), target, threads,
+                        compile_groups)
 
 
 ENV = "KILN_GENERIC_TIER"
@@ -56,13 +59,14 @@ def generic_tier_enabled(environ=None) -> bool:
     raise KilnError(f"{ENV}={value!r}: use 1 (generic first tier on) or 0 (off)")
 
 
-def first_tier(model, target: Target, threads: int, **graph_options) -> GenericModel | None:
+def first_tier(model, target: Target, threads: int, compile_groups=None,
+               **graph_options) -> GenericModel | None:
     """The generic tier of a tiered compile, or None (logged) when some node of the model is
     not covered or KILN_GENERIC_TIER is off: the compile then builds its fast tier."""
     if not generic_tier_enabled():
         return None
     try:
-        return compile_generic(model, target, threads, **graph_options)
+        return compile_generic(model, target, threads, compile_groups, **graph_options)
     except Unsupported as exc:
         log.info("generic tier not used: %s", exc)
         return None

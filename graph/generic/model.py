@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from ...codegen.generic.library import library
 from ...codegen.generic.runner import CallTable
 from ...codegen.target import Target
-from ...te.errors import KernelArgumentError
+from ...te.errors import InternalError, KernelArgumentError
 from ..ir import Graph
 from ..ops.index_bounds import RunChecks
+from ..passes.fusion import FusedGroup, fuse_operators
 from ..passes.index_checks import split_outputs
 from ..runtime.executor import given_inputs, median_run_seconds
-from .lowering import LOWERINGS, Context, Unsupported, aligned_empty, register_all
+from .lowering import LOWERINGS, Call, Context, Unsupported, aligned_empty, register_all
 
 TIER = "generic"
 
@@ -32,26 +33,56 @@ class GenericPlan:
     steps: tuple = ()
 
 
+def _check_args(model: str, group: str, kernel, names, args) -> None:
+    """A compiled group's arrays fit its kernel's parameters (shapes, dtypes)."""
+    if len(args) != len(kernel.params):
+        raise InternalError(f"model '{model}': group '{group}' passes {len(args)} arrays to "
+                            f"kernel '{kernel.name}', which takes {len(kernel.params)}")
+    for name, arr, p in zip(names, args, kernel.params):
+        if arr.dtype != np.dtype(p.dtype) or arr.shape != tuple(p.shape) or \
+                not arr.flags.c_contiguous:
+            raise InternalError(f"model '{model}': value '{name}' ({arr.dtype}"
+                                f"{list(arr.shape)}) does not fit parameter '{p.name}' "
+                                f"({p.describe()}) of kernel '{kernel.name}'")
+
+
 def unsupported_nodes(graph: Graph) -> list[str]:
     """The ops of `graph` with no generic lowering (a quick check before planning)."""
     register_all()
     return sorted({n.op for n in graph.nodes if n.op not in LOWERINGS})
 
 
+# A model with more groups than this share left uncovered is better built as a whole fast
+# tier (in the compile workers) than as generic calls plus kernels built here one by one.
+FALLBACK_SHARE = 0.25
+FALLBACK_MIN = 4
+
+# compile_groups(graph, groups) -> {group name: (Kernel, argument value names)}: kernels for
+# the fused groups the generic kernels do not cover (graph/compile/model.py builds them)
+CompileGroups = Callable[[Graph, list[FusedGroup]], Mapping[str, tuple]]
+
+
 class GenericModel:
     """`run(inputs)` like a CompiledModel's. Not thread-safe (one run at a time; a
-    TieredModel serialises runs)."""
+    TieredModel serialises runs).
 
-    def __init__(self, graph: Graph, target: Target, threads: int):
+    The graph's fused groups (graph/passes/fusion.py) run op by op on generic kernels; a
+    group with a node they do not cover (no lowering, or its lowering raises Unsupported)
+    runs as one kernel compiled for it by `compile_groups`, if given and if few groups need
+    it (FALLBACK_SHARE, FALLBACK_MIN); otherwise planning raises Unsupported."""
+
+    def __init__(self, graph: Graph, target: Target, threads: int,
+                 compile_groups: CompileGroups | None = None):
         start = time.perf_counter()
         register_all()
         if graph.pinned or graph.io_formats:
             raise Unsupported(f"model '{graph.name}': inputs that decide shapes or low-bit "
                               "inputs are not planned onto generic kernels")
-        missing = unsupported_nodes(graph)
-        if missing:
-            raise Unsupported(f"model '{graph.name}': no generic kernel for "
-                              f"{', '.join(missing)}")
+        if compile_groups is None:
+            missing = unsupported_nodes(graph)
+            if missing:
+                raise Unsupported(f"model '{graph.name}': no generic kernel for "
+                                  f"{', '.join(missing)}")
         outputs, index_checks = split_outputs(graph)
         ctx = Context(graph)
         self._inputs = []
@@ -62,25 +93,71 @@ class GenericModel:
             arr = aligned_empty(np.shape(value), np.asarray(value).dtype)
             arr[...] = value
             ctx.arrays[name] = arr
-        for node in graph.nodes:
-            ctx.node = node
-            LOWERINGS[node.op](node, ctx)
+        groups = fuse_operators(graph)
+        entries: list = []          # Call, or the FusedGroup a compiled kernel runs
+        uncovered: dict[str, str] = {}
+        for group in groups:
+            mark = len(ctx.calls)
+            try:
+                for node in group.nodes:
+                    ctx.node = node
+                    if node.op not in LOWERINGS:
+                        raise Unsupported(ctx.describe("no generic kernel"))
+                    LOWERINGS[node.op](node, ctx)
+            except Unsupported as exc:
+                if compile_groups is None:
+                    raise
+                del ctx.calls[mark:]
+                for node in group.nodes:        # no view of another array may stay: the
+                    for v in node.outputs:      # group's kernel writes its outputs
+                        ctx.arrays.pop(v.name, None)
+                for v in group.outputs:
+                    ctx.arrays[v.name] = ctx.allocate(v)
+                uncovered[group.name] = str(exc)
+                entries.append(group)
+            else:
+                entries.extend(ctx.calls[mark:])
+        if uncovered and not any(isinstance(e, Call) for e in entries):
+            raise Unsupported(f"model '{graph.name}': no group runs on generic kernels; e.g. "
+                              f"{next(iter(uncovered.values()))}")
+        limit = max(FALLBACK_MIN, int(FALLBACK_SHARE * len(groups)))
+        if len(uncovered) > limit:
+            raise Unsupported(f"model '{graph.name}': {len(uncovered)} of {len(groups)} fused "
+                              f"groups have no generic kernels (more than {limit}); e.g. "
+                              f"{next(iter(uncovered.values()))}")
+        compiled = dict(compile_groups(graph, [e for e in entries
+                                               if isinstance(e, FusedGroup)])
+                        ) if uncovered else {}
         self.graph_name = graph.name
-        self.calls = ctx.calls
+        self.calls = [e for e in entries if isinstance(e, Call)]
+        self.uncovered = uncovered
         self._arrays = ctx.arrays
         self._outputs = [ctx.arrays[name] for name in outputs]
         self._checks = RunChecks(index_checks, ctx.arrays)
         self._threads = threads
         lib = library(target, threads)
         self.kernels = {c.kernel: lib.kernel(c.kernel) for c in self.calls}
-        self._sequence = CallTable(
-            [(self.kernels[c.kernel].address,
-              [a.ctypes.data for a in c.arrays] + [c.dims.ctypes.data, c.fparams.ctypes.data])
-             for c in self.calls], target, name=graph.name) if self.calls else None
+        self._compiled_kernels: set[str] = set()
+        table = []
+        for e in entries:
+            if isinstance(e, Call):
+                table.append((self.kernels[e.kernel].address,
+                              [a.ctypes.data for a in e.arrays]
+                              + [e.dims.ctypes.data, e.fparams.ctypes.data]))
+                continue
+            if e.name not in compiled:      # an alias group: its outputs are views
+                continue
+            kernel, names = compiled[e.name]
+            args = [ctx.arrays[n] for n in names]
+            _check_args(graph.name, e.name, kernel, names, args)
+            self.kernels[kernel.name] = kernel
+            self._compiled_kernels.add(kernel.name)
+            table.append((kernel.address, [a.ctypes.data for a in args]))
+        self._sequence = CallTable(table, target, name=graph.name) if table else None
         self.plan = GenericPlan(graph.name, [v.name for v in graph.inputs], outputs, {
             "target": str(target), "threads": threads,
             "compile": {"seconds": round(time.perf_counter() - start, 3), "tier": TIER,
-                        "calls": len(self.calls)}})
+                        "calls": len(table), "compiled_groups": sorted(uncovered)}})
 
     # ------------------------------------------------------------------ running
     @property
@@ -127,12 +204,20 @@ class GenericModel:
     def optimized(self, timeout: float | None = None) -> "GenericModel":
         return self
 
+    def kernel_tiers(self) -> dict[str, str]:
+        """Each kernel's tier: "generic", or "fast" for a group's kernel compiled for it."""
+        return {name: "fast" if name in self._compiled_kernels else TIER
+                for name in self.kernels}
+
     def summary(self) -> str:
         counts: dict[str, int] = {}
         for c in self.calls:
             counts[c.kernel] = counts.get(c.kernel, 0) + 1
-        lines = [f"model '{self.plan.name}' on generic kernels: {len(self.calls)} calls"]
+        lines = [f"model '{self.plan.name}' on generic kernels: {len(self.calls)} calls"
+                 + (f", and {len(self.uncovered)} fused groups on kernels compiled for them"
+                    if self.uncovered else "")]
         lines += [f"  {n:4d} x {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+        lines += [f"  compiled: {group} ({why})" for group, why in self.uncovered.items()]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -45,3 +45,44 @@ def test_an_op_without_generic_kernel_is_named():
                        ["y"])
     with pytest.raises(Unsupported, match="det"):
         compile_generic(model, Target.native(), 1)
+
+
+def _relu_det_model(copies: int):
+    nodes, outs = [helper.make_node("Relu", ["x"], ["r"])], []
+    for k in range(copies):
+        nodes.append(helper.make_node("Det", ["r"], [f"d{k}"]))
+        outs.append(f"d{k}")
+    return make_model(nodes, {"x": ((2, 3, 3), "float32")}, outs)
+
+
+def _compile_groups(calls: list):
+    """A compile_groups that builds fast-tier kernels, as kiln.compile's does, and counts."""
+    from kiln.graph.compile import model as model_mod
+
+    def build(graph, groups):
+        calls.append([g.name for g in groups])
+        _, per_group, kernels, _, _ = model_mod._extract_and_build(
+            graph, groups, Target.native(), None, 1, 2, False, fast=True)
+        return {name: (kernels[mt.name], [v.name for v in dag.arg_values])
+                for name, (mt, dag) in per_group.items()}
+    return build
+
+
+def test_uncovered_groups_run_on_kernels_compiled_for_them(rng):
+    calls = []
+    gm = compile_generic(_relu_det_model(2), Target.native(), 2, _compile_groups(calls))
+    assert len(calls) == 1 and len(calls[0]) == len(gm.uncovered) >= 1
+    assert "compiled: " in gm.summary() and gm.calls      # relu stays generic
+    assert set(gm.kernel_tiers().values()) == {"generic", "fast"}
+    x = rng.standard_normal((2, 3, 3)).astype(np.float32)
+    got = gm.run([x])
+    want = np.linalg.det(np.maximum(x, 0))
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+
+
+def test_too_many_uncovered_groups_are_unsupported():
+    calls = []
+    with pytest.raises(Unsupported, match="fused groups have no generic kernels"):
+        compile_generic(_relu_det_model(6), Target.native(), 2, _compile_groups(calls))
+    assert not calls
