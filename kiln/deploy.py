@@ -72,9 +72,11 @@ def deploy_plan(compiled: CompiledModel) -> tuple[DeployPlan, dict]:
     pinned = {input_index[name]: np.ascontiguousarray(arr, dtype=specs[name].dtype).tobytes()
               for name, arr in pinned_arrays(plan.meta.get("pinned", {})).items()
               if name in input_index}
+    serial = frozenset(compiled.kernels[name].symbol for name in compiled.serial_kernels
+                       if name in compiled.kernels)
     return DeployPlan(plan.name, tensors_in, tensors_out, tuple(calls), tuple(copies), blob,
                       arena_bytes, int(plan.meta.get("threads", 1) or 1), pinned,
-                      tuple(checks)), kernels
+                      tuple(checks), serial), kernels
 
 
 def _compiled(model, input_shapes, constants, target, db, threads, layout,

@@ -100,7 +100,8 @@ class Glue:
             ir.Constant(self.size, self.plan.workspace_bytes()))
 
     def _emit_setup(self) -> ir.Function:
-        """setup(): every kernel's thread count, and its pool pointer (the pool's entry)."""
+        """setup(): every kernel's thread count (one for the plan's serial kernels), and its
+        pool pointer (the pool's entry)."""
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), []),
                          f"{self.prefix}__setup")
         fn.linkage = "internal"
@@ -108,8 +109,10 @@ class Glue:
         n = b.load(self.threads, typ=I32)
         entry = self._declare(ENTRY, ir.VoidType(), [T.PTR, T.PTR, I32, I32]) if (
             self.pool and self.pooled) else None
+        one = ir.Constant(I32, 1)
         for sym in sorted({c.symbol for c in self.plan.calls}):
-            b.store(n, self._extern_global(threads_symbol(sym), I32))
+            b.store(one if sym in self.plan.serial else n,
+                    self._extern_global(threads_symbol(sym), I32))
             if sym in self.pooled:
                 value = entry if entry is not None else ir.Constant(T.PTR, None)
                 b.store(value, self._extern_global(pool_symbol(sym), T.PTR))

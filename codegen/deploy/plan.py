@@ -112,6 +112,9 @@ class DeployPlan:
     threads: int = 1
     pinned: dict[int, bytes] = field(default_factory=dict)   # input index -> its fixed value
     index_checks: tuple[IndexCheck, ...] = ()
+    # kernels (symbols) that run on one thread whatever the count: measured no faster on
+    # more when the model was compiled (graph/runtime/thread_choice.py)
+    serial: frozenset[str] = frozenset()
 
     def workspace_bytes(self) -> int:
         return self.arena_bytes + WORKSPACE_ALIGNMENT - 1 if self.arena_bytes else 0

@@ -3,6 +3,7 @@ generated header runs each model in a process with no Python mapped, at 1 and 2 
 matches onnxruntime and the Python CompiledModel; misuse of the API returns error codes."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -64,6 +65,11 @@ def exported(tmp_path_factory):
             with thread_plan.disabled():
                 compiled = compile_model(model, db=None, input_shapes=shapes, jobs=1,
                                          threads=2, constants=pinned, cache_model=False)
+            # ... and no kernel set to one thread by the measured choice either (the C
+            # library honours it: test_the_thread_choice_reaches_the_c_library)
+            meta = {k: v for k, v in compiled.plan.meta.items() if k != "thread_choice"}
+            compiled.plan = dataclasses.replace(compiled.plan, meta=meta)
+            compiled.set_num_threads(2)
             d = tmp_path_factory.mktemp(f"{name}_{weights}")
             lib = export_c(compiled, d / f"lib{name}.so", weights=weights)
             built[key] = (lib, compiled, build_harness(lib, d / "harness"))
@@ -260,3 +266,32 @@ def test_an_index_out_of_range_is_an_error_code(exported, tmp_path):
     got = _read_outputs(tmp_path, compiled)
     for g, k in zip(got, compiled.run({"input_ids": ids})):
         np.testing.assert_array_equal(g, k)
+
+
+def test_the_thread_choice_reaches_the_c_library(exported):
+    """A kernel the thread choice (graph/runtime/thread_choice.py) keeps on one thread gets
+    one thread in the library's setup too, whatever the count the caller sets; the others
+    get the caller's count."""
+    import re
+
+    from kiln.codegen.deploy.glue import glue_module
+    from kiln.codegen.emit_module import threads_symbol
+    from kiln.deploy import deploy_plan
+
+    _, compiled, _ = exported("transformer")
+    symbol = {k: compiled.kernels[k].symbol for k in compiled.kernels}
+    assert deploy_plan(compiled)[0].serial == frozenset()     # (the fixture cleared it)
+    name = sorted(compiled.kernels)[0]          # a choice of one serial kernel, injected
+    saved = compiled.plan
+    compiled.plan = dataclasses.replace(saved, meta={**saved.meta, "thread_choice": {
+        "threads": 2, "serial": [name], "prewake": []}})
+    try:
+        plan, _ = deploy_plan(compiled)
+    finally:
+        compiled.plan = saved
+    assert plan.serial == {symbol[name]}
+    text = str(glue_module(plan, "m", "x86_64-unknown-linux-gnu"))
+    stores = {g: v for v, g in
+              re.findall(r'store i32 (\S+), (?:ptr|i32\*) @"?([\w.]+)"?', text)}
+    assert stores[threads_symbol(symbol[name])] == "1"
+    assert all(stores[threads_symbol(s)] != "1" for k, s in symbol.items() if k != name)
