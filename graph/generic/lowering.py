@@ -48,6 +48,49 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     return raw[at:at + n].view(dtype).reshape(shape)
 
 
+class _BlockPool:
+    """Blocks of values read by no later call, handed to later values (best fit, at most
+    twice the size asked for), so a model's intermediates take about its peak working set
+    instead of their sum (and the first run touches fewer fresh pages). A block returns to
+    the pool when every live value in it (the value and its views) is released."""
+
+    def __init__(self):
+        self._free: list[np.ndarray] = []      # raw uint8 blocks, no live value in them
+        self._live: dict[int, int] = {}        # id(raw block) -> live values in it
+        self._raw: dict[int, np.ndarray] = {}  # id -> the raw block (pool-made only)
+
+    def take(self, shape, dtype: np.dtype) -> np.ndarray:
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        need = max(n, 1) + ALIGNMENT
+        fits = [b for b in self._free if need <= b.size <= 2 * need]
+        if fits:
+            raw = min(fits, key=lambda b: b.size)
+            self._free = [b for b in self._free if b is not raw]
+        else:
+            raw = np.empty(need, np.uint8)
+            self._raw[id(raw)] = raw
+        self._live[id(raw)] = 0
+        at = (-raw.ctypes.data) % ALIGNMENT
+        return raw[at:at + n].view(dtype).reshape(shape)
+
+    def _block(self, arr: np.ndarray | None) -> np.ndarray | None:
+        while arr is not None and id(arr) not in self._raw:
+            arr = arr.base if isinstance(arr.base, np.ndarray) else None
+        return arr
+
+    def hold(self, arr) -> None:
+        raw = self._block(arr)
+        if raw is not None:
+            self._live[id(raw)] += 1
+
+    def drop(self, arr) -> None:
+        raw = self._block(arr)
+        if raw is not None:
+            self._live[id(raw)] -= 1
+            if self._live[id(raw)] == 0:
+                self._free.append(raw)
+
+
 @dataclass(frozen=True)
 class Call:
     """One call: kernel `family.name` on `arrays` plus its dims and fparams arrays."""
@@ -67,6 +110,7 @@ class Context:
         self.arrays: dict[str, np.ndarray] = {}
         self.calls: list[Call] = []
         self.node: Node | None = None
+        self._pool = _BlockPool()
 
     # ---------------------------------------------------------------- values
     def input(self, k: int) -> np.ndarray:
@@ -98,7 +142,16 @@ class Context:
         if v.size > MAX_ELEMENTS:
             raise Unsupported(self.describe(f"value '{v.name}' has {v.size} elements, more "
                                             f"than the generic kernels index ({MAX_ELEMENTS})"))
-        return aligned_empty(v.shape, np.dtype(v.dtype))
+        return self._pool.take(v.shape, np.dtype(v.dtype))
+
+    def holds(self, name: str) -> None:
+        """Value `name`'s array (or the block it views) is live: count it."""
+        self._pool.hold(self.arrays.get(name))
+
+    def release(self, name: str) -> None:
+        """Value `name` is read by no later call: its block may serve a later value once no
+        live value views it."""
+        self._pool.drop(self.arrays.get(name))
 
     def temp(self, shape: Sequence[int], dtype="float32") -> np.ndarray:
         return aligned_empty(tuple(shape), dtype)

@@ -46,6 +46,20 @@ def _check_args(model: str, group: str, kernel, names, args) -> None:
                                 f"({p.describe()}) of kernel '{kernel.name}'")
 
 
+def _last_reads(groups: list[FusedGroup], outputs) -> dict[str, int]:
+    """Value name -> index of the last group that reads it (or makes it, if none reads it);
+    the graph's outputs (index checks included) are read after every group."""
+    last: dict[str, int] = {}
+    for at, group in enumerate(groups):
+        for node in group.nodes:
+            for v in (*node.inputs, *node.outputs):
+                if v is not None:
+                    last[v.name] = at
+    for name in outputs:
+        last[name] = len(groups)
+    return last
+
+
 def unsupported_nodes(graph: Graph) -> list[str]:
     """The ops of `graph` with no generic lowering (a quick check before planning)."""
     register_all()
@@ -94,9 +108,10 @@ class GenericModel:
             arr[...] = value
             ctx.arrays[name] = arr
         groups = fuse_operators(graph)
+        last_read = _last_reads(groups, [*outputs, *(c["value"] for c in index_checks)])
         entries: list = []          # Call, or the FusedGroup a compiled kernel runs
         uncovered: dict[str, str] = {}
-        for group in groups:
+        for at, group in enumerate(groups):
             mark = len(ctx.calls)
             try:
                 for node in group.nodes:
@@ -117,6 +132,13 @@ class GenericModel:
                 entries.append(group)
             else:
                 entries.extend(ctx.calls[mark:])
+            made = [v.name for v in group.outputs] if group.name in uncovered else \
+                [v.name for node in group.nodes for v in node.outputs]
+            for name in made:
+                ctx.holds(name)
+            for name in made + [v.name for v in group.inputs]:
+                if last_read.get(name, -1) <= at:
+                    ctx.release(name)
         if uncovered and not any(isinstance(e, Call) for e in entries):
             raise Unsupported(f"model '{graph.name}': no group runs on generic kernels; e.g. "
                               f"{next(iter(uncovered.values()))}")

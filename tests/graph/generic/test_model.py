@@ -86,3 +86,42 @@ def test_too_many_uncovered_groups_are_unsupported():
     with pytest.raises(Unsupported, match="fused groups have no generic kernels"):
         compile_generic(_relu_det_model(6), Target.native(), 2, _compile_groups(calls))
     assert not calls
+
+
+def test_blocks_are_reused_but_never_while_a_view_of_them_is_read(rng):
+    """a = relu(x); v = reshape(a); c = relu(a); d = relu(c); e = relu(v): a's block must
+    outlive a's last direct read while its view v is still to be read; c's block can serve
+    a later value."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Reshape", ["a", "s"], ["v"]),
+             helper.make_node("Relu", ["a"], ["c"]),
+             helper.make_node("Relu", ["c"], ["d"]),
+             helper.make_node("Relu", ["d"], ["d2"]),
+             helper.make_node("Relu", ["v"], ["e"])]
+    model = make_model(nodes, {"x": ((4, 33), "float32")}, ["d2", "e"],
+                       inits={"s": np.array([132], np.int64)})
+    gm = compile_generic(model, Target.native(), 2)
+    x = rng.standard_normal((4, 33)).astype(np.float32)
+    d2, e = gm.run([x])
+    np.testing.assert_array_equal(d2, np.maximum(x, 0))
+    np.testing.assert_array_equal(e, np.maximum(x, 0).reshape(-1))
+    blocks = {c.arrays[-1].__array_interface__["data"][0] for c in gm.calls}
+    assert len(blocks) < len(gm.calls)          # some output block served twice
+
+
+def test_a_block_returns_to_the_pool_only_when_no_live_value_views_it():
+    from kiln.graph.generic.lowering import ALIGNMENT, _BlockPool
+    pool = _BlockPool()
+    a = pool.take((4, 33), np.dtype(np.float32))
+    assert a.ctypes.data % ALIGNMENT == 0
+    view = a.reshape(-1)
+    pool.hold(a)
+    pool.hold(view)
+    pool.drop(a)                                  # the view is still to be read
+    b = pool.take((4, 33), np.dtype(np.float32))
+    assert not np.shares_memory(a, b)
+    pool.drop(view)
+    c = pool.take((132,), np.dtype(np.float32))   # now a's block serves
+    assert np.shares_memory(a, c)
+    d = pool.take((1000,), np.dtype(np.float32))  # too big for any free block
+    assert not np.shares_memory(d, a) and not np.shares_memory(d, b)
