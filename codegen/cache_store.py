@@ -47,6 +47,27 @@ def cache_dir(environ=None) -> Path | None:
     return base / "kiln"
 
 
+GENERIC_ENV = "KILN_GENERIC_DIR"
+
+
+def generic_dir(environ=None) -> Path | None:
+    """The folder of the per-machine generic kernel library (codegen/generic/library.py):
+    KILN_GENERIC_DIR, else `kiln-generic` next to the default cache folder; None when it
+    is "off". It is apart from KILN_CACHE_DIR on purpose: the library belongs with the
+    install, and an emptied model or kernel cache still finds it."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(GENERIC_ENV, "").strip()
+    if raw:
+        return None if raw.lower() in OFF_VALUES else Path(raw).expanduser()
+    root = cache_dir({k: v for k, v in environ.items() if k != "KILN_CACHE_DIR"})
+    return None if root is None else root.parent / "kiln-generic"
+
+
+def open_generic_store(kind: str, suffix: str, environ=None) -> "Store | None":
+    root = generic_dir(environ)
+    return None if root is None else Store(root, kind, suffix)
+
+
 # a source file written this recently may change again within its clock tick (same times):
 # the fingerprint is then hashed from the bytes, never taken from a stat alias
 RACY_SECONDS = 3.0

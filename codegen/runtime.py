@@ -42,7 +42,7 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from . import llvm_types as T
-from .cache_store import make_key, open_store
+from .cache_store import make_key, open_generic_store, open_store
 from .runtime_config import parallel_runtime_setting
 
 log = logging.getLogger(__name__)
@@ -613,17 +613,21 @@ def runtime_object(target, futex: int) -> bytes:
     compiled and stored. The key is what the module is made of (its triple and futex
     number; Kiln's sources and LLVM's version are in every key), so a hit neither builds
     nor prints it (~25 ms)."""
-    store = open_store("runtime", "obj")
     key = make_key("runtime", target=str(target), triple=target.triple, futex=futex)
-    found = store.read(key) if store is not None else None
-    if found is None:
-        code = _compile_runtime(str(build_runtime_module(target.triple, futex)), target)
+    # the cache's copy, else the generic library's (per machine: a cold compile on an
+    # emptied cache then need not build the pool before its first parallel run)
+    stores = [open_store("runtime", "obj"), open_generic_store("runtime", "obj")]
+    for store in stores:
+        found = store.read(key) if store is not None else None
+        if found is not None:
+            mm, start = found
+            code = mm[start:]
+            mm.close()
+            return code
+    code = _compile_runtime(str(build_runtime_module(target.triple, futex)), target)
+    for store in stores:
         if store is not None:
             store.write(key, [code])
-        return code
-    mm, start = found
-    code = mm[start:]
-    mm.close()
     return code
 
 

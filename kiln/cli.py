@@ -507,6 +507,9 @@ def cmd_warmup(args) -> int:
     start = time.perf_counter()
     seconds = warm_up(target)
     runner_address(target)
+    if target.can_run_on_host():
+        from .codegen.runtime import native_runtime_object
+        native_runtime_object()       # the thread pool's code, stored with the library
     for family, s in seconds.items():
         console.print(f"  {family:12s} {s:6.2f} s")
     where = library_dir() or "memory only (KILN_GENERIC_DIR=off)"

@@ -2,7 +2,7 @@
 object file per target, stored in its own cache folder, loaded once per process.
 
 The folder is KILN_GENERIC_DIR (default: `kiln-generic` next to the kernel cache's folder;
-"off" builds in memory, every process). It is apart from KILN_CACHE_DIR on purpose: the
+"off" builds in memory, every process; codegen/cache_store.generic_dir). It is apart from KILN_CACHE_DIR on purpose: the
 library is part of the install, like onnxruntime's prebuilt kernels, and a model's cold
 compile (an empty model and kernel cache) still finds it. `kiln warmup` builds every family
 ahead of time; otherwise a family is built the first time a model needs it (a few seconds,
@@ -30,7 +30,6 @@ from ..kernel import Kernel, ParamSpec
 from ..target import Target, init_llvm
 from .registry import FAMILIES
 
-ENV = "KILN_GENERIC_DIR"
 # the modules whose import registers each family's kernels
 FAMILY_MODULES = ("elementwise", "conv", "matmul", "reduce", "data")
 
@@ -47,17 +46,11 @@ def register_all() -> None:
 
 
 def library_dir(environ=None) -> Path | None:
-    environ = os.environ if environ is None else environ
-    raw = environ.get(ENV, "").strip()
-    if raw:
-        return None if raw.lower() in cache_store.OFF_VALUES else Path(raw).expanduser()
-    root = cache_store.cache_dir({k: v for k, v in environ.items() if k != "KILN_CACHE_DIR"})
-    return None if root is None else root.parent / "kiln-generic"
+    return cache_store.generic_dir(environ)
 
 
 def _store(environ=None) -> cache_store.Store | None:
-    root = library_dir(environ)
-    return None if root is None else cache_store.Store(root, "families", "obj")
+    return cache_store.open_generic_store("families", "obj", environ)
 
 
 def family_object(family: str, target: Target) -> tuple[bytes, dict[str, tuple], float]:
