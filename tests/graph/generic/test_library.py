@@ -1,0 +1,90 @@
+"""The generic kernel library (codegen/generic/library.py): built once per machine, found
+again from its own folder whatever KILN_CACHE_DIR holds."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.codegen import runtime
+from kiln.codegen.generic import library as lib_mod
+from kiln.codegen.generic.runner import CallTable
+from kiln.codegen.target import Target
+from kiln.te.errors import CodegenError
+
+
+def test_a_family_is_compiled_once_then_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
+    target = Target.native()
+    code, symbols, _ = lib_mod.family_object("elementwise", target)
+    assert "unary.relu" in symbols
+
+    def no_llvm(*args, **kwargs):
+        raise AssertionError("the family was compiled again")
+    monkeypatch.setattr(lib_mod, "optimize", no_llvm)
+    again, symbols_again, _ = lib_mod.family_object("elementwise", target)
+    assert again == code and symbols_again == symbols
+
+
+def test_the_folder_is_apart_from_the_cache_and_can_be_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_GENERIC_DIR", raising=False)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert lib_mod.library_dir() == tmp_path / "xdg" / "kiln-generic"
+    monkeypatch.setenv("KILN_GENERIC_DIR", "off")
+    assert lib_mod.library_dir() is None
+    code, _, _ = lib_mod.family_object("elementwise", Target.native())   # built in memory
+    assert code
+
+
+def test_an_unknown_family_or_kernel_is_named():
+    with pytest.raises(CodegenError, match="no generic kernel family 'nope'"):
+        lib_mod.family_object("nope", Target.native())
+    with pytest.raises(CodegenError, match="no generic kernel 'elementwise.nope'"):
+        lib_mod.library(Target.native(), 1).kernel("elementwise.nope")
+
+
+def test_the_thread_pool_code_comes_from_the_library_folder(tmp_path, monkeypatch):
+    """A cold compile (empty KILN_CACHE_DIR) finds the pool's object with the library."""
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache1"))
+    futex = runtime._futex_number()
+    if futex is None:
+        pytest.skip("no futex: Kiln's pool is not used here")
+    target = Target.native()
+    code = runtime.runtime_object(target, futex)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache2"))     # emptied cache
+
+    def no_llvm(*args, **kwargs):
+        raise AssertionError("the pool was compiled again")
+    monkeypatch.setattr(runtime, "_compile_runtime", no_llvm)
+    assert runtime.runtime_object(target, futex) == code
+
+
+def test_the_call_table_runs_calls_in_order_and_checks_them(rng):
+    target = Target.native()
+    relu = lib_mod.library(target, 2).kernel("elementwise.unary.relu")
+    x = rng.standard_normal(37).astype(np.float32)
+    y, z = np.empty_like(x), np.empty_like(x)
+    dims, fparams = np.zeros(32, np.int32), np.zeros(8, np.float32)
+    dims[0] = x.size
+    table = CallTable([(relu.address, [x.ctypes.data, y.ctypes.data, dims.ctypes.data,
+                                       fparams.ctypes.data]),
+                       (relu.address, [y.ctypes.data, z.ctypes.data, dims.ctypes.data,
+                                       fparams.ctypes.data])], target)
+    table()
+    np.testing.assert_array_equal(z, np.maximum(x, 0))
+    with pytest.raises(CodegenError, match="null function or buffer"):
+        CallTable([(relu.address, [0])], target)
+    with pytest.raises(CodegenError, match="at most 16"):
+        CallTable([(relu.address, [x.ctypes.data] * 17)], target)
+
+
+def test_kiln_warmup_builds_every_family(tmp_path, monkeypatch, capsys):
+    from kiln.cli import main
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
+    assert main(["warmup"]) == 0
+    out = capsys.readouterr().out
+    assert "elementwise" in out and str(tmp_path / "generic") in out.replace("\n", "")
+    stored = list((tmp_path / "generic" / "families").rglob("*.obj"))
+    lib_mod.register_all()
+    assert len(stored) == len(lib_mod.FAMILIES)
