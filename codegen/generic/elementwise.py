@@ -154,70 +154,93 @@ for _src, _dst in itertools.permutations(CAST_DTYPES, 2):
 
 # ------------------------------------------------------------------------------ strided
 
+def _lets(pairs, body_of):
+    """body_of([v...]) with each v bound to its value, in order (a later value may use the
+    earlier vars): values read once, kept in registers, not reloaded in inner loops."""
+    def bind(k, bound):
+        if k == len(pairs):
+            return body_of(bound)
+        name, value = pairs[k]
+        value = value(bound) if callable(value) else value
+        return _let(name, value, lambda v: bind(k + 1, [*bound, v]))
+    return bind(0, [])
+
+
 def _strided(name: str, in_dtypes: tuple[str, ...], out_dtype: str, fn):
     """Register kernel `name`: out = fn(*inputs) under numpy broadcasting, as described in
     the module docstring."""
     @generic_kernel("elementwise", name)
     def build():
-        ins = [data(f"x{k}", d) for k, d in enumerate(in_dtypes)]
+        ins = [data(f"x{k}", t) for k, t in enumerate(in_dtypes)]
         out = data("y", out_dtype)
         dims, fparams = dims_buffer(), fparams_buffer()
-        d = lambda k: load(dims, k)  # noqa: E731
-        stride = lambda k, axis: d(STRIDES + (OUTER + 1) * k + axis)  # noqa: E731
-        inner_stride = [stride(k, OUTER) for k in range(len(ins))]
+        n_dims = STRIDES + (OUTER + 1) * len(ins)
         lanes = min(lanes_of(t) for t in (*in_dtypes, out_dtype))
 
-        def inner(offsets, o_base, j0, length):
-            """The block [j0, j0 + length) of one row: a fast path per pattern of inner
-            strides in {0, 1}, then the general one."""
-            def path(pattern):
-                def at(k, j):
-                    if pattern is None:
-                        return offsets[k] + (j0 + j) * inner_stride[k]
-                    return offsets[k] + j0 + j if pattern[k] else offsets[k]
+        def kernel_body(d):
+            stride = lambda k, axis: d[STRIDES + (OUTER + 1) * k + axis]  # noqa: E731
+            inner_stride = [stride(k, OUTER) for k in range(len(ins))]
 
-                def body(j):
-                    return Store(out, o_base + j0 + j,
-                                 fn(*[load(x, at(k, j)) for k, x in enumerate(ins)]))
-                return vector_loop("j", length, lanes if pattern is not None else 1, body)
+            def inner(offsets, o_base, j0, length):
+                """The block [j0, j0 + length) of one row: a fast path per pattern of inner
+                strides in {0, 1}, then the general one."""
+                def path(pattern):
+                    def at(k, j):
+                        if pattern is None:
+                            return offsets[k] + (j0 + j) * inner_stride[k]
+                        return offsets[k] + j0 + j if pattern[k] else offsets[k]
 
-            stmt = path(None)
-            for pattern in itertools.product((1, 0), repeat=len(ins)):
-                cond = E.all_of(*[inner_stride[k].eq(pattern[k]) for k in range(len(ins))])
-                stmt = IfThenElse(cond, path(pattern), stmt)
-            return stmt
+                    def body(j):
+                        return Store(out, o_base + j0 + j,
+                                     fn(*[load(x, at(k, j)) for k, x in enumerate(ins)]))
+                    return vector_loop("j", length, 1 if pattern is None else lanes, body)
 
-        def piece(p):
-            # p -> (i0..i3, run r of i4, block b of j)
-            b = p % d(BLOCKS)
-            rest = p // d(BLOCKS)
-            r = rest % d(RUNS)
-            rest = rest // d(RUNS)
-            idx = [None] * (OUTER - 1)
-            for axis in range(OUTER - 2, 0, -1):
-                idx[axis] = rest % d(axis)
-                rest = rest // d(axis)
-            idx[0] = rest
-            head = [sum((idx[a] * stride(k, a) for a in range(1, OUTER - 1)),
-                        idx[0] * stride(k, 0)) for k in range(len(ins))]
-            row0 = idx[0]
-            for axis in range(1, OUTER - 1):
-                row0 = row0 * d(axis) + idx[axis]
-            i4_0 = r * d(RUN)
-            j0 = b * d(BLOCK)
+                stmt = path(None)
+                for pattern in itertools.product((1, 0), repeat=len(ins)):
+                    cond = E.all_of(*[inner_stride[k].eq(pattern[k]) for k in range(len(ins))])
+                    stmt = IfThenElse(cond, path(pattern), stmt)
+                return stmt
 
-            def rows(i4):
-                offsets = [head[k] + i4 * stride(k, OUTER - 1) for k in range(len(ins))]
-                o_base = (row0 * d(OUTER - 1) + i4) * d(N_INNER)
-                return inner(offsets, o_base, j0, E.minimum(d(BLOCK), d(N_INNER) - j0))
-            return _let("i4_0", i4_0, lambda s: loop(
-                "i4", E.minimum(d(RUN), d(OUTER - 1) - s), rows, start=s))
+            def piece(p):
+                # p -> (i0..i3, run r of i4, block b of j); q_k: p with the k last digits off
+                # q = [p // blocks, that // runs (the row of i0..i3), that // n3, // n2, // n1]
+                pairs = [("q0", p // d[BLOCKS]), ("q1", lambda v: v[0] // d[RUNS])]
+                for axis in range(OUTER - 2, 0, -1):
+                    pairs.append((f"q{OUTER - axis}", (lambda a: lambda v: v[-1] // d[a])(axis)))
 
-        def group(g):
-            first = g * d(GROUP)
-            return _let("p0", first, lambda p0: loop(
-                "p", E.minimum(d(GROUP), d(PIECES) - p0), piece, start=p0))
-        body = loop("g", d(GROUPS), group, ForKind.PARALLEL)
+                def with_digits(q):
+                    b = p - q[0] * d[BLOCKS]
+                    r = q[0] - q[1] * d[RUNS]
+                    idx = [q[OUTER - 1]] + [q[OUTER - 1 - a] - q[OUTER - a] * d[a]
+                                            for a in range(1, OUTER - 1)]
+                    head = [sum((idx[a] * stride(k, a) for a in range(1, OUTER - 1)),
+                                idx[0] * stride(k, 0)) for k in range(len(ins))]
+                    row0 = q[1]           # (i0..i3) flattened
+                    more = [("j0", b * d[BLOCK]), ("i4_0", r * d[RUN]),
+                            ("row0", row0)] + [(f"h{k}", h) for k, h in enumerate(head)]
+
+                    def go(v):
+                        j0, i4_0, row0, head = v[0], v[1], v[2], v[3:]
+                        length = E.minimum(d[BLOCK], d[N_INNER] - j0)
+
+                        def rows(i4):
+                            return _lets(
+                                [(f"o{k}", head[k] + i4 * stride(k, OUTER - 1))
+                                 for k in range(len(ins))] +
+                                [("ob", (row0 * d[OUTER - 1] + i4) * d[N_INNER]),
+                                 ("len", length)],
+                                lambda w: inner(w[:len(ins)], w[len(ins)], j0, w[-1]))
+                        return loop("i4", E.minimum(d[RUN], d[OUTER - 1] - i4_0), rows,
+                                    start=i4_0)
+                    return _lets(more, go)
+                return _lets(pairs, with_digits)
+
+            def group(g):
+                return _let("p0", g * d[GROUP], lambda p0: loop(
+                    "p", E.minimum(d[GROUP], d[PIECES] - p0), piece, start=p0))
+            return loop("g", d[GROUPS], group, ForKind.PARALLEL)
+
+        body = _lets([(f"d{k}", load(dims, k)) for k in range(n_dims)], kernel_body)
         return kernel(name, [*ins, out], body, dims, fparams)
     return build
 
