@@ -1,4 +1,4 @@
-"""Lowerings that need no kernel (views) and the seed elementwise ones."""
+"""Lowerings that need no kernel: views."""
 from __future__ import annotations
 
 from .lowering import lowers
@@ -8,9 +8,3 @@ from .lowering import lowers
 def _view(node, ctx):
     ctx.alias(0, ctx.input(0))
 
-
-@lowers("relu")
-def _relu(node, ctx):
-    ctx.require_dtype("float32")
-    x, y = ctx.input(0), ctx.output(0)
-    ctx.call("elementwise.unary.relu", [x, y], [x.size])
