@@ -1,0 +1,236 @@
+"""Convolution and pooling generic kernels (NCHW float32).
+
+conv.dense: a grouped conv2d whose weight the lowering re-laid out as
+    wp[G, OB, Cg, KH, KW, 16] (OB = ceil(Og / 16) blocks of 16 output channels, zero-filled
+    past Og). Each parallel step is one output row of one 16-channel block; its pixels go in
+    register tiles of TILE pixels x 16 channels (a broadcast-FMA per tap), the pixels whose
+    taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
+    guards, the rest one at a time with guarded taps.
+    dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
+conv.depthwise: a conv2d with one input channel per group (Cg == 1; depthwise when Og == 1),
+    weight w[O, KH*KW] as is; vectorized over the output row's interior pixels.
+    dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Og, ow_lo, ow_hi]
+pool.max / pool.avg: 2-D pooling windows; vectorized over the output row's interior pixels.
+    dims: [N*C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, ow_lo, ow_hi,
+           count_include_pad, H + PB, W + PR]   (avg: the window counts what lies in
+           [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else in the input)
+"""
+from __future__ import annotations
+
+from ...schedule.ir import Allocate, Buffer, ForKind, IfThenElse, Scope, Store, seq
+from ...te import expr as E
+from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop
+
+BLOCK = 16      # output channels per weight block (one float32 vector)
+TILE = 8        # output pixels per register tile of conv.dense
+LANES = 16      # pixels per vector of the depthwise and pooling kernels
+
+
+def _pos(e):
+    """max(e, 1): a run-time divisor that can never be 0."""
+    return E.maximum(e, E.const(1))
+
+
+def _in(v, lo, hi):
+    return E.logical_and(lo <= v, v < hi)
+
+
+def _local(name: str, size: int) -> Buffer:
+    return Buffer(name, "float32", (size,), Scope.LOCAL)
+
+
+def _vec(name, body_of, lanes=BLOCK):
+    return loop(name, lanes, body_of, ForKind.VECTORIZED)
+
+
+def _unrolled(name, n, body_of):
+    return loop(name, n, body_of, ForKind.UNROLLED)
+
+
+@generic_kernel("conv", "dense")
+def _dense():
+    x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+    d = [load(dims, k) for k in range(21)]
+    n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, g_, cg, og, ob_, lo, hi = d
+    rows = n_ * g_ * ob_ * oh_
+
+    def step(p):
+        oh = p % _pos(oh_)
+        t = p // _pos(oh_)
+        ob = t % _pos(ob_)
+        t2 = t // _pos(ob_)
+        g = t2 % _pos(g_)
+        n = t2 // _pos(g_)
+        valid = og - ob * BLOCK                      # channels of this block that exist
+        xbase = (n * c_ + g * cg) * h * wd
+        wbase = (g * ob_ + ob) * cg * kh_ * kw_ * BLOCK
+        ybase = ((n * o_ + g * og + ob * BLOCK) * oh_ + oh) * ow_
+        plane = oh_ * ow_
+        ih0 = oh * sh - pt
+
+        def taps(acc, npix, ow0, guard_w):
+            """acc[r*16 + v] += x[tap of pixel ow0 + r] * w[tap, v] over every tap."""
+            def tap(c, kh, kw):
+                ih = ih0 + kh * dh
+                wv = lambda v: load(w, wbase + ((c * kh_ + kh) * kw_ + kw) * BLOCK + v)
+
+                def pixel(r):
+                    iw = (ow0 + r) * sw - pl + kw * dw
+                    upd = _vec("v", lambda v: Store(acc, r * BLOCK + v, load(
+                        acc, r * BLOCK + v) + load(x, xbase + (c * h + ih) * wd + iw) * wv(v)))
+                    return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
+                return _unrolled("r", npix, pixel)
+            return loop("c", cg, lambda c: loop("kh", kh_, lambda kh: IfThenElse(
+                _in(ih0 + kh * dh, 0, h), loop("kw", kw_, lambda kw: tap(c, kh, kw)))))
+
+        def tile(npix, ow0, guard_w):
+            acc = _local("acc", npix * BLOCK)
+            zero = _unrolled("r", npix, lambda r: _vec(
+                "v", lambda v: Store(acc, r * BLOCK + v, E.const(0.0))))
+            # constant acc indices only (unrolled, guarded stores): acc stays in registers
+            out = _unrolled("r", npix, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
+                v < valid, Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
+            return Allocate(acc, seq(zero, taps(acc, npix, ow0, guard_w), out))
+
+        tiles = (hi - lo) // TILE
+        interior = loop("t", tiles, lambda t: tile(TILE, lo + t * TILE, False))
+        left = loop("owl", lo, lambda ow: tile(1, ow, True))
+        right = loop("owr", ow_ - (lo + tiles * TILE),
+                     lambda ow: tile(1, ow, True), start=lo + tiles * TILE)
+        return seq(interior, left, right)
+
+    body = loop("p", rows, step, ForKind.PARALLEL)
+    return kernel("conv.dense", [x, w, y], body, dims, fparams)
+
+
+def _row_kernel(name: str, nd: int, window):
+    """A kernel over output rows (parallel) whose interior pixels [ow_lo, ow_hi) go
+    LANES at a time and the rest one at a time: window(d, p, ow0, lanes, guard_w, acc)
+    -> the statements filling acc[0:lanes] for pixels ow0 + [0, lanes) and storing them."""
+    @generic_kernel(*name.split(".", 1))
+    def build():
+        x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+        dims, fparams = dims_buffer(), fparams_buffer()
+        d = [load(dims, k) for k in range(nd)]
+        bufs = (x, w, y)
+
+        def step(p, lo, hi, ow_):
+            def tile(lanes, ow0, guard_w):
+                acc = _local("acc", lanes)
+                return Allocate(acc, window(d, bufs, p, ow0, lanes, guard_w, acc))
+            vecs = (hi - lo) // LANES
+            return seq(loop("t", vecs, lambda t: tile(LANES, lo + t * LANES, False)),
+                       loop("owl", lo, lambda ow: tile(1, ow, True)),
+                       loop("owr", ow_ - (lo + vecs * LANES), lambda ow: tile(1, ow, True),
+                            start=lo + vecs * LANES))
+        rows, lo, hi, ow_ = window.rows(d)
+        body = loop("p", rows, lambda p: step(p, lo, hi, ow_), ForKind.PARALLEL)
+        return kernel(name, list(bufs), body, dims, fparams)
+    return build
+
+
+def _lane_loop(lanes, body_of):
+    return _vec("v", body_of, lanes) if lanes > 1 else body_of(E.const(0))
+
+
+class _Depthwise:
+    """y[n, o, oh, ow] = sum over taps of x[n, o // Og, ih, iw] * w[o, kh, kw]."""
+
+    @staticmethod
+    def rows(d):
+        n_, c_, h, wd, o_, oh_, ow_ = d[:7]
+        return n_ * o_ * oh_, d[16], d[17], ow_
+
+    def __call__(self, d, bufs, p, ow0, lanes, guard_w, acc):
+        x, w, y = bufs
+        n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, og = d[:16]
+        oh = p % _pos(oh_)
+        o = (p // _pos(oh_)) % _pos(o_)
+        n = p // _pos(oh_ * o_)
+        xbase = (n * c_ + o // _pos(og)) * h * wd
+        ih0 = oh * sh - pt
+
+        def tap(kh, kw):
+            ih = ih0 + kh * dh
+            wt = load(w, (o * kh_ + kh) * kw_ + kw)
+
+            def lane(v):
+                iw = (ow0 + v) * sw - pl + kw * dw
+                upd = Store(acc, v, load(acc, v) + load(x, xbase + ih * wd + iw) * wt)
+                return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
+            return _lane_loop(lanes, lane)
+        zero = _lane_loop(lanes, lambda v: Store(acc, v, E.const(0.0)))
+        taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+            "kw", kw_, lambda kw: tap(kh, kw))))
+        out = _lane_loop(lanes, lambda v: Store(y, ((n * o_ + o) * oh_ + oh) * ow_ + ow0 + v,
+                                                load(acc, v)))
+        return seq(zero, taps, out)
+
+
+class _Pool:
+    """max: the largest tap in the input (padding never wins); avg: the sum of the taps in
+    the input over the count of taps in the counted region."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    @staticmethod
+    def rows(d):
+        return d[0] * d[3], d[13], d[14], d[4]
+
+    def __call__(self, d, bufs, p, ow0, lanes, guard_w, acc):
+        x, _, y = bufs
+        nc, h, wd, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, _, _, incl, hend, wend = d[:18]
+        oh = p % _pos(oh_)
+        nci = p // _pos(oh_)
+        xbase = nci * h * wd
+        ih0 = oh * sh - pt
+        is_max = self.kind == "max"
+
+        def tap(kh, kw):
+            ih = ih0 + kh * dh
+
+            def lane(v):
+                iw = (ow0 + v) * sw - pl + kw * dw
+                xv = load(x, xbase + ih * wd + iw)
+                upd = Store(acc, v, E.maximum(load(acc, v), xv) if is_max else load(acc, v) + xv)
+                return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
+            return _lane_loop(lanes, lane)
+        init = E.const(float("-inf") if is_max else 0.0)
+        zero = _lane_loop(lanes, lambda v: Store(acc, v, init))
+        taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+            "kw", kw_, lambda kw: tap(kh, kw))))
+        yat = lambda v: (nci * oh_ + oh) * ow_ + ow0 + v
+        if is_max:
+            out = _lane_loop(lanes, lambda v: Store(y, yat(v), load(acc, v)))
+            return seq(zero, taps, out)
+        # the count: rows of the window in the counted region x columns in it
+        cnt = _local("cnt", 2)
+        rlo = E.select(incl.ne(0), -pt, 0)
+        rhi = E.select(incl.ne(0), hend, h)
+        clo = E.select(incl.ne(0), -pl, 0)
+        chi = E.select(incl.ne(0), wend, wd)
+
+        def count_of(v):
+            """Taps of pixel ow0 + v's window in the counted region."""
+            col = ow0 * sw - pl       # the window's first column (lanes differ by v * sw)
+            cols = loop("kw", kw_, lambda kw: IfThenElse(
+                _in(col + v * sw + kw * dw, clo, chi),
+                Store(cnt, E.const(1), load(cnt, 1) + E.const(1.0))))
+            return cols
+        rows = loop("kh", kh_, lambda kh: IfThenElse(
+            _in(ih0 + kh * dh, rlo, rhi), Store(cnt, E.const(0), load(cnt, 0) + E.const(1.0))))
+        if lanes > 1:
+            # interior pixels: every column of the window is in the input, so in the region
+            ncols = seq(Store(cnt, E.const(1), kw_.astype("float32")))
+        else:
+            ncols = seq(Store(cnt, E.const(1), E.const(0.0)), count_of(E.const(0)))
+        out = _lane_loop(lanes, lambda v: Store(y, yat(v), load(acc, v) / (
+            load(cnt, 0) * load(cnt, 1))))
+        return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), rows, ncols, out))
+
+
+_row_kernel("conv.depthwise", 18, _Depthwise())
+_row_kernel("conv.pool_max", 18, _Pool("max"))
+_row_kernel("conv.pool_avg", 18, _Pool("avg"))
