@@ -35,8 +35,16 @@ def _in(v, lo, hi):
     return E.logical_and(lo <= v, v < hi)
 
 
-def _local(name: str, size: int) -> Buffer:
-    return Buffer(name, "float32", (size,), Scope.LOCAL)
+def _local(name: str, size: int, dtype: str = "float32") -> Buffer:
+    return Buffer(name, dtype, (size,), Scope.LOCAL)
+
+
+def _let(values, body_of):
+    """body_of(names): each value computed once, into a local LLVM promotes to a register
+    (run-time divisions and dims loads are not hoisted out of loops otherwise)."""
+    buf = _local("let", len(values), "int32")
+    stores = [Store(buf, E.const(k), v) for k, v in enumerate(values)]
+    return Allocate(buf, seq(*stores, body_of([load(buf, k) for k in range(len(values))])))
 
 
 def _vec(name, body_of, lanes=BLOCK):
@@ -51,17 +59,21 @@ def _unrolled(name, n, body_of):
 def _dense():
     x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
     dims, fparams = dims_buffer(), fparams_buffer()
-    d = [load(dims, k) for k in range(21)]
-    n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, g_, cg, og, ob_, lo, hi = d
-    rows = n_ * g_ * ob_ * oh_
+    rows = load(dims, 0) * load(dims, 15) * load(dims, 18) * load(dims, 5)
 
     def step(p):
+        return _let([load(dims, k) for k in range(21)], lambda d: _derive(p, d))
+
+    def _derive(p, d):
+        oh_, ob_, g_ = d[5], d[18], d[15]
         oh = p % _pos(oh_)
         t = p // _pos(oh_)
         ob = t % _pos(ob_)
         t2 = t // _pos(ob_)
-        g = t2 % _pos(g_)
-        n = t2 // _pos(g_)
+        return _let([oh, ob, t2 % _pos(g_), t2 // _pos(g_)], lambda q: _row(d, *q))
+
+    def _row(d, oh, ob, g, n):
+        n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, g_, cg, og, ob_, lo, hi = d
         valid = og - ob * BLOCK                      # channels of this block that exist
         xbase = (n * c_ + g * cg) * h * wd
         wbase = (g * ob_ + ob) * cg * kh_ * kw_ * BLOCK
@@ -105,27 +117,37 @@ def _dense():
 
 
 def _row_kernel(name: str, nd: int, window):
-    """A kernel over output rows (parallel) whose interior pixels [ow_lo, ow_hi) go
-    LANES at a time and the rest one at a time: window(d, p, ow0, lanes, guard_w, acc)
-    -> the statements filling acc[0:lanes] for pixels ow0 + [0, lanes) and storing them."""
+    """A kernel over output rows (parallel) whose interior pixels [ow_lo, ow_hi) go LANES at
+    a time and the rest one at a time. window.rows(d) -> (rows, ow_lo, ow_hi, OW, SW),
+    window.derive(d, p) -> the row's values q, window(d, q, bufs, ow0, lanes, guard_w, sw,
+    acc) -> the statements filling acc[0:lanes] for pixels ow0 + [0, lanes) and storing
+    them. A stride-1 row is its own copy (contiguous vector loads)."""
     @generic_kernel(*name.split(".", 1))
     def build():
         x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
         dims, fparams = dims_buffer(), fparams_buffer()
-        d = [load(dims, k) for k in range(nd)]
         bufs = (x, w, y)
 
-        def step(p, lo, hi, ow_):
+        def row(d, q, sw):
+            _, lo, hi, ow_, _ = window.rows(d)
+
             def tile(lanes, ow0, guard_w):
                 acc = _local("acc", lanes)
-                return Allocate(acc, window(d, bufs, p, ow0, lanes, guard_w, acc))
+                return Allocate(acc, window(d, q, bufs, ow0, lanes, guard_w, sw, acc))
             vecs = (hi - lo) // LANES
             return seq(loop("t", vecs, lambda t: tile(LANES, lo + t * LANES, False)),
                        loop("owl", lo, lambda ow: tile(1, ow, True)),
                        loop("owr", ow_ - (lo + vecs * LANES), lambda ow: tile(1, ow, True),
                             start=lo + vecs * LANES))
-        rows, lo, hi, ow_ = window.rows(d)
-        body = loop("p", rows, lambda p: step(p, lo, hi, ow_), ForKind.PARALLEL)
+
+        def step(p):
+            def with_dims(d):
+                sw = window.rows(d)[4]
+                return _let(window.derive(d, p), lambda q: IfThenElse(
+                    sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+            return _let([load(dims, k) for k in range(nd)], with_dims)
+        rows = window.rows([load(dims, k) for k in range(nd)])[0]
+        body = loop("p", rows, step, ForKind.PARALLEL)
         return kernel(name, list(bufs), body, dims, fparams)
     return build
 
@@ -139,17 +161,21 @@ class _Depthwise:
 
     @staticmethod
     def rows(d):
-        n_, c_, h, wd, o_, oh_, ow_ = d[:7]
-        return n_ * o_ * oh_, d[16], d[17], ow_
+        return d[0] * d[4] * d[5], d[16], d[17], d[6], d[10]
 
-    def __call__(self, d, bufs, p, ow0, lanes, guard_w, acc):
-        x, w, y = bufs
-        n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, og = d[:16]
+    @staticmethod
+    def derive(d, p):
+        c_, h, wd, o_, oh_, sh, pt, og = d[1], d[2], d[3], d[4], d[5], d[9], d[11], d[15]
         oh = p % _pos(oh_)
         o = (p // _pos(oh_)) % _pos(o_)
         n = p // _pos(oh_ * o_)
-        xbase = (n * c_ + o // _pos(og)) * h * wd
-        ih0 = oh * sh - pt
+        return [o, (n * c_ + o // _pos(og)) * h * wd, oh * sh - pt,
+                ((n * o_ + o) * oh_ + oh) * d[6]]
+
+    def __call__(self, d, q, bufs, ow0, lanes, guard_w, sw, acc):
+        x, w, y = bufs
+        h, wd, kh_, kw_, pl, dh, dw = d[2], d[3], d[7], d[8], d[12], d[13], d[14]
+        o, xbase, ih0, ybase = q
 
         def tap(kh, kw):
             ih = ih0 + kh * dh
@@ -163,8 +189,7 @@ class _Depthwise:
         zero = _lane_loop(lanes, lambda v: Store(acc, v, E.const(0.0)))
         taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
             "kw", kw_, lambda kw: tap(kh, kw))))
-        out = _lane_loop(lanes, lambda v: Store(y, ((n * o_ + o) * oh_ + oh) * ow_ + ow0 + v,
-                                                load(acc, v)))
+        out = _lane_loop(lanes, lambda v: Store(y, ybase + ow0 + v, load(acc, v)))
         return seq(zero, taps, out)
 
 
@@ -177,15 +202,28 @@ class _Pool:
 
     @staticmethod
     def rows(d):
-        return d[0] * d[3], d[13], d[14], d[4]
+        return d[0] * d[3], d[13], d[14], d[4], d[8]
 
-    def __call__(self, d, bufs, p, ow0, lanes, guard_w, acc):
-        x, _, y = bufs
-        nc, h, wd, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, _, _, incl, hend, wend = d[:18]
+    @staticmethod
+    def derive(d, p):
+        h, wd, oh_, ow_, kh_, sh, pt, dh, incl, hend = (d[1], d[2], d[3], d[4], d[5], d[7],
+                                                        d[9], d[11], d[15], d[16])
         oh = p % _pos(oh_)
         nci = p // _pos(oh_)
-        xbase = nci * h * wd
         ih0 = oh * sh - pt
+        # rows of the window in the counted region (avg)
+        rlo = E.select(incl.ne(0), -pt, 0)
+        rhi = E.select(incl.ne(0), hend, h)
+        first = E.maximum(rlo - ih0 + dh - 1, E.const(0)) // _pos(dh)   # first kh in it
+        last = E.minimum((rhi - 1 - ih0) // _pos(dh), kh_ - 1)       # last kh in it
+        return [nci * h * wd, ih0, (nci * oh_ + oh) * ow_, E.maximum(last - first + 1,
+                                                                     E.const(0))]
+
+    def __call__(self, d, q, bufs, ow0, lanes, guard_w, sw, acc):
+        x, _, y = bufs
+        h, wd, kh_, kw_, pl, dh, dw, incl, wend = (d[1], d[2], d[5], d[6], d[10], d[11],
+                                                   d[12], d[15], d[17])
+        xbase, ih0, ybase, nrows = q
         is_max = self.kind == "max"
 
         def tap(kh, kw):
@@ -201,34 +239,24 @@ class _Pool:
         zero = _lane_loop(lanes, lambda v: Store(acc, v, init))
         taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
             "kw", kw_, lambda kw: tap(kh, kw))))
-        yat = lambda v: (nci * oh_ + oh) * ow_ + ow0 + v
         if is_max:
-            out = _lane_loop(lanes, lambda v: Store(y, yat(v), load(acc, v)))
+            out = _lane_loop(lanes, lambda v: Store(y, ybase + ow0 + v, load(acc, v)))
             return seq(zero, taps, out)
-        # the count: rows of the window in the counted region x columns in it
-        cnt = _local("cnt", 2)
-        rlo = E.select(incl.ne(0), -pt, 0)
-        rhi = E.select(incl.ne(0), hend, h)
+        if lanes > 1:   # interior pixels: every column of the window is in the input
+            cols = kw_.astype("float32")
+            return seq(zero, taps, _lane_loop(lanes, lambda v: Store(
+                y, ybase + ow0 + v, load(acc, v) / (nrows.astype("float32") * cols))))
+        # a border pixel: count the window's columns in the counted region
+        cnt = _local("cnt", 1)
         clo = E.select(incl.ne(0), -pl, 0)
         chi = E.select(incl.ne(0), wend, wd)
-
-        def count_of(v):
-            """Taps of pixel ow0 + v's window in the counted region."""
-            col = ow0 * sw - pl       # the window's first column (lanes differ by v * sw)
-            cols = loop("kw", kw_, lambda kw: IfThenElse(
-                _in(col + v * sw + kw * dw, clo, chi),
-                Store(cnt, E.const(1), load(cnt, 1) + E.const(1.0))))
-            return cols
-        rows = loop("kh", kh_, lambda kh: IfThenElse(
-            _in(ih0 + kh * dh, rlo, rhi), Store(cnt, E.const(0), load(cnt, 0) + E.const(1.0))))
-        if lanes > 1:
-            # interior pixels: every column of the window is in the input, so in the region
-            ncols = seq(Store(cnt, E.const(1), kw_.astype("float32")))
-        else:
-            ncols = seq(Store(cnt, E.const(1), E.const(0.0)), count_of(E.const(0)))
-        out = _lane_loop(lanes, lambda v: Store(y, yat(v), load(acc, v) / (
-            load(cnt, 0) * load(cnt, 1))))
-        return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), rows, ncols, out))
+        col = ow0 * sw - pl
+        count = loop("kw", kw_, lambda kw: IfThenElse(
+            _in(col + kw * dw, clo, chi), Store(cnt, E.const(0), load(cnt, E.const(0)) +
+                                             E.const(1.0))))
+        out = Store(y, ybase + ow0, load(acc, E.const(0)) / (
+            nrows.astype("float32") * load(cnt, E.const(0))))
+        return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), count, out))
 
 
 _row_kernel("conv.depthwise", 18, _Depthwise())
