@@ -81,8 +81,10 @@ def _dense():
         plane = oh_ * ow_
         ih0 = oh * sh - pt
 
-        def taps(acc, npix, ow0, guard_w):
-            """acc[r*16 + v] += x[tap of pixel ow0 + r] * w[tap, v] over every tap."""
+        def taps(acc, npix, ow0, end, one):
+            """acc[r*16 + v] += x[tap of pixel ow0 + r] * w[tap, v] over every tap (`one`:
+            the window is 1x1); pixels at or past `end` (when given) and taps outside the
+            row are skipped."""
             def tap(c, kh, kw):
                 ih = ih0 + kh * dh
                 wv = lambda v: load(w, wbase + ((c * kh_ + kh) * kw_ + kw) * BLOCK + v)
@@ -91,26 +93,36 @@ def _dense():
                     iw = (ow0 + r) * sw - pl + kw * dw
                     upd = _vec("v", lambda v: Store(acc, r * BLOCK + v, load(
                         acc, r * BLOCK + v) + load(x, xbase + (c * h + ih) * wd + iw) * wv(v)))
-                    return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
+                    if end is None:
+                        return upd
+                    return IfThenElse(E.logical_and(ow0 + r < end, _in(iw, 0, wd)), upd)
                 return _unrolled("r", npix, pixel)
+            if one:
+                zero = E.const(0)
+                return IfThenElse(_in(ih0, 0, h), loop("c", cg, lambda c: tap(c, zero, zero)))
             return loop("c", cg, lambda c: loop("kh", kh_, lambda kh: IfThenElse(
                 _in(ih0 + kh * dh, 0, h), loop("kw", kw_, lambda kw: tap(c, kh, kw)))))
 
-        def tile(npix, ow0, guard_w):
-            acc = _local("acc", npix * BLOCK)
-            zero = _unrolled("r", npix, lambda r: _vec(
+        def tile(ow0, end=None, one=False):
+            acc = _local("acc", TILE * BLOCK)
+            zero = _unrolled("r", TILE, lambda r: _vec(
                 "v", lambda v: Store(acc, r * BLOCK + v, E.const(0.0))))
             # constant acc indices only (unrolled, guarded stores): acc stays in registers
-            out = _unrolled("r", npix, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
-                v < valid, Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
-            return Allocate(acc, seq(zero, taps(acc, npix, ow0, guard_w), out))
+            out = _unrolled("r", TILE, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
+                v < valid if end is None else E.logical_and(v < valid, ow0 + r < end),
+                Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
+            return Allocate(acc, seq(zero, taps(acc, TILE, ow0, end, one), out))
+
+        def guarded(start, end):
+            """Pixels [start, end) in guarded tiles."""
+            return loop("tg", (end - start + TILE - 1) // TILE,
+                        lambda t: tile(start + t * TILE, end))
 
         tiles = (hi - lo) // TILE
-        interior = loop("t", tiles, lambda t: tile(TILE, lo + t * TILE, False))
-        left = loop("owl", lo, lambda ow: tile(1, ow, True))
-        right = loop("owr", ow_ - (lo + tiles * TILE),
-                     lambda ow: tile(1, ow, True), start=lo + tiles * TILE)
-        return seq(interior, left, right)
+        pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
+        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(lo + t * TILE, one=True)),
+                              loop("t", tiles, lambda t: tile(lo + t * TILE)))
+        return seq(interior, guarded(E.const(0), lo), guarded(lo + tiles * TILE, ow_))
 
     body = loop("p", rows, step, ForKind.PARALLEL)
     return kernel("conv.dense", [x, w, y], body, dims, fparams)
