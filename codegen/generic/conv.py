@@ -7,10 +7,12 @@ conv.dense: a grouped conv2d whose weight the lowering re-laid out as
     taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
     guards, the rest one at a time with guarded taps.
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
-conv.depthwise: a conv2d with one input channel per group (Cg == 1; depthwise when Og == 1),
-    weight w[O, KH*KW] as is; vectorized over the output row's interior pixels.
+conv.depthwise_tiles: a conv2d with one input channel per group (Cg == 1; depthwise when
+    Og == 1), weight w[O, KH*KW] as is; each output row in register tiles of 2 x 16 pixels,
+    taps guarded per lane (border vectors run masked).
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Og, ow_lo, ow_hi]
-pool.max / pool.avg: 2-D pooling windows; vectorized over the output row's interior pixels.
+conv.pool_max / conv.pool_avg: 2-D pooling windows; the output row's interior pixels
+    [ow_lo, ow_hi) 16 at a time, the rest one at a time.
     dims: [N*C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, ow_lo, ow_hi,
            count_include_pad, H + PB, W + PR]   (avg: the window counts what lies in
            [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else in the input)
@@ -168,43 +170,6 @@ def _lane_loop(lanes, body_of):
     return _vec("v", body_of, lanes) if lanes > 1 else body_of(E.const(0))
 
 
-class _Depthwise:
-    """y[n, o, oh, ow] = sum over taps of x[n, o // Og, ih, iw] * w[o, kh, kw]."""
-
-    @staticmethod
-    def rows(d):
-        return d[0] * d[4] * d[5], d[16], d[17], d[6], d[10]
-
-    @staticmethod
-    def derive(d, p):
-        c_, h, wd, o_, oh_, sh, pt, og = d[1], d[2], d[3], d[4], d[5], d[9], d[11], d[15]
-        oh = p % _pos(oh_)
-        o = (p // _pos(oh_)) % _pos(o_)
-        n = p // _pos(oh_ * o_)
-        return [o, (n * c_ + o // _pos(og)) * h * wd, oh * sh - pt,
-                ((n * o_ + o) * oh_ + oh) * d[6]]
-
-    def __call__(self, d, q, bufs, ow0, lanes, guard_w, sw, acc):
-        x, w, y = bufs
-        h, wd, kh_, kw_, pl, dh, dw = d[2], d[3], d[7], d[8], d[12], d[13], d[14]
-        o, xbase, ih0, ybase = q
-
-        def tap(kh, kw):
-            ih = ih0 + kh * dh
-            wt = load(w, (o * kh_ + kh) * kw_ + kw)
-
-            def lane(v):
-                iw = (ow0 + v) * sw - pl + kw * dw
-                upd = Store(acc, v, load(acc, v) + load(x, xbase + ih * wd + iw) * wt)
-                return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
-            return _lane_loop(lanes, lane)
-        zero = _lane_loop(lanes, lambda v: Store(acc, v, E.const(0.0)))
-        taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
-            "kw", kw_, lambda kw: tap(kh, kw))))
-        out = _lane_loop(lanes, lambda v: Store(y, ybase + ow0 + v, load(acc, v)))
-        return seq(zero, taps, out)
-
-
 class _Pool:
     """max: the largest tap in the input (padding never wins); avg: the sum of the taps in
     the input over the count of taps in the counted region."""
@@ -271,6 +236,64 @@ class _Pool:
         return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), count, out))
 
 
-_row_kernel("conv.depthwise", 18, _Depthwise())
+UNROLL = 2     # vectors per register tile of conv.depthwise_tiles
+
+
+@generic_kernel("conv", "depthwise_tiles")
+def _depthwise_tiles():
+    """conv.depthwise's dims and result: every output row in register tiles of UNROLL
+    vectors of pixels, each tap guarded per lane (a lane's pixel past the row or its input
+    column in the padding): whole vectors run unmasked, border ones masked."""
+    x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+    span = UNROLL * LANES
+
+    def row(d, q, sw):
+        h, wd, ow_, kh_, kw_, pl, dh, dw = d[2], d[3], d[6], d[7], d[8], d[12], d[13], d[14]
+        xbase, ih0, ybase, wbase = q
+
+        def tile(ow0):
+            acc = _local("acc", span)
+            each = lambda body_of: _unrolled("u", UNROLL, lambda u: _vec(
+                "v", lambda v: body_of(u * LANES + v, ow0 + u * LANES + v), LANES))
+
+            def tap(kh, kw):
+                ih = ih0 + kh * dh
+                wt = load(w, wbase + kh * kw_ + kw)
+
+                def lane(k, ow):
+                    iw = ow * sw - pl + kw * dw
+                    return IfThenElse(E.all_of(ow < ow_, 0 <= iw, iw < wd), Store(
+                        acc, k, load(acc, k) + load(x, xbase + ih * wd + iw) * wt))
+                return each(lane)
+            zero = each(lambda k, ow: Store(acc, k, E.const(0.0)))
+            taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+                "kw", kw_, lambda kw: tap(kh, kw))))
+            out = each(lambda k, ow: IfThenElse(ow < ow_, Store(y, ybase + ow, load(acc, k))))
+            return Allocate(acc, seq(zero, taps, out))
+        return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span))
+
+    def step(p):
+        def with_dims(d):
+            sw = d[10]
+            return _let(_dw_derive(d, p), lambda q: IfThenElse(
+                sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+        return _let([load(dims, k) for k in range(18)], with_dims)
+    rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
+    return kernel("conv.depthwise_tiles", [x, w, y], loop("p", rows, step, ForKind.PARALLEL),
+                  dims, fparams)
+
+
+def _dw_derive(d, p):
+    """A depthwise row's [xbase, ih0, ybase, wbase] (output channel o reads input channel
+    o // Og)."""
+    c_, h, wd, o_, oh_, sh, pt, og = d[1], d[2], d[3], d[4], d[5], d[9], d[11], d[15]
+    oh = p % _pos(oh_)
+    o = (p // _pos(oh_)) % _pos(o_)
+    n = p // _pos(oh_ * o_)
+    return [(n * c_ + o // _pos(og)) * h * wd, oh * sh - pt, ((n * o_ + o) * oh_ + oh) * d[6],
+            o * d[7] * d[8]]
+
+
 _row_kernel("conv.pool_max", 18, _Pool("max"))
 _row_kernel("conv.pool_avg", 18, _Pool("avg"))

@@ -70,7 +70,7 @@ def _conv2d(node, ctx):
     geo, (lo, hi), _ = _geometry(ctx, x, y, kh, kw)
     head = [n, c, h, wd, o, y.shape[2], y.shape[3]]
     if cg == 1 and og < BLOCK:
-        ctx.call("conv.depthwise", [x, np.ascontiguousarray(w.reshape(o, kh * kw)), y],
+        ctx.call("conv.depthwise_tiles", [x, np.ascontiguousarray(w.reshape(o, kh * kw)), y],
                  head + list(geo) + [og, lo, hi])
         return
     ctx.call("conv.dense", [x, pack_weight(w, g), y],
