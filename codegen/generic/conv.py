@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from ...schedule.ir import Allocate, Buffer, ForKind, IfThenElse, Scope, Store, seq
 from ...te import expr as E
-from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop
+from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop, \
+    vector_loop
 
 BLOCK = 16      # output channels per weight block (one float32 vector)
 TILE = 8        # output pixels per register tile of conv.dense
@@ -297,3 +298,123 @@ def _dw_derive(d, p):
 
 _row_kernel("conv.pool_max", 18, _Pool("max"))
 _row_kernel("conv.pool_avg", 18, _Pool("avg"))
+
+
+# ---------------------------------------------------------------------------- resize, pad
+# resize.nearest: y[nc, oh, ow] = x[nc, hidx[oh], widx[ow]] (the lowering plans the index
+#     tables from the op's coordinate mode).   dims: [NC, H, W, OH, OW]
+# resize.linear: the bilinear blend of rows h0[oh], h1[oh] (weight ht[oh] on h1) and
+#     columns w0[ow], w1[ow] (weight wt[ow] on w1).   dims: as resize.nearest
+# pad.<type>: y = x padded (begin/end pads >= 0; a crop is the lowering's view) in 6 dims,
+#     rows of the last one copied as vectors; mode 0 constant (fill[0]), 1 reflect, 2 edge.
+#     dims: [out0..5, in0..5, instride0..5, begin0..5, mode, in_offset]
+
+@generic_kernel("conv", "resize_nearest")
+def _resize_nearest():
+    x, y = data("x", "float32"), data("y", "float32")
+    hidx, widx = data("hidx", "int32"), data("widx", "int32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+
+    def step(p):
+        def row(d):
+            h, wd, oh_, ow_ = d[1], d[2], d[3], d[4]
+            oh = p % _pos(oh_)
+            return _let([(p // _pos(oh_)) * h * wd + load(hidx, oh) * wd], lambda q: vector_loop(
+                "ow", ow_, LANES, lambda ow: Store(y, p * ow_ + ow, load(x, q[0] + load(
+                    widx, ow)))))
+        return _let([load(dims, k) for k in range(5)], row)
+    body = loop("p", load(dims, 0) * load(dims, 3), step, ForKind.PARALLEL)
+    return kernel("conv.resize_nearest", [x, y, hidx, widx], body, dims, fparams)
+
+
+@generic_kernel("conv", "resize_linear")
+def _resize_linear():
+    x, y = data("x", "float32"), data("y", "float32")
+    h0, h1, ht = data("h0", "int32"), data("h1", "int32"), data("ht", "float32")
+    w0, w1, wt = data("w0", "int32"), data("w1", "int32"), data("wt", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+
+    def step(p):
+        def row(d):
+            h, wd, oh_, ow_ = d[1], d[2], d[3], d[4]
+            oh = p % _pos(oh_)
+            plane = (p // _pos(oh_)) * h * wd
+
+            def pixel(q, ow):
+                r0, r1 = q
+                th, tw = load(ht, oh), load(wt, ow)
+                one = E.const(1.0)
+                a, b = load(x, r0 + load(w0, ow)), load(x, r0 + load(w1, ow))
+                c, e = load(x, r1 + load(w0, ow)), load(x, r1 + load(w1, ow))
+                return Store(y, p * ow_ + ow, (one - th) * (one - tw) * a + (one - th) * tw * b
+                             + th * (one - tw) * c + th * tw * e)
+            return _let([plane + load(h0, oh) * wd, plane + load(h1, oh) * wd],
+                        lambda q: vector_loop("ow", ow_, LANES, lambda ow: pixel(q, ow)))
+        return _let([load(dims, k) for k in range(5)], row)
+    body = loop("p", load(dims, 0) * load(dims, 3), step, ForKind.PARALLEL)
+    return kernel("conv.resize_linear", [x, y, h0, h1, ht, w0, w1, wt], body, dims, fparams)
+
+
+PAD_RANK = 6
+PAD_TYPES = {1: "uint8", 2: "uint16", 4: "float32", 8: "int64"}   # by element size
+
+
+def _source(i, begin, n, mode):
+    """The input index output index i reads along one axis (constant mode: maybe outside
+    [0, n), see _inside); reflect and edge map it inside (the lowering checks pads < n)."""
+    s = i - begin
+    reflect = E.select(s < 0, -s, E.select(n <= s, 2 * (n - 1) - s, s))
+    edge = E.minimum(E.maximum(s, E.const(0)), n - 1)
+    return E.select(mode.eq(1), reflect, E.select(mode.eq(2), edge, s))
+
+
+def _pad(dtype: str):
+    @generic_kernel("conv", f"pad_{dtype}")
+    def build():
+        x, y, fill = data("x", dtype), data("y", dtype), data("fill", dtype)
+        dims, fparams = dims_buffer(), fparams_buffer()
+        r = PAD_RANK
+
+        def step(p):
+            def with_dims(d):
+                out, ins, strides, begin = d[0:r], d[r:2 * r], d[2 * r:3 * r], d[3 * r:4 * r]
+                mode, offset = d[4 * r], d[4 * r + 1]
+                idx, rest = [], p
+                for k in reversed(range(r - 1)):
+                    idx.insert(0, rest % _pos(out[k]))
+                    rest = rest // _pos(out[k])
+                src = [_source(idx[k], begin[k], ins[k], mode) for k in range(r - 1)]
+                inside = E.all_of(*[_in(s, 0, ins[k]) for k, s in enumerate(src)])
+                xrow = offset
+                for k, s in enumerate(src):
+                    xrow = xrow + s * strides[k]
+
+                def row(q):
+                    xr, ok = q
+                    ow_, n, b = out[r - 1], ins[r - 1], begin[r - 1]
+                    yr = p * ow_
+                    mid = E.maximum(E.minimum(n, ow_ - b), E.const(0))
+                    value = lambda j: E.select(mode.eq(0), load(fill, 0), load(
+                        x, xr + E.minimum(E.maximum(_source(j, b, n, mode), E.const(0)),
+                                          n - 1)))
+                    # a constant-mode edge element never reads x (select on a clamped index)
+                    edges = seq(loop("j", E.minimum(b, ow_), lambda j: Store(
+                        y, yr + j, value(j))), loop("j", ow_ - (b + mid), lambda j: Store(
+                            y, yr + j, value(j)), start=b + mid))
+                    copy = vector_loop("j", mid, LANES, lambda j: Store(
+                        y, yr + b + j, load(x, xr + j)))
+                    filled = vector_loop("j", ow_, LANES, lambda j: Store(
+                        y, yr + j, load(fill, 0)))
+                    return IfThenElse(ok.ne(0), seq(edges, copy), filled)
+                return _let([xrow, E.select(inside, 1, 0)], row)
+            return _let([load(dims, k) for k in range(4 * r + 2)], with_dims)
+        rows = load(dims, 0)
+        for k in range(1, r - 1):
+            rows = rows * load(dims, k)
+        body = loop("p", rows, step, ForKind.PARALLEL)
+        return kernel(f"conv.pad_{dtype}", [x, y, fill], body, dims, fparams)
+    return build
+
+
+for _dtype in PAD_TYPES.values():
+    _pad(_dtype)

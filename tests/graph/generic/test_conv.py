@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import helper
 
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic, generic_graph
@@ -14,7 +15,6 @@ from kiln.graph.generic.ops_conv import interior, pack_weight
 from kiln.graph.reference import run_reference
 from tests.graph.graph_helpers import make_model, one_node_model
 from tests.graph.generic.helpers import assert_generic_matches_ort, run_generic
-from onnx import helper
 
 
 def _conv_model(x, w, k, s=(1, 1), p=(0, 0, 0, 0), g=1, d=(1, 1)):
