@@ -180,3 +180,122 @@ def test_conv_property(data):
     model = _conv_model(x, w, (kh, kw), (sh, sw), pads, g, (dh, dw))
     np.testing.assert_allclose(run_generic(model, {"x": x})[0], _reference(model, x),
                                rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------ resize
+RESIZES = [
+    # (mode, coordinate mode, nearest mode, scales)
+    ("nearest", "asymmetric", "floor", (1, 1, 2, 2)),          # HRNet's upsampling
+    ("nearest", "asymmetric", "floor", (1, 1, 8, 8)),
+    ("nearest", "half_pixel", "round_prefer_floor", (1, 1, 0.5, 1.5)),
+    ("nearest", "half_pixel", "round_prefer_ceil", (1, 1, 3, 1.7)),
+    ("nearest", "tf_half_pixel_for_nn", "ceil", (1, 1, 2, 3)),
+    ("linear", "half_pixel", "floor", (1, 1, 2, 2)),
+    ("linear", "half_pixel", "floor", (1, 1, 0.5, 1.5)),
+    ("linear", "pytorch_half_pixel", "floor", (1, 1, 3, 1.7)),
+    ("linear", "asymmetric", "floor", (1, 1, 2.5, 1)),
+    ("linear", "half_pixel_symmetric", "floor", (1, 1, 1.5, 0.6)),
+    ("linear", "align_corners", "floor", (1, 1, 2, 2)),
+]
+
+
+def _resize_model(x, mode, coord, nearest, scales, opset=18):
+    return one_node_model("Resize", {"x": x}, {"roi": np.array([], np.float32),
+                                               "s": np.array(scales, np.float32)},
+                          mode=mode, coordinate_transformation_mode=coord,
+                          nearest_mode=nearest, opset=opset)
+
+
+@pytest.mark.parametrize("case", RESIZES, ids=str)
+def test_resize_matches_onnxruntime(case, rng):
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    model = _resize_model(x, *case, opset=11 if case[1] == "tf_half_pixel_for_nn" else 18)
+    assert_generic_matches_ort(model, {"x": x})
+
+
+def test_resize_align_corners_on_a_fractional_size_follows_the_reference(rng):
+    """Kiln's resize takes align_corners' ratio from in * scale (onnx's reference does);
+    onnxruntime takes it from the rounded size, so only the reference is compared."""
+    x = rng.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    model = _resize_model(x, "linear", "align_corners", "floor", (1, 1, 0.5, 1.5))
+    np.testing.assert_allclose(run_generic(model, {"x": x})[0], _reference(model, x),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_resize_cubic_is_unsupported(rng):
+    x = rng.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    with pytest.raises(Unsupported, match="cubic"):
+        compile_generic(_resize_model(x, "cubic", "half_pixel", "floor", (1, 1, 2, 2)),
+                        Target.native(), 1)
+
+
+# ------------------------------------------------------------------ pad
+def _pad_model(x, pads, mode, value=None):
+    inits = {"p": np.array(pads, np.int64)}
+    if value is not None:
+        inits["v"] = np.array(value, x.dtype)
+    return one_node_model("Pad", {"x": x}, inits, mode=mode)
+
+
+PADS = [
+    ((2, 3, 5, 7), (0, 0, 1, 2, 0, 0, 3, 1)),
+    ((2, 3, 5, 7), (0, 1, 0, 2, 1, 0, 2, 0)),
+    ((2, 3, 5, 7), (0, 0, -1, 2, 0, 0, 1, -2)),        # crops
+    ((37,), (3, 17)),
+    ((1, 1, 1), (0, 0, 0, 0, 0, 0)),
+    ((2, 2, 3, 2, 3, 2, 4), (0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 1, 0, 0, 1)),   # 7-D, merges to 4
+    ((1, 8, 8, 64), (0, 0, 0, 0, 0, 6, 6, 0)),         # EfficientViT's window pad
+]
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("case", PADS, ids=str)
+def test_pad_matches_onnxruntime(case, mode, rng):
+    shape, pads = case
+    x = rng.standard_normal(shape).astype(np.float32)
+    assert_generic_matches_ort(_pad_model(x, pads, mode, 1.5 if mode == "constant" else None),
+                               {"x": x})
+
+
+@pytest.mark.parametrize("dtype", ["int64", "bool", "float16", "int32"])
+def test_pad_other_element_sizes(dtype, rng):
+    x = (rng.standard_normal((3, 17)) * 10).astype(dtype)
+    value = True if dtype == "bool" else 7
+    assert_generic_matches_ort(_pad_model(x, (1, 2, 3, 16), "constant", value), {"x": x})
+    assert_generic_matches_ort(_pad_model(x, (2, 3, 1, 4), "edge"), {"x": x})
+
+
+def test_pad_runtime_value(rng):
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    model = one_node_model("Pad", {"x": x, "v": np.array(-2.0, np.float32)},
+                           {"p": np.array([1, 0, 0, 3], np.int64)}, order=["x", "p", "v"],
+                           mode="constant")
+    assert_generic_matches_ort(model, {"x": x, "v": np.array(-2.0, np.float32)})
+
+
+def test_pad_too_deep_is_unsupported(rng):
+    x = rng.standard_normal((2,) * 7).astype(np.float32)
+    with pytest.raises(Unsupported, match="6"):
+        compile_generic(_pad_model(x, (1,) * 14, "constant", 0.0), Target.native(), 1)
+
+
+def test_reflect_pad_as_wide_as_the_axis_is_unsupported(rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(Unsupported, match="reflect"):
+        compile_generic(_pad_model(x, (0, 3, 0, 0), "reflect"), Target.native(), 1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_pad_property(data):
+    """Any small pad (1-4 dims, crops, every mode) equals onnxruntime."""
+    rank = data.draw(st.integers(1, 4))
+    shape = [data.draw(st.integers(1, 6)) for _ in range(rank)]
+    mode = data.draw(st.sampled_from(["constant", "reflect", "edge"]))
+    low = 0 if mode != "constant" else -1
+    pads = [data.draw(st.integers(max(low, -shape[k % rank] // 2 if low else 0),
+                                  shape[k % rank] - 1 if mode == "reflect" else 4))
+            for k in range(2 * rank)]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    assert_generic_matches_ort(_pad_model(x, pads, mode, 0.5 if mode == "constant" else None),
+                               {"x": x})
