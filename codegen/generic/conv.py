@@ -1,0 +1,420 @@
+"""Convolution and pooling generic kernels (NCHW float32).
+
+conv.dense: a grouped conv2d whose weight the lowering re-laid out as
+    wp[G, OB, Cg, KH, KW, 16] (OB = ceil(Og / 16) blocks of 16 output channels, zero-filled
+    past Og). Each parallel step is one output row of one 16-channel block; its pixels go in
+    register tiles of TILE pixels x 16 channels (a broadcast-FMA per tap), the pixels whose
+    taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
+    guards, the rest one at a time with guarded taps.
+    dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
+conv.depthwise_tiles: a conv2d with one input channel per group (Cg == 1; depthwise when
+    Og == 1), weight w[O, KH*KW] as is; each output row in register tiles of 2 x 16 pixels,
+    taps guarded per lane (border vectors run masked).
+    dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Og, ow_lo, ow_hi]
+conv.pool_max / conv.pool_avg: 2-D pooling windows; the output row's interior pixels
+    [ow_lo, ow_hi) 16 at a time, the rest one at a time.
+    dims: [N*C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, ow_lo, ow_hi,
+           count_include_pad, H + PB, W + PR]   (avg: the window counts what lies in
+           [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else in the input)
+"""
+from __future__ import annotations
+
+from ...schedule.ir import Allocate, Buffer, ForKind, IfThenElse, Scope, Store, seq
+from ...te import expr as E
+from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop, \
+    vector_loop
+
+BLOCK = 16      # output channels per weight block (one float32 vector)
+TILE = 8        # output pixels per register tile of conv.dense
+LANES = 16      # pixels per vector of the depthwise and pooling kernels
+
+
+def _pos(e):
+    """max(e, 1): a run-time divisor that can never be 0."""
+    return E.maximum(e, E.const(1))
+
+
+def _in(v, lo, hi):
+    return E.logical_and(lo <= v, v < hi)
+
+
+def _local(name: str, size: int, dtype: str = "float32") -> Buffer:
+    return Buffer(name, dtype, (size,), Scope.LOCAL)
+
+
+def _let(values, body_of):
+    """body_of(names): each value computed once, into a local LLVM promotes to a register
+    (run-time divisions and dims loads are not hoisted out of loops otherwise)."""
+    buf = _local("let", len(values), "int32")
+    stores = [Store(buf, E.const(k), v) for k, v in enumerate(values)]
+    return Allocate(buf, seq(*stores, body_of([load(buf, k) for k in range(len(values))])))
+
+
+def _vec(name, body_of, lanes=BLOCK):
+    return loop(name, lanes, body_of, ForKind.VECTORIZED)
+
+
+def _unrolled(name, n, body_of):
+    return loop(name, n, body_of, ForKind.UNROLLED)
+
+
+@generic_kernel("conv", "dense")
+def _dense():
+    x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+    rows = load(dims, 0) * load(dims, 15) * load(dims, 18) * load(dims, 5)
+
+    def step(p):
+        return _let([load(dims, k) for k in range(21)], lambda d: _derive(p, d))
+
+    def _derive(p, d):
+        oh_, ob_, g_ = d[5], d[18], d[15]
+        oh = p % _pos(oh_)
+        t = p // _pos(oh_)
+        ob = t % _pos(ob_)
+        t2 = t // _pos(ob_)
+        return _let([oh, ob, t2 % _pos(g_), t2 // _pos(g_)], lambda q: _row(d, *q))
+
+    def _row(d, oh, ob, g, n):
+        n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, g_, cg, og, ob_, lo, hi = d
+        valid = og - ob * BLOCK                      # channels of this block that exist
+        xbase = (n * c_ + g * cg) * h * wd
+        wbase = (g * ob_ + ob) * cg * kh_ * kw_ * BLOCK
+        ybase = ((n * o_ + g * og + ob * BLOCK) * oh_ + oh) * ow_
+        plane = oh_ * ow_
+        ih0 = oh * sh - pt
+
+        def taps(acc, npix, ow0, end, one):
+            """acc[r*16 + v] += x[tap of pixel ow0 + r] * w[tap, v] over every tap (`one`:
+            the window is 1x1); pixels at or past `end` (when given) and taps outside the
+            row are skipped."""
+            def tap(c, kh, kw):
+                ih = ih0 + kh * dh
+                wv = lambda v: load(w, wbase + ((c * kh_ + kh) * kw_ + kw) * BLOCK + v)
+
+                def pixel(r):
+                    iw = (ow0 + r) * sw - pl + kw * dw
+                    upd = _vec("v", lambda v: Store(acc, r * BLOCK + v, load(
+                        acc, r * BLOCK + v) + load(x, xbase + (c * h + ih) * wd + iw) * wv(v)))
+                    if end is None:
+                        return upd
+                    return IfThenElse(E.logical_and(ow0 + r < end, _in(iw, 0, wd)), upd)
+                return _unrolled("r", npix, pixel)
+            if one:
+                zero = E.const(0)
+                return IfThenElse(_in(ih0, 0, h), loop("c", cg, lambda c: tap(c, zero, zero)))
+            return loop("c", cg, lambda c: loop("kh", kh_, lambda kh: IfThenElse(
+                _in(ih0 + kh * dh, 0, h), loop("kw", kw_, lambda kw: tap(c, kh, kw)))))
+
+        def tile(ow0, end=None, one=False):
+            acc = _local("acc", TILE * BLOCK)
+            zero = _unrolled("r", TILE, lambda r: _vec(
+                "v", lambda v: Store(acc, r * BLOCK + v, E.const(0.0))))
+            # constant acc indices only (unrolled, guarded stores): acc stays in registers
+            out = _unrolled("r", TILE, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
+                v < valid if end is None else E.logical_and(v < valid, ow0 + r < end),
+                Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
+            return Allocate(acc, seq(zero, taps(acc, TILE, ow0, end, one), out))
+
+        def guarded(start, end):
+            """Pixels [start, end) in guarded tiles."""
+            return loop("tg", (end - start + TILE - 1) // TILE,
+                        lambda t: tile(start + t * TILE, end))
+
+        tiles = (hi - lo) // TILE
+        pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
+        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(lo + t * TILE, one=True)),
+                              loop("t", tiles, lambda t: tile(lo + t * TILE)))
+        return seq(interior, guarded(E.const(0), lo), guarded(lo + tiles * TILE, ow_))
+
+    body = loop("p", rows, step, ForKind.PARALLEL)
+    return kernel("conv.dense", [x, w, y], body, dims, fparams)
+
+
+def _row_kernel(name: str, nd: int, window):
+    """A kernel over output rows (parallel) whose interior pixels [ow_lo, ow_hi) go LANES at
+    a time and the rest one at a time. window.rows(d) -> (rows, ow_lo, ow_hi, OW, SW),
+    window.derive(d, p) -> the row's values q, window(d, q, bufs, ow0, lanes, guard_w, sw,
+    acc) -> the statements filling acc[0:lanes] for pixels ow0 + [0, lanes) and storing
+    them. A stride-1 row is its own copy (contiguous vector loads)."""
+    @generic_kernel(*name.split(".", 1))
+    def build():
+        x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+        dims, fparams = dims_buffer(), fparams_buffer()
+        bufs = (x, w, y)
+
+        def row(d, q, sw):
+            _, lo, hi, ow_, _ = window.rows(d)
+
+            def tile(lanes, ow0, guard_w):
+                acc = _local("acc", lanes)
+                return Allocate(acc, window(d, q, bufs, ow0, lanes, guard_w, sw, acc))
+            vecs = (hi - lo) // LANES
+            return seq(loop("t", vecs, lambda t: tile(LANES, lo + t * LANES, False)),
+                       loop("owl", lo, lambda ow: tile(1, ow, True)),
+                       loop("owr", ow_ - (lo + vecs * LANES), lambda ow: tile(1, ow, True),
+                            start=lo + vecs * LANES))
+
+        def step(p):
+            def with_dims(d):
+                sw = window.rows(d)[4]
+                return _let(window.derive(d, p), lambda q: IfThenElse(
+                    sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+            return _let([load(dims, k) for k in range(nd)], with_dims)
+        rows = window.rows([load(dims, k) for k in range(nd)])[0]
+        body = loop("p", rows, step, ForKind.PARALLEL)
+        return kernel(name, list(bufs), body, dims, fparams)
+    return build
+
+
+def _lane_loop(lanes, body_of):
+    return _vec("v", body_of, lanes) if lanes > 1 else body_of(E.const(0))
+
+
+class _Pool:
+    """max: the largest tap in the input (padding never wins); avg: the sum of the taps in
+    the input over the count of taps in the counted region."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    @staticmethod
+    def rows(d):
+        return d[0] * d[3], d[13], d[14], d[4], d[8]
+
+    @staticmethod
+    def derive(d, p):
+        h, wd, oh_, ow_, kh_, sh, pt, dh, incl, hend = (d[1], d[2], d[3], d[4], d[5], d[7],
+                                                        d[9], d[11], d[15], d[16])
+        oh = p % _pos(oh_)
+        nci = p // _pos(oh_)
+        ih0 = oh * sh - pt
+        # rows of the window in the counted region (avg)
+        rlo = E.select(incl.ne(0), -pt, 0)
+        rhi = E.select(incl.ne(0), hend, h)
+        first = E.maximum(rlo - ih0 + dh - 1, E.const(0)) // _pos(dh)   # first kh in it
+        last = E.minimum((rhi - 1 - ih0) // _pos(dh), kh_ - 1)       # last kh in it
+        return [nci * h * wd, ih0, (nci * oh_ + oh) * ow_, E.maximum(last - first + 1,
+                                                                     E.const(0))]
+
+    def __call__(self, d, q, bufs, ow0, lanes, guard_w, sw, acc):
+        x, _, y = bufs
+        h, wd, kh_, kw_, pl, dh, dw, incl, wend = (d[1], d[2], d[5], d[6], d[10], d[11],
+                                                   d[12], d[15], d[17])
+        xbase, ih0, ybase, nrows = q
+        is_max = self.kind == "max"
+
+        def tap(kh, kw):
+            ih = ih0 + kh * dh
+
+            def lane(v):
+                iw = (ow0 + v) * sw - pl + kw * dw
+                xv = load(x, xbase + ih * wd + iw)
+                upd = Store(acc, v, E.maximum(load(acc, v), xv) if is_max else load(acc, v) + xv)
+                return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
+            return _lane_loop(lanes, lane)
+        init = E.const(float("-inf") if is_max else 0.0)
+        zero = _lane_loop(lanes, lambda v: Store(acc, v, init))
+        taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+            "kw", kw_, lambda kw: tap(kh, kw))))
+        if is_max:
+            out = _lane_loop(lanes, lambda v: Store(y, ybase + ow0 + v, load(acc, v)))
+            return seq(zero, taps, out)
+        if lanes > 1:   # interior pixels: every column of the window is in the input
+            cols = kw_.astype("float32")
+            return seq(zero, taps, _lane_loop(lanes, lambda v: Store(
+                y, ybase + ow0 + v, load(acc, v) / (nrows.astype("float32") * cols))))
+        # a border pixel: count the window's columns in the counted region
+        cnt = _local("cnt", 1)
+        clo = E.select(incl.ne(0), -pl, 0)
+        chi = E.select(incl.ne(0), wend, wd)
+        col = ow0 * sw - pl
+        count = loop("kw", kw_, lambda kw: IfThenElse(
+            _in(col + kw * dw, clo, chi), Store(cnt, E.const(0), load(cnt, E.const(0)) +
+                                             E.const(1.0))))
+        out = Store(y, ybase + ow0, load(acc, E.const(0)) / (
+            nrows.astype("float32") * load(cnt, E.const(0))))
+        return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), count, out))
+
+
+UNROLL = 2     # vectors per register tile of conv.depthwise_tiles
+
+
+@generic_kernel("conv", "depthwise_tiles")
+def _depthwise_tiles():
+    """conv.depthwise's dims and result: every output row in register tiles of UNROLL
+    vectors of pixels, each tap guarded per lane (a lane's pixel past the row or its input
+    column in the padding): whole vectors run unmasked, border ones masked."""
+    x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+    span = UNROLL * LANES
+
+    def row(d, q, sw):
+        h, wd, ow_, kh_, kw_, pl, dh, dw = d[2], d[3], d[6], d[7], d[8], d[12], d[13], d[14]
+        xbase, ih0, ybase, wbase = q
+
+        def tile(ow0):
+            acc = _local("acc", span)
+            each = lambda body_of: _unrolled("u", UNROLL, lambda u: _vec(
+                "v", lambda v: body_of(u * LANES + v, ow0 + u * LANES + v), LANES))
+
+            def tap(kh, kw):
+                ih = ih0 + kh * dh
+                wt = load(w, wbase + kh * kw_ + kw)
+
+                def lane(k, ow):
+                    iw = ow * sw - pl + kw * dw
+                    return IfThenElse(E.all_of(ow < ow_, 0 <= iw, iw < wd), Store(
+                        acc, k, load(acc, k) + load(x, xbase + ih * wd + iw) * wt))
+                return each(lane)
+            zero = each(lambda k, ow: Store(acc, k, E.const(0.0)))
+            taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+                "kw", kw_, lambda kw: tap(kh, kw))))
+            out = each(lambda k, ow: IfThenElse(ow < ow_, Store(y, ybase + ow, load(acc, k))))
+            return Allocate(acc, seq(zero, taps, out))
+        return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span))
+
+    def step(p):
+        def with_dims(d):
+            sw = d[10]
+            return _let(_dw_derive(d, p), lambda q: IfThenElse(
+                sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+        return _let([load(dims, k) for k in range(18)], with_dims)
+    rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
+    return kernel("conv.depthwise_tiles", [x, w, y], loop("p", rows, step, ForKind.PARALLEL),
+                  dims, fparams)
+
+
+def _dw_derive(d, p):
+    """A depthwise row's [xbase, ih0, ybase, wbase] (output channel o reads input channel
+    o // Og)."""
+    c_, h, wd, o_, oh_, sh, pt, og = d[1], d[2], d[3], d[4], d[5], d[9], d[11], d[15]
+    oh = p % _pos(oh_)
+    o = (p // _pos(oh_)) % _pos(o_)
+    n = p // _pos(oh_ * o_)
+    return [(n * c_ + o // _pos(og)) * h * wd, oh * sh - pt, ((n * o_ + o) * oh_ + oh) * d[6],
+            o * d[7] * d[8]]
+
+
+_row_kernel("conv.pool_max", 18, _Pool("max"))
+_row_kernel("conv.pool_avg", 18, _Pool("avg"))
+
+
+# ---------------------------------------------------------------------------- resize, pad
+# resize.nearest: y[nc, oh, ow] = x[nc, hidx[oh], widx[ow]] (the lowering plans the index
+#     tables from the op's coordinate mode).   dims: [NC, H, W, OH, OW]
+# resize.linear: the bilinear blend of rows h0[oh], h1[oh] (weight ht[oh] on h1) and
+#     columns w0[ow], w1[ow] (weight wt[ow] on w1).   dims: as resize.nearest
+# pad.<type>: y = x padded (begin/end pads >= 0; a crop is the lowering's view) in 6 dims,
+#     rows of the last one copied as vectors; mode 0 constant (fill[0]), 1 reflect, 2 edge.
+#     dims: [out0..5, in0..5, instride0..5, begin0..5, mode, in_offset]
+
+@generic_kernel("conv", "resize_nearest")
+def _resize_nearest():
+    x, y = data("x", "float32"), data("y", "float32")
+    hidx, widx = data("hidx", "int32"), data("widx", "int32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+
+    def step(p):
+        def row(d):
+            h, wd, oh_, ow_ = d[1], d[2], d[3], d[4]
+            oh = p % _pos(oh_)
+            return _let([(p // _pos(oh_)) * h * wd + load(hidx, oh) * wd], lambda q: vector_loop(
+                "ow", ow_, LANES, lambda ow: Store(y, p * ow_ + ow, load(x, q[0] + load(
+                    widx, ow)))))
+        return _let([load(dims, k) for k in range(5)], row)
+    body = loop("p", load(dims, 0) * load(dims, 3), step, ForKind.PARALLEL)
+    return kernel("conv.resize_nearest", [x, y, hidx, widx], body, dims, fparams)
+
+
+@generic_kernel("conv", "resize_linear")
+def _resize_linear():
+    x, y = data("x", "float32"), data("y", "float32")
+    h0, h1, ht = data("h0", "int32"), data("h1", "int32"), data("ht", "float32")
+    w0, w1, wt = data("w0", "int32"), data("w1", "int32"), data("wt", "float32")
+    dims, fparams = dims_buffer(), fparams_buffer()
+
+    def step(p):
+        def row(d):
+            h, wd, oh_, ow_ = d[1], d[2], d[3], d[4]
+            oh = p % _pos(oh_)
+            plane = (p // _pos(oh_)) * h * wd
+
+            def pixel(q, ow):
+                r0, r1 = q
+                th, tw = load(ht, oh), load(wt, ow)
+                one = E.const(1.0)
+                a, b = load(x, r0 + load(w0, ow)), load(x, r0 + load(w1, ow))
+                c, e = load(x, r1 + load(w0, ow)), load(x, r1 + load(w1, ow))
+                return Store(y, p * ow_ + ow, (one - th) * (one - tw) * a + (one - th) * tw * b
+                             + th * (one - tw) * c + th * tw * e)
+            return _let([plane + load(h0, oh) * wd, plane + load(h1, oh) * wd],
+                        lambda q: vector_loop("ow", ow_, LANES, lambda ow: pixel(q, ow)))
+        return _let([load(dims, k) for k in range(5)], row)
+    body = loop("p", load(dims, 0) * load(dims, 3), step, ForKind.PARALLEL)
+    return kernel("conv.resize_linear", [x, y, h0, h1, ht, w0, w1, wt], body, dims, fparams)
+
+
+PAD_RANK = 6
+PAD_TYPES = {1: "uint8", 2: "uint16", 4: "float32", 8: "int64"}   # by element size
+
+
+def _source(i, begin, n, mode):
+    """The input index output index i reads along one axis (constant mode: maybe outside
+    [0, n), see _inside); reflect and edge map it inside (the lowering checks pads < n)."""
+    s = i - begin
+    reflect = E.select(s < 0, -s, E.select(n <= s, 2 * (n - 1) - s, s))
+    edge = E.minimum(E.maximum(s, E.const(0)), n - 1)
+    return E.select(mode.eq(1), reflect, E.select(mode.eq(2), edge, s))
+
+
+def _pad(dtype: str):
+    @generic_kernel("conv", f"pad_{dtype}")
+    def build():
+        x, y, fill = data("x", dtype), data("y", dtype), data("fill", dtype)
+        dims, fparams = dims_buffer(), fparams_buffer()
+        r = PAD_RANK
+
+        def step(p):
+            def with_dims(d):
+                out, ins, strides, begin = d[0:r], d[r:2 * r], d[2 * r:3 * r], d[3 * r:4 * r]
+                mode, offset = d[4 * r], d[4 * r + 1]
+                idx, rest = [], p
+                for k in reversed(range(r - 1)):
+                    idx.insert(0, rest % _pos(out[k]))
+                    rest = rest // _pos(out[k])
+                src = [_source(idx[k], begin[k], ins[k], mode) for k in range(r - 1)]
+                inside = E.all_of(*[_in(s, 0, ins[k]) for k, s in enumerate(src)])
+                xrow = offset
+                for k, s in enumerate(src):
+                    xrow = xrow + s * strides[k]
+
+                def row(q):
+                    xr, ok = q
+                    ow_, n, b = out[r - 1], ins[r - 1], begin[r - 1]
+                    yr = p * ow_
+                    mid = E.maximum(E.minimum(n, ow_ - b), E.const(0))
+                    value = lambda j: E.select(mode.eq(0), load(fill, 0), load(
+                        x, xr + E.minimum(E.maximum(_source(j, b, n, mode), E.const(0)),
+                                          n - 1)))
+                    # a constant-mode edge element never reads x (select on a clamped index)
+                    edges = seq(loop("j", E.minimum(b, ow_), lambda j: Store(
+                        y, yr + j, value(j))), loop("j", ow_ - (b + mid), lambda j: Store(
+                            y, yr + j, value(j)), start=b + mid))
+                    copy = vector_loop("j", mid, LANES, lambda j: Store(
+                        y, yr + b + j, load(x, xr + j)))
+                    filled = vector_loop("j", ow_, LANES, lambda j: Store(
+                        y, yr + j, load(fill, 0)))
+                    return IfThenElse(ok.ne(0), seq(edges, copy), filled)
+                return _let([xrow, E.select(inside, 1, 0)], row)
+            return _let([load(dims, k) for k in range(4 * r + 2)], with_dims)
+        rows = load(dims, 0)
+        for k in range(1, r - 1):
+            rows = rows * load(dims, k)
+        body = loop("p", rows, step, ForKind.PARALLEL)
+        return kernel(f"conv.pad_{dtype}", [x, y, fill], body, dims, fparams)
+    return build
+
+
+for _dtype in PAD_TYPES.values():
+    _pad(_dtype)
