@@ -70,7 +70,7 @@ def row_reduce(x: Buffer, base, n, red: Reducer, f, out: Buffer, tag: str):
     """out[0] = red over r < n of f(x[base + r]) (contiguous), vectorized."""
     acc = _local(f"acc{tag}", BLOCK, red.dtype)
 
-    def fold_in(lanes, q0):
+    def fold_in(lanes):
         return lambda q: loop(f"j{tag}{lanes}", lanes, lambda j: Store(
             acc, j, red.combine(load(acc, j), f(load(x, base + q * lanes + j)))),
             ForKind.VECTORIZED)
@@ -79,13 +79,23 @@ def row_reduce(x: Buffer, base, n, red: Reducer, f, out: Buffer, tag: str):
     vectors = E.floordiv(n, LANES)
     return Allocate(acc, seq(
         loop(f"i{tag}", BLOCK, lambda j: Store(acc, j, red.start()), ForKind.VECTORIZED),
-        loop(f"b{tag}", blocks, fold_in(BLOCK, 0)),
-        loop(f"v{tag}", vectors - blocks * 4, fold_in(LANES, 0), start=blocks * 4),
+        loop(f"b{tag}", blocks, fold_in(BLOCK)),
+        loop(f"v{tag}", vectors - blocks * 4, fold_in(LANES), start=blocks * 4),
         loop(f"t{tag}", n - vectors * LANES, lambda r: Store(
             acc, ZERO, red.combine(load(acc, 0), f(load(x, base + r)))), start=vectors * LANES),
-        loop(f"f{tag}", BLOCK - 1, lambda j: Store(
-            acc, ZERO, red.combine(load(acc, 0), load(acc, j))), start=1),
+        *fold_lanes(acc, BLOCK, red, tag),
         Store(out, ZERO, load(acc, 0))))
+
+
+def fold_lanes(acc: Buffer, lanes: int, red: Reducer, tag: str) -> list:
+    """acc[0] = red over acc[0:lanes] as a tree of halving vector steps (a serial fold of
+    the lanes was the slowest part of reducing short rows)."""
+    steps = []
+    while lanes > 1:
+        lanes //= 2
+        steps.append(loop(f"f{tag}{lanes}", lanes, lambda j, w=lanes: Store(
+            acc, j, red.combine(load(acc, j), load(acc, j + w))), _vec(lanes)))
+    return steps
 
 
 def strip_reduce(x: Buffer, base, stride, n, width: int, red: Reducer, f, acc: Buffer,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...codegen.generic.matmul import LANES, MR, WIDE
-from .lowering import Unsupported, lowers
+from .lowering import MAX_ELEMENTS, Unsupported, lowers
 
 # a panel of B (K x NC floats) should stay in L2 while a thread runs its row chunks
 PANEL_BYTES = 256 * 1024
@@ -87,7 +87,8 @@ def _matmul(node, ctx):
     ctx.require_dtype("float32")
     a, b, c = ctx.input(0), ctx.input(1), ctx.output(0)
     weight = ctx.constant(1)
-    packed = weight is not None and b.ndim == 2 and b.shape[1] >= LANES
+    packed = (weight is not None and b.ndim == 2 and b.shape[1] >= LANES
+              and b.shape[0] * -(-b.shape[1] // WIDE) * WIDE <= MAX_ELEMENTS)
     dims = plan(a.shape, b.shape, packed)
     if dims == "batch":
         raise Unsupported(ctx.describe(

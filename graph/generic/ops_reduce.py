@@ -17,13 +17,13 @@ def split_axes(shape, axes) -> tuple[int, int, int] | None:
     """(outer, n, inner) of `shape` reduced over `axes`, or None when the reduced axes are
     not adjacent (size-1 axes between them do not count)."""
     rank = len(shape)
+    prod = lambda dims: int(np.prod(dims, dtype=np.int64))   # noqa: E731
     axes = sorted({a % rank for a in axes}) if rank else []
-    if not axes:
-        return None
+    if not axes:        # each element reduced on its own (a 0-d input)
+        return prod(shape), 1, 1
     first, last = axes[0], axes[-1]
     if any(shape[k] != 1 for k in range(first, last + 1) if k not in axes):
         return None
-    prod = lambda dims: int(np.prod(dims, dtype=np.int64))   # noqa: E731
     return prod(shape[:first]), prod(shape[first:last + 1]), prod(shape[last + 1:])
 
 

@@ -194,3 +194,12 @@ def test_property_reductions_match_numpy(shape, data, op, seed):
                           2).run({"x": x})[0]
     want = _NUMPY[op](x.astype(np.float64), axis=tuple(axes), keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_reduction_of_a_scalar(rng):
+    """A 0-d input reduces over no axes: each element on its own (l2 = |x|)."""
+    for op, want in (("ReduceL2", np.abs), ("ReduceMean", lambda v: v)):
+        model = make_model([helper.make_node(op, ["x"], ["y"])], {"x": ((), "float32")}, ["y"])
+        x = np.array(-2.5, np.float32)
+        np.testing.assert_allclose(
+            compile_generic(model, Target.native(), 1).run({"x": x})[0], want(x))
