@@ -1,0 +1,105 @@
+"""matmul onto the generic matmul kernel (codegen/generic/matmul.py): numpy semantics (1-D
+operands, batch broadcasting) reduced at plan time to two batch dims with strides, and the
+work split into (batch, column panel, row chunk) tasks."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...codegen.generic.matmul import LANES, MR, WIDE
+from .lowering import MAX_ELEMENTS, Unsupported, lowers
+
+# a panel of B (K x NC floats) should stay in L2 while a thread runs its row chunks
+PANEL_BYTES = 256 * 1024
+TASKS = 16          # aim for this many parallel tasks when the work allows it
+MIN_TASK_FLOPS = 1 << 15
+
+
+def batch_dims(shape_a, shape_b, batch):
+    """[(size, stride in A, stride in B)] of the broadcast batch dims, merged where both
+    operands' strides allow and without size-1 dims."""
+    def strides(shape, own):
+        padded = (1,) * (len(batch) - len(shape)) + tuple(shape)
+        out, acc = [], own
+        for size in reversed(padded):
+            out.append(acc if size > 1 else 0)
+            acc *= size
+        return list(reversed(out))
+
+    sa = strides(shape_a[:-2], shape_a[-2] * shape_a[-1])
+    sb = strides(shape_b[:-2], shape_b[-2] * shape_b[-1])
+    dims = [(s, x, y) for s, x, y in zip(batch, sa, sb) if s != 1]
+    merged: list[tuple[int, int, int]] = []
+    for size, x, y in dims:
+        if merged:
+            ps, px, py = merged[-1]
+            if px == x * size and py == y * size:
+                merged[-1] = (ps * size, x, y)
+                continue
+        merged.append((size, x, y))
+    return merged
+
+
+def plan(shape_a, shape_b, packed: bool = False):
+    """The dims of matmul.f32 for A @ B (numpy shapes), or None when the output is empty;
+    `packed`: of matmul.f32_packed (B 2-D, packed by pack_b)."""
+    sa = tuple(shape_a) if len(shape_a) > 1 else (1,) + tuple(shape_a)
+    sb = tuple(shape_b) if len(shape_b) > 1 else tuple(shape_b) + (1,)
+    m, k = sa[-2:]
+    n = sb[-1]
+    batch = tuple(max(x, y) for x, y in zip(
+        (1,) * (len(sb) - len(sa)) + sa[:-2], (1,) * (len(sa) - len(sb)) + sb[:-2]))
+    dims = batch_dims(sa, sb, batch)
+    if len(dims) == 1 and dims[0][2] == 0 and dims[0][1] == m * k:
+        m, dims = m * dims[0][0], []        # B shared by every batch: one taller A
+    if len(dims) > 2:
+        return "batch"
+    while len(dims) < 2:
+        dims.insert(0, (1, 0, 0))
+    nb = dims[0][0] * dims[1][0]
+    if nb * m * n == 0:
+        return None
+    nc = max(WIDE, PANEL_BYTES // (4 * max(k, 1)) // WIDE * WIDE)
+    npanels = max(1, n // nc)
+    if npanels == 1 and not packed:
+        nc = n
+    rows_tasks = max(1, -(-m // MR))
+    work = 2 * nb * m * n * k
+    want = max(1, min(TASKS, work // MIN_TASK_FLOPS))
+    nchunks = min(rows_tasks, max(1, -(-want // (nb * npanels))))
+    rc = -(-rows_tasks // nchunks) * MR
+    nchunks = -(-m // rc)
+    return [m, n, k, dims[0][0], dims[1][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2],
+            k, 1, WIDE if packed else n, nc, npanels, rc, nchunks] + (
+                [k * WIDE] if packed else [])
+
+
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """B[K, N] as zero-padded panels [ceil(N / WIDE), K, WIDE] (matmul.f32_packed's B)."""
+    k, n = b.shape
+    panels = -(-n // WIDE)
+    padded = np.zeros((k, panels * WIDE), np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, panels, WIDE).transpose(1, 0, 2))
+
+
+@lowers("matmul")
+def _matmul(node, ctx):
+    ctx.require_dtype("float32")
+    a, b, c = ctx.input(0), ctx.input(1), ctx.output(0)
+    weight = ctx.constant(1)
+    packed = (weight is not None and b.ndim == 2 and b.shape[1] >= LANES
+              and b.shape[0] * -(-b.shape[1] // WIDE) * WIDE <= MAX_ELEMENTS)
+    dims = plan(a.shape, b.shape, packed)
+    if dims == "batch":
+        raise Unsupported(ctx.describe(
+            f"batch dims of {list(a.shape)} @ {list(b.shape)} do not merge into two"))
+    if dims is None:
+        return
+    if packed:
+        panels = pack_b(np.asarray(weight, np.float32))
+        b = ctx.temp(panels.shape)
+        b[...] = panels
+        ctx.call("matmul.f32_packed", [a, b, c], dims)
+    else:
+        ctx.call("matmul.f32", [a, b, c], dims)
+
