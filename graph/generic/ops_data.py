@@ -11,12 +11,21 @@ from typing import Sequence
 
 import numpy as np
 
-from ...codegen.generic.data import CHUNK, ELEMENT, IOFF, IS, N, ND_DEPTH, OOFF, OS, RANK
+from ...codegen.generic.data import (BLOCK, CHUNK, CHUNKS, ELEMENT, IOFF, IS, N, ND_DEPTH,
+                                     ND_PER, OOFF, OS, PER, RANK, tile)
 from ...codegen.generic.registry import MAX_ELEMENTS
 from .lowering import Unsupported, lowers
 
 # a contiguous run longer than this is cut into chunks the threads share
 CHUNK_ELEMENTS = 1 << 14
+# a kernel's walk is cut into about this many tasks (the threads take runs of them; a task
+# divides its first position into coordinates, then carries them)
+TASKS = 64
+
+
+def per_task(positions: int) -> int:
+    """Positions (rows, tiles) per task of a walk over `positions`."""
+    return max(1, -(-positions // TASKS))
 
 
 def contiguous_strides(shape: Sequence[int]) -> list[int]:
@@ -84,14 +93,20 @@ def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
         raise Unsupported(ctx.describe(f"a copy over {len(order)} dims that do not merge "
                                        f"(the generic copy takes {RANK})"))
     order = [(1, 0, 0)] * (RANK - len(order)) + order
-    d = [0] * (CHUNK + 2)
+    d = [0] * (PER + 1)
     for k, (n, i, o) in enumerate(order):
         d[N + k], d[IS + k], d[OS + k] = n, i, o
     d[IOFF], d[OOFF] = ioff, ooff
-    run = order[-1][0]
-    outer = int(np.prod([n for n, _, _ in order[:-1]]))
-    chunk = run if outer >= 64 or run <= CHUNK_ELEMENTS else CHUNK_ELEMENTS
-    d[CHUNK], d[CHUNK + 1] = chunk, -(-run // chunk)
+    outer = int(np.prod([n for n, _, _ in order[:-2]]))
+    if kernel == "rows":
+        run = order[-1][0]
+        outer *= order[-2][0]
+        chunk = run if outer >= TASKS or run <= CHUNK_ELEMENTS else CHUNK_ELEMENTS
+        d[CHUNK], d[CHUNKS] = chunk, -(-run // chunk)
+        d[PER] = per_task(outer * d[CHUNKS])
+    else:
+        side = tile(size)
+        d[PER] = per_task(outer * -(-order[-2][0] // side) * -(-order[-1][0] // side))
     ctx.call(f"data.copy.{kernel}.{size}", [x, y], d)
 
 
@@ -214,7 +229,9 @@ def _gather(node, ctx):
     if _nothing_to_read(ctx, y, extent):
         return
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
-    ctx.call(f"data.gather.{size}.{itype}", [x, idx, y], [pre, idx.size, post, extent])
+    rows = pre * (idx.size if post > 1 else -(-idx.size // BLOCK))
+    ctx.call(f"data.gather.{size}.{itype}", [x, idx, y],
+             [pre, idx.size, post, extent, per_task(rows)])
 
 
 @lowers("gather_elements")
@@ -231,7 +248,7 @@ def _gather_elements(node, ctx):
         return
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
     ctx.call(f"data.gather_elements.{size}.{itype}", [x, idx, y],
-             [pre, idx.shape[axis], post, extent])
+             [pre, idx.shape[axis], post, extent, per_task(pre * idx.shape[axis])])
 
 
 @lowers("gather_nd")
@@ -254,6 +271,7 @@ def _gather_nd(node, ctx):
     rest = int(np.prod(x.shape[b + depth:]))
     st = contiguous_strides(x.shape)
     d = [batches, per_batch, depth, rest, int(np.prod(x.shape[b:])), 0, 0, 0]
+    d[ND_PER] = per_task(batches * per_batch)
     d += list(axes) + [1] * (ND_DEPTH - depth) + st[b:b + depth]
     ctx.call(f"data.gather_nd.{size}", [x, idx, y], d)
 
