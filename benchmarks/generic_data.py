@@ -95,7 +95,7 @@ def main():
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     target = Target.native()
-    rows, figures = [], {"target": str(target), "cases": {}}
+    rows, figures = [], {"cpu": target.cpu, "cases": {}}
     for name, (model, _) in cases(rng).items():
         if args.only and args.only not in name:
             continue

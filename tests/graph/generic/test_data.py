@@ -273,3 +273,25 @@ def test_transpose_and_slice_property(data):
                                 for b, e, s in zip(starts, ends, steps))], perm)
     got = _unchecked(model).run({"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_gather_property(data):
+    """Any axis, index shape, element size and index dtype, indices in range or not (the
+    kernel clamps): numpy's take of the clamped indices."""
+    rank = data.draw(st.integers(1, 4))
+    shape = tuple(data.draw(st.lists(st.integers(1, 7), min_size=rank, max_size=rank)))
+    axis = data.draw(st.integers(0, rank - 1))
+    ishape = tuple(data.draw(st.lists(st.integers(0, 5), min_size=0, max_size=2)))
+    dtype = data.draw(st.sampled_from(["float32", "bool", "int64", "int16"]))
+    itype = data.draw(st.sampled_from(["int64", "int32"]))
+    n = shape[axis]
+    idx = np.array(data.draw(st.lists(st.integers(-n - 3, n + 3), min_size=int(np.prod(ishape)),
+                                      max_size=int(np.prod(ishape)))), itype).reshape(ishape)
+    x = _data(np.random.default_rng(len(shape)), shape, dtype)
+    got = _unchecked(one_node_model("Gather", {"x": x, "i": idx}, axis=axis)).run(
+        {"x": x, "i": idx})[0]
+    want = np.take(x, np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
