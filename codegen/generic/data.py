@@ -169,8 +169,10 @@ def _copy_tiles(size: int):
                     d(OOFF) + _offset(d, OS, c[:4]) + b4 * d(OS + 4) + b5,
                     E.minimum(E.const(side), d(N + 4) - b4),
                     E.minimum(E.const(side), d(N + 5) - b5)]
-            return _with_local(at, head, loop("i4", load(at, 2), lambda i4: vector_loop(
-                "j", load(at, 3), side, lambda j: Store(
+            # a serial inner loop: LLVM's own vectoriser does better with the run-time
+            # stride than lane-by-lane loads (A/B in benchmarks/RESULTS.md)
+            return _with_local(at, head, loop("i4", load(at, 2), lambda i4: loop(
+                "j", load(at, 3), lambda j: Store(
                     y, load(at, 1) + i4 * d(OS + 4) + j,
                     load(x, load(at, 0) + i4 * d(IS + 4) + j * d(IS + 5))))))
         body = _tasks(dims, PER + 1,
