@@ -112,9 +112,10 @@ def main():
             seq = gm._sequence
             run_t, kern_t, ort_t, ratios, kratios = [], [], [], [], []
             for _ in range(args.rounds):
-                r = median_seconds(lambda: gm.run(feeds), args.repeat, settle=0.02)
+                r = median_seconds(lambda g=gm, f=feeds: g.run(f), args.repeat, settle=0.02)
                 k = median_seconds(seq, args.repeat, settle=0.02)
-                o = median_seconds(lambda: sess.run(None, feeds), args.repeat, settle=0.02)
+                o = median_seconds(lambda s=sess, f=feeds: s.run(None, f), args.repeat,
+                                 settle=0.02)
                 run_t.append(r), kern_t.append(k), ort_t.append(o)
                 ratios.append(r / o), kratios.append(k / o)
             fig = {"run_us": statistics.median(run_t) * 1e6,

@@ -18,8 +18,8 @@ from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
 from kiln.graph.reference import run_reference
 from kiln.te.errors import IndexOutOfRangeError
-from tests.graph.graph_helpers import make_model, one_node_model, ort_run
 from tests.graph.generic.helpers import assert_generic_matches_ort
+from tests.graph.graph_helpers import make_model, one_node_model, ort_run
 
 NATIVE = Target.native()
 
@@ -244,7 +244,7 @@ def test_slice_attrs_match_the_reference(rng):
     graph = optimize(load_onnx(model), skip=SKIPPED_PASSES)
     (node,) = [n for n in graph.nodes if n.op == "slice"]
     assert min(node.attrs["ends"]) == -1
-    want = list(run_reference(graph, {"x": x}).values())[0]
+    (want,) = run_reference(graph, {"x": x}).values()
     np.testing.assert_array_equal(GenericModel(graph, NATIVE, 2).run({"x": x})[0], want)
 
 
