@@ -111,6 +111,7 @@ class Context:
         self.calls: list[Call] = []
         self.node: Node | None = None
         self._pool = _BlockPool()
+        self._held: set[str] = set()
 
     # ---------------------------------------------------------------- values
     def input(self, k: int) -> np.ndarray:
@@ -145,13 +146,18 @@ class Context:
         return self._pool.take(v.shape, np.dtype(v.dtype))
 
     def holds(self, name: str) -> None:
-        """Value `name`'s array (or the block it views) is live: count it."""
-        self._pool.hold(self.arrays.get(name))
+        """Value `name` (made by a call or a view) is live: count it in its block."""
+        if name in self.arrays and name not in self._held:
+            self._held.add(name)
+            self._pool.hold(self.arrays[name])
 
     def release(self, name: str) -> None:
         """Value `name` is read by no later call: its block may serve a later value once no
-        live value views it."""
-        self._pool.drop(self.arrays.get(name))
+        live value views it. Only values `holds` counted are released (never a graph input
+        or a constant, whose arrays are the model's own)."""
+        if name in self._held:
+            self._held.discard(name)
+            self._pool.drop(self.arrays[name])
 
     def temp(self, shape: Sequence[int], dtype="float32") -> np.ndarray:
         return aligned_empty(tuple(shape), dtype)

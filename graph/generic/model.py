@@ -9,6 +9,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ...codegen.generic.library import library
+from ...codegen.generic.registry import MAX_ELEMENTS
 from ...codegen.generic.runner import CallTable
 from ...codegen.target import Target
 from ...te.errors import InternalError, KernelArgumentError
@@ -100,8 +101,11 @@ class GenericModel:
         outputs, index_checks = split_outputs(graph)
         ctx = Context(graph)
         self._inputs = []
-        for v in graph.inputs:
-            ctx.arrays[v.name] = ctx.allocate(v)
+        for v in graph.inputs:      # (not from the pool: an input's array is never reused)
+            if v.size > MAX_ELEMENTS:
+                raise Unsupported(f"model '{graph.name}': input '{v.name}' has {v.size} "
+                                  f"elements, more than the generic kernels index")
+            ctx.arrays[v.name] = aligned_empty(v.shape, np.dtype(v.dtype))
             self._inputs.append((v.name, ctx.arrays[v.name]))
         for name, value in graph.constants.items():
             arr = aligned_empty(np.shape(value), np.asarray(value).dtype)

@@ -125,3 +125,15 @@ def test_a_block_returns_to_the_pool_only_when_no_live_value_views_it():
     assert np.shares_memory(a, c)
     d = pool.take((1000,), np.dtype(np.float32))  # too big for any free block
     assert not np.shares_memory(d, a) and not np.shares_memory(d, b)
+
+
+def test_outputs_that_view_inputs_keep_their_own_values(rng):
+    """Regression (found by the random-graph property test): an output that is a view of a
+    graph input (reshape) had its input's block handed to another value."""
+    model = make_model([helper.make_node("Reshape", ["x1", "s"], ["r"]),
+                        helper.make_node("Relu", ["x2"], ["t"])],
+                       {"x1": ((1,), "float32"), "x2": ((1,), "float32")}, ["t", "r"],
+                       inits={"s": np.array([1], np.int64)})
+    gm = compile_generic(model, Target.native(), 2)
+    t, r = gm.run({"x1": np.array([1.0], np.float32), "x2": np.array([2.0], np.float32)})
+    assert t[0] == 2.0 and r[0] == 1.0
