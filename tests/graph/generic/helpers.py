@@ -24,3 +24,19 @@ def assert_generic_matches_ort(model, feeds: dict, rtol=1e-5, atol=1e-5, threads
         assert got.shape == want.shape, (k, got.shape, want.shape)
         assert got.dtype == want.dtype, (k, got.dtype, want.dtype)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"output {k}")
+
+
+def fast_groups(target: Target | None = None, threads: int = 2, calls: list | None = None):
+    """A GenericModel's compile_groups as kiln.compile's: fast-tier kernels for the fused
+    groups the generic kernels do not cover (`calls` collects the groups' names)."""
+    from kiln.graph.compile import model as model_mod
+    target = target or Target.native()
+
+    def build(graph, groups):
+        if calls is not None:
+            calls.append([g.name for g in groups])
+        _, per_group, kernels, _, _ = model_mod._extract_and_build(
+            graph, groups, target, None, 1, threads, False, fast=True)
+        return {name: (kernels[mt.name], [v.name for v in dag.arg_values])
+                for name, (mt, dag) in per_group.items()}
+    return build

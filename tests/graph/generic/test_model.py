@@ -10,7 +10,7 @@ from kiln.graph.generic.compile import compile_generic
 from kiln.graph.generic.lowering import Unsupported
 from kiln.te.errors import KernelArgumentError
 from tests.graph.graph_helpers import make_model
-from tests.graph.generic.helpers import assert_generic_matches_ort
+from tests.graph.generic.helpers import assert_generic_matches_ort, fast_groups
 
 
 def _relu_reshape(shape):
@@ -55,22 +55,9 @@ def _relu_det_model(copies: int):
     return make_model(nodes, {"x": ((2, 3, 3), "float32")}, outs)
 
 
-def _compile_groups(calls: list):
-    """A compile_groups that builds fast-tier kernels, as kiln.compile's does, and counts."""
-    from kiln.graph.compile import model as model_mod
-
-    def build(graph, groups):
-        calls.append([g.name for g in groups])
-        _, per_group, kernels, _, _ = model_mod._extract_and_build(
-            graph, groups, Target.native(), None, 1, 2, False, fast=True)
-        return {name: (kernels[mt.name], [v.name for v in dag.arg_values])
-                for name, (mt, dag) in per_group.items()}
-    return build
-
-
 def test_uncovered_groups_run_on_kernels_compiled_for_them(rng):
     calls = []
-    gm = compile_generic(_relu_det_model(2), Target.native(), 2, _compile_groups(calls))
+    gm = compile_generic(_relu_det_model(2), Target.native(), 2, fast_groups(calls=calls))
     assert len(calls) == 1 and len(calls[0]) == len(gm.uncovered) >= 1
     assert "compiled: " in gm.summary() and gm.calls      # relu stays generic
     assert set(gm.kernel_tiers().values()) == {"generic", "fast"}
@@ -84,7 +71,7 @@ def test_uncovered_groups_run_on_kernels_compiled_for_them(rng):
 def test_too_many_uncovered_groups_are_unsupported():
     calls = []
     with pytest.raises(Unsupported, match="fused groups have no generic kernels"):
-        compile_generic(_relu_det_model(6), Target.native(), 2, _compile_groups(calls))
+        compile_generic(_relu_det_model(6), Target.native(), 2, fast_groups(calls=calls))
     assert not calls
 
 
