@@ -513,7 +513,7 @@ def cmd_warmup(args) -> int:
     for family, s in seconds.items():
         console.print(f"  {family:12s} {s:6.2f} s")
     where = library_dir() or "memory only (KILN_GENERIC_DIR=off)"
-    console.print(f"generic kernel library for {target.cpu}: {len(seconds)} families in "
+    console.print(f"generic kernel library for {target.cpu}: {len(seconds)} kernel families in "
                   f"{time.perf_counter() - start:.1f} s, in {where}", soft_wrap=True)
     return 0
 

@@ -1,22 +1,31 @@
-"""The generic kernel library: each family of codegen/generic's kernels compiled into one
-object file per target, stored in its own cache folder, loaded once per process.
+"""The generic kernel library: codegen/generic's kernels compiled by units (a few kernels
+each) into object files per target, stored in their own folder, loaded into one engine per
+process as models need them.
+
+A unit is a family's kernels that share the first two parts of their name
+(`elementwise.binary.add` holds add's dtypes; `conv.dense` one kernel): a model needs a few
+dozen kernels of the library's ~170, and building only the units it needs keeps a first
+compile on a fresh machine to seconds.
 
 The folder is KILN_GENERIC_DIR (default: `kiln-generic` next to the kernel cache's folder;
-"off" builds in memory, every process; codegen/cache_store.generic_dir). It is apart from KILN_CACHE_DIR on purpose: the
-library is part of the install, like onnxruntime's prebuilt kernels, and a model's cold
-compile (an empty model and kernel cache) still finds it. `kiln warmup` builds every family
-ahead of time; otherwise a family is built the first time a model needs it (a few seconds,
-once per machine and Kiln version: the key covers Kiln's sources, LLVM and the target).
+"off" builds in memory, every process; codegen/cache_store.generic_dir). It is apart from
+KILN_CACHE_DIR on purpose: the library is part of the install, like onnxruntime's prebuilt
+kernels, and a model's cold compile (an empty model and kernel cache) still finds it.
+`kiln warmup` builds every unit ahead of time; otherwise a unit is built the first time a
+model needs it, once per machine and Kiln version (the key covers Kiln's sources, LLVM and
+the target).
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import struct
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import llvmlite.binding as llvm
 
@@ -50,21 +59,49 @@ def library_dir(environ=None) -> Path | None:
 
 
 def _store(environ=None) -> cache_store.Store | None:
-    return cache_store.open_generic_store("families", "obj", environ)
+    return cache_store.open_generic_store("units", "obj", environ)
 
 
-def family_object(family: str, target: Target) -> tuple[bytes, dict[str, tuple], float]:
-    """(object code, {kernel name: (symbol, params)}, seconds it took) of `family` for
-    `target`: from the library's folder, else compiled (all kernels in one module) and
-    stored. The key needs no IR: the builders are functions of Kiln's sources, which
-    make_key covers, and of the target."""
+def unit_of(qualified: str) -> str:
+    """The build unit of kernel `family.name`: the family and the name's first two parts."""
+    family, _, name = qualified.partition(".")
+    return family + "." + ".".join(name.split(".")[:2])
+
+
+def unit_kernels(unit: str) -> dict[str, Callable]:
+    """{kernel name within its family: builder} of `unit`."""
     register_all()
+    family = unit.partition(".")[0]
     if family not in FAMILIES:
         raise CodegenError(f"no generic kernel family {family!r}; the families are "
                            f"{', '.join(sorted(FAMILIES))}")
+    return {name: builder for name, builder in sorted(FAMILIES[family].items())
+            if unit_of(f"{family}.{name}") == unit}
+
+
+def units(families=None) -> list[str]:
+    """Every build unit (of `families`, default all)."""
+    register_all()
+    return sorted({unit_of(f"{family}.{name}") for family in (families or FAMILIES)
+                   for name in FAMILIES[family]})
+
+
+def _build(builder: Callable, target: Target):
+    # a builder that takes `target` sizes its register tiles to the target
+    return builder(target) if "target" in inspect.signature(builder).parameters else builder()
+
+
+def unit_object(unit: str, target: Target) -> tuple[bytes, dict[str, tuple], float]:
+    """(object code, {kernel name: (symbol, params)}, seconds it took) of `unit` for
+    `target`: from the library's folder, else compiled (one module) and stored. The key
+    needs no IR: the builders are functions of Kiln's sources, which make_key covers, and
+    of the target."""
+    kernels = unit_kernels(unit)
+    if not kernels:
+        raise CodegenError(f"no generic kernel unit {unit!r}")
     start = time.perf_counter()
     store = _store()
-    key = cache_store.make_key("generic-family", family=family, target=str(target))
+    key = cache_store.make_key("generic-unit", unit=unit, target=str(target))
     found = store.read(key) if store is not None else None
     if found is not None:
         mm, at = found
@@ -79,8 +116,8 @@ def family_object(family: str, target: Target) -> tuple[bytes, dict[str, tuple],
         return code, symbols, time.perf_counter() - start
     texts, symbols = [], {}
     with gc_paused():
-        for name, builder in sorted(FAMILIES[family].items()):
-            func = builder()
+        for name, builder in kernels.items():
+            func = _build(builder, target)
             module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH))
             texts.append(str(module))
             release(module)
@@ -99,45 +136,62 @@ def family_object(family: str, target: Target) -> tuple[bytes, dict[str, tuple],
     return code, symbols, time.perf_counter() - start
 
 
+def built(unit: str, target: Target) -> bool:
+    """`unit`'s object is in the library's folder for `target`."""
+    store = _store()
+    if store is None:
+        return False
+    return store.path(cache_store.make_key("generic-unit", unit=unit,
+                                           target=str(target))).is_file()
+
+
 class GenericLibrary:
-    """The generic kernels of one target at one thread count, loaded on first use."""
+    """The generic kernels of one target at one thread count, loaded by units on first use
+    into one engine."""
 
     def __init__(self, target: Target, threads: int):
         self.target, self.threads = target, threads
         self._kernels: dict[str, Kernel] = {}
-        self._engines: list = []
+        self._loaded: set[str] = set()
+        self._engine = None
         self._lock = threading.Lock()
         self.load_seconds = 0.0
 
     def kernel(self, qualified: str) -> Kernel:
-        """Kernel `family.name` (its family loaded, or built, on first use)."""
+        """Kernel `family.name` (its unit loaded, or built, on first use)."""
         with self._lock:
             if qualified not in self._kernels:
-                family = qualified.split(".", 1)[0]
-                self._load(family)
+                unit = unit_of(qualified)
+                if unit not in self._loaded and unit_kernels(unit):
+                    self._load(unit)
                 if qualified not in self._kernels:
+                    family = qualified.partition(".")[0]
                     raise CodegenError(f"no generic kernel {qualified!r}; family {family!r} "
                                        f"has {', '.join(sorted(FAMILIES.get(family, ())))}")
             return self._kernels[qualified]
 
-    def _load(self, family: str) -> None:
+    def _load(self, unit: str) -> None:
         start = time.perf_counter()
-        code, symbols, _ = family_object(family, self.target)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                            self.target.create_target_machine())
+        code, symbols, _ = unit_object(unit, self.target)
+        if self._engine is None:
+            init_llvm()
+            self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                                      self.target.create_target_machine())
+        engine = self._engine
         engine.add_object_file(llvm.ObjectFileRef.from_data(code))
         engine.finalize_object()
-        self._engines.append(engine)
+        family = unit.partition(".")[0]
         for name, (sym, params) in symbols.items():
             address = engine.get_function_address(sym)
             threads = engine.get_global_value_address(threads_symbol(sym))
             if not address or not threads:
-                raise CodegenError(f"generic family {family!r}: its object lacks {sym!r}; "
+                raise CodegenError(f"generic unit {unit!r}: its object lacks {sym!r}; "
                                    f"remove {library_dir()} to rebuild it")
             self._kernels[f"{family}.{name}"] = Kernel(
                 f"{family}.{name}", sym, params, self.target, address, threads,
                 keepalive=engine, num_threads=self.threads,
                 pool_slot=engine.get_global_value_address(pool_symbol(sym)) or None)
+        self._loaded.add(unit)
         self.load_seconds += time.perf_counter() - start
 
 
@@ -156,7 +210,9 @@ def library(target: Target, threads: int) -> GenericLibrary:
 
 
 def warm_up(target: Target, families=None) -> dict[str, float]:
-    """Build (or find) every family's object: {family: seconds}."""
-    register_all()
-    return {family: family_object(family, target)[2]
-            for family in (families or sorted(FAMILIES))}
+    """Build (or find) every unit's object (of `families`): {family: seconds}."""
+    seconds: dict[str, float] = {}
+    for unit in units(families):
+        family = unit.partition(".")[0]
+        seconds[family] = seconds.get(family, 0.0) + unit_object(unit, target)[2]
+    return seconds

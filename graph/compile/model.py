@@ -262,7 +262,7 @@ def compile_model(model, target: str | Target = "native", db=None,
                   constants: Mapping[str, np.ndarray] | None = None,
                   zero_shot: bool = False, proto=None,
                   cache_model: bool = True, tiered: bool = False,
-                  request: str | None = None) -> CompiledModel:
+                  request: str | None = None, choice_lock=None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) or a Graph into a CompiledModel.
 
     db: a tuning Database or its path, "default" (the user's log over the records shipped
@@ -292,6 +292,8 @@ def compile_model(model, target: str | Target = "native", db=None,
     cached (graph/compile/tiers.py).
     request: the compile as its caller asked for it (requested): recorded with the cached
     model, so the next such compile loads it without parsing the file.
+    choice_lock: held while the thread choice times the model (a tiered model's run lock:
+    its first tier's runs, on the same cores, wait instead of skewing the timings).
     """
     start = time.perf_counter()
     target = Target.from_string(target)     # an entry point: parsed once, here
@@ -326,12 +328,16 @@ def compile_model(model, target: str | Target = "native", db=None,
         first = _generic_first_tier(model, input_shapes, constants, target, threads, proto)
         if first is not None:
             def build_optimized() -> CompiledModel:
+                # the untiered compile, its thread choice timed under the tiered model's
+                # run lock (so it is stored with the model, as an untiered compile's is)
                 return compile_model(model, target, database, input_shapes, jobs, layout,
                                      threads, winograd, constants, zero_shot, proto,
-                                     cache_model, tiered=False, request=request)
+                                     cache_model, tiered=False, request=request,
+                                     choice_lock=tiered_model.run_lock)
             log.info("compiled %s (generic tier): %d calls in %.2f s", first.plan.name,
                      len(first.calls), time.perf_counter() - start)
-            return tiers.TieredModel(first, build_optimized)
+            tiered_model = tiers.TieredModel(first, build_optimized)
+            return tiered_model
     # the workers are forked first: they build the thread-pool runtime during the graph
     # passes (parallel_build.StreamingBuild); left on an error, they are stopped
     stream = _streaming(target, database, jobs, threads, zero_shot, fast=tiered)
@@ -345,7 +351,8 @@ def compile_model(model, target: str | Target = "native", db=None,
             graph, groups, target, database, jobs, threads, zero_shot, fast=tiered,
             stream=stream, packed=packed)
     compiled = _assemble(graph, groups, per_group, kernels, sources, build_stats, target,
-                         threads, start, packed, choose_threads=not tiered)
+                         threads, start, packed, choose_threads=not tiered,
+                         choice_lock=choice_lock)
     store = lambda done: _store(done, options_key, model, options,  # noqa: E731
                                 constants, cache_key, request)
     if tiered:
@@ -387,12 +394,13 @@ def _generic_first_tier(model, input_shapes, constants, target: Target, threads:
 def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,
               sources: dict, build_stats: dict, target: Target, threads: int,
               start: float, packed: Mapping[str, np.ndarray] | None = None,
-              choose_threads: bool = True) -> CompiledModel:
+              choose_threads: bool = True, choice_lock=None) -> CompiledModel:
     """The CompiledModel of the groups' kernels: steps, memory plan, executor. `packed`:
     constants already aligned (_pack_weights), in place of the graph's. At N > 1 threads the
-    kernels measured no faster on N are set to one (runtime/thread_choice.py; not for a
-    tiered compile: its fast tier is replaced soon, and its optimised tier is built while
-    the fast one runs, whose forks would skew the timings)."""
+    kernels measured no faster on N are set to one (runtime/thread_choice.py, timed holding
+    `choice_lock` if given; not for a compile whose first tier is the fast one: that tier is
+    replaced soon, and the optimised tier is built while it runs, unlocked, whose forks
+    would skew the timings)."""
     steps, aliases, step_args = [], [], set()
     for g in groups:
         if g.name not in per_group:
@@ -415,7 +423,8 @@ def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: 
                              else graph.constants)
     compiled.set_num_threads(threads)
     if choose_threads and threads > 1:
-        thread_choice.choose(compiled, threads)
+        with choice_lock if choice_lock is not None else contextlib.nullcontext():
+            thread_choice.choose(compiled, threads)
     return compiled
 
 

@@ -202,6 +202,12 @@ class TieredModel(CompiledModel):
 
     # ------------------------------------------------------------------ tiers
     @property
+    def run_lock(self) -> threading.Lock:
+        """The lock every run holds (the optimised build's thread choice takes it while it
+        times the model, so no first-tier run shares the cores with the timings)."""
+        return self._lock
+
+    @property
     def tier(self) -> str:
         """OPTIMIZED once swapped, else the first tier's name: GENERIC (graph/generic's
         shape-generic kernels) or FAST."""

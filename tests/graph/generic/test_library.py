@@ -12,16 +12,18 @@ from kiln.codegen.target import Target
 from kiln.te.errors import CodegenError
 
 
-def test_a_family_is_compiled_once_then_read(tmp_path, monkeypatch):
+def test_a_unit_is_compiled_once_then_read(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
     target = Target.native()
-    code, symbols, _ = lib_mod.family_object("elementwise", target)
-    assert "unary.relu" in symbols
+    assert lib_mod.unit_of("elementwise.unary.relu") == "elementwise.unary.relu"
+    assert not lib_mod.built("elementwise.unary.relu", target)
+    code, symbols, _ = lib_mod.unit_object("elementwise.unary.relu", target)
+    assert "unary.relu" in symbols and lib_mod.built("elementwise.unary.relu", target)
 
     def no_llvm(*args, **kwargs):
         raise AssertionError("the family was compiled again")
     monkeypatch.setattr(lib_mod, "optimize", no_llvm)
-    again, symbols_again, _ = lib_mod.family_object("elementwise", target)
+    again, symbols_again, _ = lib_mod.unit_object("elementwise.unary.relu", target)
     assert again == code and symbols_again == symbols
 
 
@@ -32,13 +34,15 @@ def test_the_folder_is_apart_from_the_cache_and_can_be_off(tmp_path, monkeypatch
     assert lib_mod.library_dir() == tmp_path / "xdg" / "kiln-generic"
     monkeypatch.setenv("KILN_GENERIC_DIR", "off")
     assert lib_mod.library_dir() is None
-    code, _, _ = lib_mod.family_object("elementwise", Target.native())   # built in memory
+    code, _, _ = lib_mod.unit_object("elementwise.unary.relu", Target.native())  # in memory
     assert code
 
 
 def test_an_unknown_family_or_kernel_is_named():
     with pytest.raises(CodegenError, match="no generic kernel family 'nope'"):
-        lib_mod.family_object("nope", Target.native())
+        lib_mod.unit_object("nope.x", Target.native())
+    with pytest.raises(CodegenError, match="no generic kernel unit 'elementwise.nope'"):
+        lib_mod.unit_object("elementwise.nope", Target.native())
     with pytest.raises(CodegenError, match="no generic kernel 'elementwise.nope'"):
         lib_mod.library(Target.native(), 1).kernel("elementwise.nope")
 
@@ -79,12 +83,19 @@ def test_the_call_table_runs_calls_in_order_and_checks_them(rng):
         CallTable([(relu.address, [x.ctypes.data] * 17)], target)
 
 
-def test_kiln_warmup_builds_every_family(tmp_path, monkeypatch, capsys):
+def test_kiln_warmup_builds_every_unit(tmp_path, monkeypatch, capsys):
     from kiln.cli import main
     monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
+    monkeypatch.setattr(lib_mod, "units", lambda families=None: ["elementwise.unary.relu"])
     assert main(["warmup"]) == 0
     out = capsys.readouterr().out
     assert "elementwise" in out and str(tmp_path / "generic") in out.replace("\n", "")
-    stored = list((tmp_path / "generic" / "families").rglob("*.obj"))
+    assert lib_mod.built("elementwise.unary.relu", Target.native())
+
+
+def test_the_units_cover_every_kernel_once():
     lib_mod.register_all()
-    assert len(stored) == len(lib_mod.FAMILIES)
+    every = {f"{f}.{n}" for f, kernels in lib_mod.FAMILIES.items() for n in kernels}
+    by_unit = [f"{u.partition('.')[0]}.{n}" for u in lib_mod.units()
+               for n in lib_mod.unit_kernels(u)]
+    assert sorted(by_unit) == sorted(every)

@@ -107,3 +107,23 @@ def test_off_or_uncovered_takes_the_fast_tier(cache_root, tmp_path, monkeypatch,
     monkeypatch.setenv("KILN_GENERIC_TIER", "maybe")
     with pytest.raises(kiln.KilnError, match="KILN_GENERIC_TIER"):
         kiln.compile(det_path, db=None, jobs=1, tiered=True)
+
+
+def test_the_optimised_build_chooses_threads_under_the_run_lock(cache_root, tmp_path,
+                                                                 monkeypatch, rng):
+    """The optimised model of a tiered compile gets its measured thread choice (as an
+    untiered compile's does), timed while no first-tier run can start."""
+    from kiln.graph.runtime import thread_choice
+    seen = []
+    real = thread_choice.choose
+
+    def spy(model, threads, *args, **kwargs):
+        seen.append((threads, m.run_lock.locked()))
+        return real(model, threads, *args, **kwargs)
+    monkeypatch.setattr(thread_choice, "choose", spy)
+    path, _ = _model(tmp_path, (64, 33))
+    m = kiln.compile(path, db=None, jobs=1, threads=2, tiered=True)
+    assert m.tier == tiers.GENERIC
+    m.run({"x": rng.standard_normal((64, 33)).astype(np.float32)})
+    m.optimized(timeout=120)
+    assert seen == [(2, True)]
