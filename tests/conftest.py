@@ -25,6 +25,9 @@ os.environ["KILN_CACHE_DIR"] = _CACHE
 # the generic kernel library (codegen/generic/library.py) is per machine, not per cache:
 # the tests build it into the session's cache folder, never into ~/.cache
 os.environ.setdefault("KILN_GENERIC_DIR", os.path.join(_CACHE, "generic"))
+# ... and a tiered compile builds the units it lacks at once (not in a background process),
+# so a test's first tier does not depend on what another test built before it
+os.environ.setdefault("KILN_GENERIC_BUILD", "now")
 
 
 # Property tests draw the same examples on every run (seeded from each test), so a commit
