@@ -8,6 +8,9 @@ import pytest
 from hypothesis import settings
 
 os.environ.setdefault("KILN_NUM_THREADS", "2")
+# kiln.compile is tiered by default; the tests compile untiered unless they ask for tiers
+# (tests/graph/test_tiers.py, tests/graph/generic): they read the compiled model's plan
+os.environ.setdefault("KILN_TIERED", "0")
 # the default tuning database's writable layer (kiln.autotune.default_db): never the user's
 # own ~/.local/share/kiln/tuning.db from a test run
 os.environ["KILN_TUNING_DB"] = os.path.join(tempfile.mkdtemp(prefix="kiln-tests-"), "tuning.db")
