@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import emit_json, interleaved_medians, print_table  # noqa: E402
+from common import CALLER_TIERED, emit_json, interleaved_medians, print_table  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 FIXTURE_NAMES = ("resnet18_torch", "hf_bert", "hf_gpt2", "hf_llama", "hf_t5_encoder",
@@ -165,7 +165,10 @@ def _tiers(compiled) -> dict:
 
 def _spawn(kind: str, path: str, inputs: str, out: str, env: dict, arg: int) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, path, inputs, out, str(arg)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    # Kiln as the caller runs it: KILN_TIERED as given, else kiln.compile's default
+    tiered = {"KILN_TIERED": CALLER_TIERED or "default"}
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env={**os.environ, **tiered, **env})
     if proc.returncode != 0:
         raise SystemExit(f"{kind} on {path} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -298,13 +301,14 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
                  if r.get("slowest_tier1_kernels") else "")
         print(f"  {r['model']}: slowest kernels (cpu s) "
               + ", ".join(f"{k} {v:.2f}" for k, v in r["slowest_kernels"]) + first + tiers)
-    print(f"(generic kernel library: `kiln warmup` took {library_s:.2f} s before the runs, "
+    print(f"(KILN_TIERED={CALLER_TIERED or 'unset: kiln.compile default'}; generic kernel "
+          f"library: `kiln warmup` took {library_s:.2f} s before the runs, "
           "outside every timed compile; a cold compile empties the model and kernel caches)")
     print(f"(times from after the import to the first correct result, in fresh processes, "
           f"onnxruntime at {threads} threads, Kiln jobs={jobs}; load average "
           f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores)")
     emit_json({"bench": "compile_time_ort", "source": onnx_dir or "bundled",
-               "generic_library_s": library_s,
+               "generic_library_s": library_s, "kiln_tiered": CALLER_TIERED or "default",
                "jobs": jobs, "threads": threads,
                "load_average": [min(loads), max(loads)],
                "cold_geomean_x": cold_g, "cold_worst_x": worst["cold_x"],

@@ -98,12 +98,12 @@ class KilnBackend(Backend):
     def prepare(cls, model: onnx.ModelProto | str, device: str = "CPU",
                 **kwargs: Any) -> KilnBackendRep:
         """Compile `model`; `kwargs` go to kiln.compile (db, jobs, threads, input_shapes,
-        layout, ...)."""
+        layout, ...; untiered unless tiered=True is given)."""
         if not cls.supports_device(device):
             raise ModelFormatError(f"Kiln's ONNX backend runs on the CPU only; device "
                                    f"{device!r} was asked (use device='CPU')")
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
-        options = {"db": None, "jobs": 1, **kwargs}
+        options = {"db": None, "jobs": 1, "tiered": False, **kwargs}    # one tier
         compiled = _compile(proto, **options)
         cls._check_nothing_folded(proto, compiled)
         return KilnBackendRep(compiled, [o.name for o in proto.graph.output])

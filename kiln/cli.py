@@ -505,7 +505,11 @@ def cmd_warmup(args) -> int:
     from .codegen.target import Target
     target = Target.from_string(args.target)
     start = time.perf_counter()
-    seconds = warm_up(target)
+    try:
+        seconds = warm_up(target)
+    finally:
+        if args.lock:       # a background warm-up (codegen/generic/library.py) is done
+            Path(args.lock).unlink(missing_ok=True)
     runner_address(target)
     if target.can_run_on_host():
         from .codegen.runtime import native_runtime_object
@@ -655,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     warm = sub.add_parser("warmup", help="build the generic kernel library for this CPU "
                           "once (tiered compiles then start on it at once)")
     warm.add_argument("--target", default="native", help='"native" or "llvm -mcpu=..."')
+    warm.add_argument("--lock", help=argparse.SUPPRESS)
     warm.set_defaults(func=cmd_warmup)
 
     for p in (tune, conf, comp, bench, logs):

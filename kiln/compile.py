@@ -39,9 +39,11 @@ def compile(model, target: str = "native", db="default",  # noqa: A001 - the pub
     `db`'s other records ranks best (needs a database; nothing changes with db=None). Off by
     default: on the leave-one-model-out benchmark (benchmarks/zero_shot.py, RESULTS.md) its
     picks ran slower than the defaults.
-    `tiered`: return at once on kernels built fast, build the optimised ones in the
-    background and swap them in between runs (graph/compile/tiers.py; `model.optimized()`
-    waits for them); None: KILN_TIERED, else off.
+    `tiered`: return at once on a first tier (shape-generic kernels built once per machine,
+    graph/generic, where they cover the model; else kernels built fast), build the
+    optimised ones in the background after the first run and swap them in between runs
+    (graph/compile/tiers.py; `model.optimized()` waits for them); None: KILN_TIERED, else
+    on.
 
     Shapes: `input_shapes` ({name: shape}) pins symbolic input dims; `constants` ({name:
     array}) gives the values of graph inputs that decide shapes (a Reshape's shape, a Slice's

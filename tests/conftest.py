@@ -8,6 +8,9 @@ import pytest
 from hypothesis import settings
 
 os.environ.setdefault("KILN_NUM_THREADS", "2")
+# kiln.compile is tiered by default; the tests compile untiered unless they ask for tiers
+# (tests/graph/test_tiers.py, tests/graph/generic): they read the compiled model's plan
+os.environ.setdefault("KILN_TIERED", "0")
 # the default tuning database's writable layer (kiln.autotune.default_db): never the user's
 # own ~/.local/share/kiln/tuning.db from a test run
 os.environ["KILN_TUNING_DB"] = os.path.join(tempfile.mkdtemp(prefix="kiln-tests-"), "tuning.db")
@@ -25,6 +28,9 @@ os.environ["KILN_CACHE_DIR"] = _CACHE
 # the generic kernel library (codegen/generic/library.py) is per machine, not per cache:
 # the tests build it into the session's cache folder, never into ~/.cache
 os.environ.setdefault("KILN_GENERIC_DIR", os.path.join(_CACHE, "generic"))
+# ... and a tiered compile builds the units it lacks at once (not in a background process),
+# so a test's first tier does not depend on what another test built before it
+os.environ.setdefault("KILN_GENERIC_BUILD", "now")
 
 
 # Property tests draw the same examples on every run (seeded from each test), so a commit

@@ -209,6 +209,44 @@ def library(target: Target, threads: int) -> GenericLibrary:
         return _LIBRARIES[key]
 
 
+def missing_units(kernels, target: Target) -> list[str]:
+    """The units of `kernels` (qualified names) not yet in the library's folder."""
+    return sorted({u for u in map(unit_of, kernels) if not built(u, target)})
+
+
+# a warm-up started by another process this recently is taken to be still running
+WARMUP_LOCK_SECONDS = 900
+
+
+def start_background_warmup(target: Target) -> bool:
+    """Start `kiln warmup` for `target` in a detached, low-priority process (once per
+    machine: a lock file in the library's folder keeps a second one from starting while
+    one runs); True if one was started. What it builds serves the next compiles."""
+    root = library_dir()
+    if root is None:
+        return False
+    root.mkdir(parents=True, exist_ok=True)
+    lock = root / "warmup.lock"
+    try:
+        if time.time() - lock.stat().st_mtime < WARMUP_LOCK_SECONDS:
+            return False
+        lock.unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    import subprocess
+    import sys
+    subprocess.Popen([sys.executable, "-m", "kiln", "warmup", "--target", str(target),
+                      "--lock", str(lock)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, preexec_fn=lambda: os.nice(10))
+    return True
+
+
 def warm_up(target: Target, families=None) -> dict[str, float]:
     """Build (or find) every unit's object (of `families`): {family: seconds}."""
     seconds: dict[str, float] = {}

@@ -9,8 +9,9 @@ served a tier-1 kernel. Tier 2 ("optimized") is exactly what an untiered compile
 (the database's schedules, O3), made from the same graph and tasks in a background thread
 (its own compile workers); `TieredModel` swaps it in atomically between runs.
 
-KILN_TIERED=1 turns it on for kiln.compile (or `kiln.compile(..., tiered=True)`); see
-benchmarks/RESULTS.md for what each tier costs. A process that ends while a tier-2 build
+kiln.compile is tiered by default (KILN_TIERED=0 or `kiln.compile(..., tiered=False)` turns it
+off); a tiered compile's first tier is graph/generic's generic kernels where they cover the
+model, else tier 1 below. See benchmarks/RESULTS.md for what each tier costs. A process that ends while a tier-2 build
 runs waits for it at exit (so the model cache is filled and the next compile is warm).
 """
 from __future__ import annotations
@@ -41,13 +42,12 @@ FAST_PIPELINE = "o1"      # codegen.jit.PIPELINES
 FAST_CODEGEN_OPT = 3      # 0 (FastISel) ran tier-1 kernels 1.3-3.4x slower for ~15% less CPU
 FAST_SOURCE = "default (fast tier)"
 ENV = "KILN_TIERED"
-# Off: on the bundled and exported models it cut the first result 1.37-1.5x (geomean, four
-# A/Bs) and, with the conv register tiles unrolled, runs until the swap take 1.12x as long
-# (was 1.2-1.3x; CNNs 1.05-1.31x, were 1.5-2.2x), but the optimised tier arrives 1.56x later
-# than an untiered compile's model, the process spends tier 1's CPU on top, and the test
-# suite reads compiled models' schedule sources at once (benchmarks/RESULTS.md, "the fixed
-# costs of a cold compile": flipping is one line once those tests ask for tiered=False).
-DEFAULT_TIERED = False
+# On: a tiered compile starts on generic kernels (graph/generic) where the library covers the
+# model, so its first result comes in a few times onnxruntime's session time instead of 20x
+# or more (benchmarks/RESULTS.md, "the generic tier"); its first runs are slower until the
+# optimised kernels are swapped in. Where the generic tier cannot serve, the first tier is
+# the fast one (per-model kernels at O1).
+DEFAULT_TIERED = True
 
 
 def tiered_setting(tiered: bool | None, environ: Mapping[str, str] | None = None) -> bool:

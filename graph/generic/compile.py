@@ -15,7 +15,8 @@ from ..ir import Graph
 from ..onnx.load import load_onnx
 from ..passes import optimize
 from ..passes.index_checks import add_index_checks, settle_index_checks
-from .lowering import Unsupported
+from ...codegen.generic.library import start_background_warmup
+from .lowering import LibraryNotBuilt, Unsupported
 from .model import GenericModel
 
 log = logging.getLogger(__name__)
@@ -37,15 +38,20 @@ def generic_graph(model, input_shapes: Mapping[str, Sequence[int]] | None = None
 
 
 def compile_generic(model, target: Target, threads: int, compile_groups=None,
-                    **graph_options) -> GenericModel:
+                    build_missing: bool = True, **graph_options) -> GenericModel:
     """A GenericModel of `model` (an ONNX path/ModelProto or a Graph); Unsupported names the
     first op or attribute the generic kernels do not cover (without `compile_groups`, the
     GenericModel's builder of kernels for the groups they do not cover)."""
     return GenericModel(generic_graph(model, target=target, **graph_options), target, threads,
-                        compile_groups)
+                        compile_groups, build_missing)
 
 
 ENV = "KILN_GENERIC_TIER"
+# "background" (default): a tiered compile that needs library units not built yet takes the
+# fast tier and starts `kiln warmup` in a low-priority background process (building the
+# units a model needs costs a few seconds, more than the fast tier on a small model);
+# "now": they are built during the compile (once per machine), so it always starts generic
+BUILD_ENV = "KILN_GENERIC_BUILD"
 
 
 def generic_tier_enabled(environ=None) -> bool:
@@ -65,8 +71,18 @@ def first_tier(model, target: Target, threads: int, compile_groups=None,
     not covered or KILN_GENERIC_TIER is off: the compile then builds its fast tier."""
     if not generic_tier_enabled():
         return None
+    policy = os.environ.get(BUILD_ENV, "").strip().lower() or "background"
+    if policy not in ("background", "now"):
+        raise KilnError(f"{BUILD_ENV}={policy!r}: use background (build missing generic "
+                        "kernels in a background process) or now (during the compile)")
     try:
-        return compile_generic(model, target, threads, compile_groups, **graph_options)
+        return compile_generic(model, target, threads, compile_groups,
+                               build_missing=policy == "now", **graph_options)
+    except LibraryNotBuilt as exc:
+        started = start_background_warmup(target)
+        log.info("generic tier not used: %s%s", exc,
+                 "; building the library in the background" if started else "")
+        return None
     except Unsupported as exc:
         log.info("generic tier not used: %s", exc)
         return None

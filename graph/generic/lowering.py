@@ -25,6 +25,14 @@ class Unsupported(KilnError):
     """A node the generic kernels cannot run; the message names the node and why."""
 
 
+class LibraryNotBuilt(Unsupported):
+    """The generic kernels a model needs are not all in the library's folder yet."""
+
+    def __init__(self, message: str, units: list[str]):
+        super().__init__(message)
+        self.units = units
+
+
 LOWERINGS: dict[str, Callable[[Node, "Context"], None]] = {}
 
 

@@ -8,7 +8,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ...codegen.generic.library import library
+from ...codegen.generic.library import library, missing_units
 from ...codegen.generic.registry import MAX_ELEMENTS
 from ...codegen.generic.runner import CallTable
 from ...codegen.target import Target
@@ -18,7 +18,8 @@ from ..ops.index_bounds import RunChecks
 from ..passes.fusion import FusedGroup, fuse_operators
 from ..passes.index_checks import split_outputs
 from ..runtime.executor import given_inputs, median_run_seconds
-from .lowering import LOWERINGS, Call, Context, Unsupported, aligned_empty, register_all
+from .lowering import (LOWERINGS, Call, Context, LibraryNotBuilt, Unsupported, aligned_empty,
+                       register_all)
 
 TIER = "generic"
 
@@ -84,10 +85,12 @@ class GenericModel:
     The graph's fused groups (graph/passes/fusion.py) run op by op on generic kernels; a
     group with a node they do not cover (no lowering, or its lowering raises Unsupported)
     runs as one kernel compiled for it by `compile_groups`, if given and if few groups need
-    it (FALLBACK_SHARE, FALLBACK_MIN); otherwise planning raises Unsupported."""
+    it (FALLBACK_SHARE, FALLBACK_MIN); otherwise planning raises Unsupported. Without
+    `build_missing`, kernels whose units are not in the library's folder yet raise
+    LibraryNotBuilt instead of being built now."""
 
     def __init__(self, graph: Graph, target: Target, threads: int,
-                 compile_groups: CompileGroups | None = None):
+                 compile_groups: CompileGroups | None = None, build_missing: bool = True):
         start = time.perf_counter()
         register_all()
         if graph.pinned or graph.io_formats:
@@ -162,6 +165,12 @@ class GenericModel:
         self._checks = RunChecks(index_checks, ctx.arrays)
         self._threads = threads
         lib = library(target, threads)
+        if not build_missing:
+            missing = missing_units({c.kernel for c in self.calls}, target)
+            if missing:
+                raise LibraryNotBuilt(f"model '{graph.name}': {len(missing)} units of the "
+                                      f"generic kernel library are not built yet (e.g. "
+                                      f"{missing[0]}); `kiln warmup` builds them", missing)
         self.kernels = {c.kernel: lib.kernel(c.kernel) for c in self.calls}
         self._compiled_kernels: set[str] = set()
         table = []

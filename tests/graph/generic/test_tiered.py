@@ -127,3 +127,41 @@ def test_the_optimised_build_chooses_threads_under_the_run_lock(cache_root, tmp_
     m.run({"x": rng.standard_normal((64, 33)).astype(np.float32)})
     m.optimized(timeout=120)
     assert seen == [(2, True)]
+
+
+def test_missing_library_units_take_the_fast_tier_and_warm_up_in_the_background(
+        cache_root, tmp_path, monkeypatch, gate):
+    from kiln.codegen.generic import library as lib_mod
+    from kiln.graph.generic import compile as generic_compile
+    started = []
+    monkeypatch.setattr(generic_compile, "start_background_warmup",
+                        lambda target: started.append(str(target)) or True)
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "empty-library"))
+    monkeypatch.setenv("KILN_GENERIC_BUILD", "background")
+    path, _ = _model(tmp_path)
+    m = kiln.compile(path, db=None, jobs=1, tiered=True)
+    assert m.tier == tiers.FAST and len(started) == 1
+    monkeypatch.setenv("KILN_GENERIC_BUILD", "later")
+    with pytest.raises(kiln.KilnError, match="KILN_GENERIC_BUILD='later'"):
+        kiln.compile(str(tmp_path / "relu.onnx"), db=None, jobs=1, tiered=True)
+    lib_mod.unit_object("elementwise.unary.relu", kiln.Target.native())    # now built
+    monkeypatch.setenv("KILN_GENERIC_BUILD", "background")
+    m2 = kiln.compile(path, db=None, jobs=1, tiered=True)
+    assert m2.tier == tiers.GENERIC
+
+
+def test_the_background_warm_up_starts_once(tmp_path, monkeypatch):
+    from kiln.codegen.generic import library as lib_mod
+    launched = []
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            launched.append(cmd)
+    import subprocess
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "lib"))
+    target = kiln.Target.native()
+    assert lib_mod.start_background_warmup(target)
+    assert not lib_mod.start_background_warmup(target)      # one is running (its lock)
+    assert len(launched) == 1 and launched[0][1:4] == ["-m", "kiln", "warmup"]
+    assert "--lock" in launched[0]
