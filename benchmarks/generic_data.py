@@ -130,9 +130,10 @@ def main():
     print_table(["case", "threads", "ort us", "run us", "kernels us", "run/ort",
                  "kernels/ort"], rows)
     for t in (1, 2):
-        rs = [r[5] for r in rows if r[1] == t]
-        if rs:
-            figures[f"geomean_run_ratio_{t}t"] = float(np.exp(np.mean(np.log(rs))))
+        for col, what in ((5, "run"), (6, "kernels")):
+            rs = [r[col] for r in rows if r[1] == t]
+            if rs:
+                figures[f"geomean_{what}_ratio_{t}t"] = float(np.exp(np.mean(np.log(rs))))
     emit_json(figures)
 
 
