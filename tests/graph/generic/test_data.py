@@ -295,3 +295,59 @@ def test_gather_property(data):
     want = np.take(x, np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_concat_split_broadcast_property(data):
+    """Broadcast an input, concat it with another, split the result (any axis, unit and
+    prime extents, bool or float32), on 1 or 2 threads: numpy's answer."""
+    rank = data.draw(st.integers(1, 4))
+    shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17]), min_size=rank,
+                               max_size=rank))
+    axis = data.draw(st.integers(0, rank - 1))
+    small = [1 if data.draw(st.booleans()) else n for n in shape]
+    small = small[data.draw(st.integers(0, rank - 1)):]       # fewer leading dims
+    other = list(shape)
+    other[axis] = data.draw(st.integers(0, 4))
+    total = shape[axis] + other[axis]
+    cut = data.draw(st.integers(0, total))
+    dtype = data.draw(st.sampled_from(["float32", "bool"]))
+    threads = data.draw(st.sampled_from([1, 2]))
+    rng = np.random.default_rng(rank)
+    a, b = _data(rng, tuple(small), dtype), _data(rng, tuple(other), dtype)
+    model = make_model([
+        helper.make_node("Expand", ["a", "s"], ["e"]),
+        helper.make_node("Concat", ["e", "b"], ["c"], axis=axis),
+        helper.make_node("Split", ["c", "k"], ["y0", "y1"], axis=axis)],
+        {"a": (a.shape, dtype), "b": (b.shape, dtype)}, [("y0", dtype), ("y1", dtype)],
+        inits={"s": np.array(shape, np.int64), "k": np.array([cut, total - cut], np.int64)})
+    c = np.concatenate([np.broadcast_to(a, shape), b], axis=axis)
+    want = np.split(c, [cut], axis=axis)
+    got = _unchecked(model, threads).run({"a": a, "b": b})
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_gather_nd_property(data):
+    """gather_nd with batch dims, index depths and trailing rows of any size; in-range
+    indices counted from either end."""
+    rank = data.draw(st.integers(1, 4))
+    shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank)))
+    b = data.draw(st.integers(0, rank - 1))
+    depth = data.draw(st.integers(1, rank - b))
+    mid = tuple(data.draw(st.lists(st.integers(1, 4), min_size=0, max_size=2)))
+    if not (b or mid or b + depth < rank):
+        mid = (2,)             # a 0-d output: the ONNX test helper cannot type it
+    ishape = shape[:b] + mid + (depth,)
+    rng = np.random.default_rng(rank + 10 * depth)
+    extents = np.array(shape[b:b + depth])
+    idx = (rng.integers(0, 1 << 20, ishape) % extents
+           - rng.integers(0, 2, ishape) * extents).astype(np.int64)
+    x = _data(rng, shape, data.draw(st.sampled_from(["float32", "bool", "int64"])))
+    model = one_node_model("GatherND", {"x": x, "i": idx}, batch_dims=b)
+    _assert_unchecked_matches_ort(model, {"x": x, "i": idx}, threads=data.draw(
+        st.sampled_from([1, 2])))
