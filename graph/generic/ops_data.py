@@ -68,11 +68,18 @@ def merge_dims(extents, istrides, ostrides):
 def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
               ioff: int = 0, ooff: int = 0) -> None:
     """Call a copy kernel: y[ooff + sum i_k*os_k] = x[ioff + sum i_k*is_k] over `extents`.
-    The caller guarantees every position read and written lies in x and y."""
+    A walk that would leave x or y is refused (a planning bug, never a stray access)."""
     _check_size(ctx, x, y)
     size = element_size(ctx, x)
     if any(int(n) == 0 for n in extents):
         return
+    for arr, off, strides in ((x, ioff, istrides), (y, ooff, ostrides)):
+        low = off + sum(min(0, (n - 1) * s) for n, s in zip(extents, strides))
+        high = off + sum(max(0, (n - 1) * s) for n, s in zip(extents, strides))
+        if low < 0 or high >= arr.size:
+            raise Unsupported(ctx.describe(
+                f"a copy over {list(extents)} would reach elements {low}..{high} of an array "
+                f"of {arr.size}"))
     dims = merge_dims(extents, istrides, ostrides) or [(1, 1, 1)]
     if not any(o == 1 for _, _, o in dims):
         dims.append((1, 1, 1))        # a window one element wide: runs of one element

@@ -351,3 +351,18 @@ def test_gather_nd_property(data):
     model = one_node_model("GatherND", {"x": x, "i": idx}, batch_dims=b)
     _assert_unchecked_matches_ort(model, {"x": x, "i": idx}, threads=data.draw(
         st.sampled_from([1, 2])))
+
+
+def test_a_copy_that_would_leave_its_arrays_is_refused():
+    """plan_copy checks the walk itself: a wrong stride is a planning error, never a read
+    past the input."""
+    from kiln.graph.generic.lowering import Context
+    from kiln.graph.generic.ops_data import plan_copy
+    from kiln.graph.ir import Graph, Node, Value
+    x, y = np.zeros((4, 5), np.float32), np.zeros((4, 5), np.float32)
+    ctx = Context(Graph([], [], []))
+    ctx.node = Node("transpose", [Value("x", (4, 5), "float32")], [Value("y", (4, 5), "float32")])
+    with pytest.raises(Unsupported, match="would reach elements 1..20 of an array of 20"):
+        plan_copy(ctx, x, y, (4, 5), (5, 1), (5, 1), ioff=1)
+    plan_copy(ctx, x, y, (4, 5), (5, 1), (5, 1))
+    assert [c.kernel for c in ctx.calls] == ["data.copy.rows.4"]
