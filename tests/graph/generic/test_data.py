@@ -34,6 +34,7 @@ def _unchecked(model, threads=2) -> GenericModel:
 def _assert_unchecked_matches_ort(model, feeds, threads=2):
     ours = _unchecked(model, threads).run(feeds)
     theirs = ort_run(model, feeds)
+    assert len(ours) == len(theirs)
     for got, want in zip(ours, theirs):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
@@ -51,7 +52,7 @@ def _data(rng, shape, dtype):
 def test_merge_dims_drops_units_and_joins_even_steps():
     # a [2, 3, 4] copy, contiguous on both sides, is one run of 24
     assert merge_dims([2, 1, 3, 4], [12, 12, 4, 1], [12, 12, 4, 1]) == [(24, 1, 1)]
-    # perm (0, 2, 1, 3) of [2, 3, 5, 7]: nothing joins but the unit dims vanish
+    # perm (0, 2, 1, 3) of [2, 3, 5, 7]: no two neighbours step both sides evenly
     assert merge_dims([2, 5, 3, 7], [105, 7, 35, 1], [105, 21, 7, 1]) == \
         [(2, 105, 105), (5, 7, 21), (3, 35, 7), (7, 1, 1)]
 
