@@ -65,6 +65,10 @@ def cases(rng):
     cols = rng.integers(-1024, 1024, (512,)).astype(np.int64)
     x = f32(1, 3136, 192)
     return {
+        "transpose [1,8,16,32] (0,2,1,3)":
+            (_model("Transpose", {"x": f32(1, 8, 16, 32)}, perm=[0, 2, 1, 3]), None),
+        "concat 2x[1,16,14,14] axis 1":
+            (_model("Concat", {"a": f32(1, 16, 14, 14), "b": f32(1, 16, 14, 14)}, axis=1), None),
         "transpose [1,12,64,64] (0,2,1,3)":
             (_model("Transpose", {"x": f32(1, 12, 64, 64)}, perm=[0, 2, 1, 3]), None),
         "transpose [1,56,56,96] NHWC->NCHW":

@@ -23,8 +23,16 @@ CHUNK_ELEMENTS = 1 << 14
 TASKS = 64
 
 
-def per_task(positions: int) -> int:
-    """Positions (rows, tiles) per task of a walk over `positions`."""
+# a call moving fewer bytes than this runs as one task, on the calling thread (the thread
+# pool runs a loop of one iteration inline): waking the other thread cost more than it saved
+# on copies up to 400 KB, and halved an 800 KB concat (benchmarks/RESULTS.md)
+SERIAL_BYTES = 1 << 19
+
+
+def per_task(positions: int, nbytes: int) -> int:
+    """Positions (rows, tiles) per task of a walk over `positions` moving `nbytes`."""
+    if nbytes < SERIAL_BYTES:
+        return max(1, positions)
     return max(1, -(-positions // TASKS))
 
 
@@ -105,15 +113,17 @@ def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
         d[N + k], d[IS + k], d[OS + k] = n, i, o
     d[IOFF], d[OOFF] = ioff, ooff
     outer = int(np.prod([n for n, _, _ in order[:-2]]))
+    nbytes = int(np.prod([n for n, _, _ in order])) * size
     if kernel == "rows":
         run = order[-1][0]
         outer *= order[-2][0]
         chunk = run if outer >= TASKS or run <= CHUNK_ELEMENTS else CHUNK_ELEMENTS
         d[CHUNK], d[CHUNKS] = chunk, -(-run // chunk)
-        d[PER] = per_task(outer * d[CHUNKS])
+        d[PER] = per_task(outer * d[CHUNKS], nbytes)
     else:
         side = tile(size)
-        d[PER] = per_task(outer * -(-order[-2][0] // side) * -(-order[-1][0] // side))
+        d[PER] = per_task(outer * -(-order[-2][0] // side) * -(-order[-1][0] // side),
+                          nbytes)
     ctx.call(f"data.copy.{kernel}.{size}", [x, y], d)
 
 
@@ -238,7 +248,7 @@ def _gather(node, ctx):
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
     rows = pre * (idx.size if post > 1 else -(-idx.size // BLOCK))
     ctx.call(f"data.gather.{size}.{itype}", [x, idx, y],
-             [pre, idx.size, post, extent, per_task(rows)])
+             [pre, idx.size, post, extent, per_task(rows, y.nbytes)])
 
 
 @lowers("gather_elements")
@@ -255,7 +265,8 @@ def _gather_elements(node, ctx):
         return
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
     ctx.call(f"data.gather_elements.{size}.{itype}", [x, idx, y],
-             [pre, idx.shape[axis], post, extent, per_task(pre * idx.shape[axis])])
+             [pre, idx.shape[axis], post, extent,
+              per_task(pre * idx.shape[axis], y.nbytes)])
 
 
 @lowers("gather_nd")
@@ -278,7 +289,7 @@ def _gather_nd(node, ctx):
     rest = int(np.prod(x.shape[b + depth:]))
     st = contiguous_strides(x.shape)
     d = [batches, per_batch, depth, rest, int(np.prod(x.shape[b:])), 0, 0, 0]
-    d[ND_PER] = per_task(batches * per_batch)
+    d[ND_PER] = per_task(batches * per_batch, y.nbytes)
     d += list(axes) + [1] * (ND_DEPTH - depth) + st[b:b + depth]
     ctx.call(f"data.gather_nd.{size}", [x, idx, y], d)
 
