@@ -13,6 +13,7 @@ from kiln.codegen.target import Target
 from kiln.graph.generic.compile import SKIPPED_PASSES, generic_graph
 from kiln.graph.generic.lowering import LOWERINGS, Unsupported, register_all
 from kiln.graph.generic.model import GenericModel
+from kiln.graph.generic import ops_data
 from kiln.graph.generic.ops_data import merge_dims
 from kiln.graph.onnx.load import load_onnx
 from kiln.graph.passes import optimize
@@ -24,15 +25,22 @@ from tests.graph.graph_helpers import make_model, one_node_model, ort_run
 NATIVE = Target.native()
 
 
-def _unchecked(model, threads=2) -> GenericModel:
+def _unchecked(model, threads=2, tasks=False) -> GenericModel:
     """The model on generic kernels without its index checks (their `index_range` kernel is
-    another family's): what the gathers themselves compute, clamped indices included."""
+    another family's): what the gathers themselves compute, clamped indices included.
+    `tasks`: cut even small calls into many tasks (as large ones are), so tiny test shapes
+    cover the tasks' split and hand-over of coordinates."""
     graph = optimize(load_onnx(model), skip=SKIPPED_PASSES)
-    return GenericModel(graph, NATIVE, threads)
+    saved = ops_data.SERIAL_BYTES
+    ops_data.SERIAL_BYTES = 0 if tasks else saved
+    try:
+        return GenericModel(graph, NATIVE, threads)
+    finally:
+        ops_data.SERIAL_BYTES = saved
 
 
-def _assert_unchecked_matches_ort(model, feeds, threads=2):
-    ours = _unchecked(model, threads).run(feeds)
+def _assert_unchecked_matches_ort(model, feeds, threads=2, tasks=False):
+    ours = _unchecked(model, threads, tasks).run(feeds)
     theirs = ort_run(model, feeds)
     assert len(ours) == len(theirs)
     for got, want in zip(ours, theirs):
@@ -70,7 +78,9 @@ def test_merge_dims_drops_units_and_joins_even_steps():
 ])
 def test_transpose_matches_onnxruntime(shape, perm, rng):
     x = rng.standard_normal(shape).astype(np.float32)
-    assert_generic_matches_ort(one_node_model("Transpose", {"x": x}, perm=list(perm)), {"x": x})
+    model = one_node_model("Transpose", {"x": x}, perm=list(perm))
+    assert_generic_matches_ort(model, {"x": x})
+    _assert_unchecked_matches_ort(model, {"x": x}, tasks=True)
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "int32", "int64", "float64"])
@@ -107,7 +117,9 @@ def test_slice_matches_onnxruntime(shape, starts, ends, axes, steps, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     inits = {"s": np.array(starts, np.int64), "e": np.array(ends, np.int64),
              "a": np.array(axes, np.int64), "p": np.array(steps, np.int64)}
-    assert_generic_matches_ort(one_node_model("Slice", {"x": x}, inits), {"x": x})
+    model = one_node_model("Slice", {"x": x}, inits)
+    assert_generic_matches_ort(model, {"x": x})
+    _assert_unchecked_matches_ort(model, {"x": x}, tasks=True)
 
 
 # ------------------------------------------------------------------ broadcast_to
@@ -123,6 +135,7 @@ def test_broadcast_to_matches_onnxruntime(shape, to, dtype, rng):
     x = _data(rng, shape, dtype)
     model = one_node_model("Expand", {"x": x}, {"s": np.array(to, np.int64)})
     assert_generic_matches_ort(model, {"x": x}, rtol=0, atol=0)
+    _assert_unchecked_matches_ort(model, {"x": x}, tasks=True)
 
 
 # ------------------------------------------------------------------ split / concat
@@ -137,6 +150,7 @@ def test_split_matches_onnxruntime(shape, axis, sizes, rng):
     model = one_node_model("Split", {"x": x}, {"s": np.array(sizes, np.int64)},
                            n_out=len(sizes), axis=axis)
     assert_generic_matches_ort(model, {"x": x})
+    _assert_unchecked_matches_ort(model, {"x": x}, tasks=True)
 
 
 @pytest.mark.parametrize("shapes,axis,dtype", [
@@ -148,7 +162,9 @@ def test_split_matches_onnxruntime(shape, axis, sizes, rng):
 ])
 def test_concat_matches_onnxruntime(shapes, axis, dtype, rng):
     feeds = {f"x{k}": _data(rng, s, dtype) for k, s in enumerate(shapes)}
-    assert_generic_matches_ort(one_node_model("Concat", feeds, axis=axis), feeds, rtol=0, atol=0)
+    model = one_node_model("Concat", feeds, axis=axis)
+    assert_generic_matches_ort(model, feeds, rtol=0, atol=0)
+    _assert_unchecked_matches_ort(model, feeds, tasks=True)
 
 
 # ------------------------------------------------------------------ gather
@@ -159,12 +175,12 @@ def test_concat_matches_onnxruntime(shapes, axis, dtype, rng):
     ((4, 17), 1, 5),                                    # scalar index drops the axis
     ((3, 1), 0, np.zeros((0,), np.int64)),              # no indices
 ])
-@pytest.mark.parametrize("itype", ["int64", "int32"])
-def test_gather_matches_onnxruntime(shape, axis, idx, itype, rng):
+@pytest.mark.parametrize("itype,tasks", [("int64", False), ("int32", True)])
+def test_gather_matches_onnxruntime(shape, axis, idx, itype, tasks, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     i = np.asarray(idx).astype(itype)
     _assert_unchecked_matches_ort(one_node_model("Gather", {"x": x, "i": i}, axis=axis),
-                                  {"x": x, "i": i})
+                                  {"x": x, "i": i}, tasks=tasks)
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int16", "int64"])
@@ -213,8 +229,9 @@ def test_gather_elements_matches_onnxruntime(shape, ishape, axis, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     n = shape[axis]
     i = rng.integers(-n, n, ishape).astype(np.int64)
-    _assert_unchecked_matches_ort(
-        one_node_model("GatherElements", {"x": x, "i": i}, axis=axis), {"x": x, "i": i})
+    model = one_node_model("GatherElements", {"x": x, "i": i}, axis=axis)
+    for tasks in (False, True):
+        _assert_unchecked_matches_ort(model, {"x": x, "i": i}, tasks=tasks)
 
 
 # ------------------------------------------------------------------ gather_nd
@@ -232,7 +249,8 @@ def test_gather_nd_matches_onnxruntime(shape, ishape, batch_dims, dtype, rng):
     i = (rng.integers(0, 1 << 20, ishape) % extents - rng.integers(0, 2, ishape) * extents)
     i = i.astype(np.int64)
     model = one_node_model("GatherND", {"x": x, "i": i}, batch_dims=batch_dims)
-    _assert_unchecked_matches_ort(model, {"x": x, "i": i})
+    for tasks in (False, True):
+        _assert_unchecked_matches_ort(model, {"x": x, "i": i}, tasks=tasks)
 
 
 # ------------------------------------------------------------------ graph ops ONNX lacks
@@ -272,7 +290,7 @@ def test_transpose_and_slice_property(data):
                        {"x": (shape, "float32")}, ["y"], inits=inits)
     want = np.transpose(x[tuple(slice(b, None if e < 0 else e, s)
                                 for b, e, s in zip(starts, ends, steps))], perm)
-    got = _unchecked(model).run({"x": x})[0]
+    got = _unchecked(model, tasks=data.draw(st.booleans())).run({"x": x})[0]
     np.testing.assert_array_equal(got, want)
 
 
@@ -291,8 +309,8 @@ def test_gather_property(data):
     idx = np.array(data.draw(st.lists(st.integers(-n - 3, n + 3), min_size=int(np.prod(ishape)),
                                       max_size=int(np.prod(ishape)))), itype).reshape(ishape)
     x = _data(np.random.default_rng(len(shape)), shape, dtype)
-    got = _unchecked(one_node_model("Gather", {"x": x, "i": idx}, axis=axis)).run(
-        {"x": x, "i": idx})[0]
+    got = _unchecked(one_node_model("Gather", {"x": x, "i": idx}, axis=axis),
+                     tasks=data.draw(st.booleans())).run({"x": x, "i": idx})[0]
     want = np.take(x, np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
@@ -325,7 +343,7 @@ def test_concat_split_broadcast_property(data):
         inits={"s": np.array(shape, np.int64), "k": np.array([cut, total - cut], np.int64)})
     c = np.concatenate([np.broadcast_to(a, shape), b], axis=axis)
     want = np.split(c, [cut], axis=axis)
-    got = _unchecked(model, threads).run({"a": a, "b": b})
+    got = _unchecked(model, threads, tasks=data.draw(st.booleans())).run({"a": a, "b": b})
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
@@ -351,7 +369,7 @@ def test_gather_nd_property(data):
     x = _data(rng, shape, data.draw(st.sampled_from(["float32", "bool", "int64"])))
     model = one_node_model("GatherND", {"x": x, "i": idx}, batch_dims=b)
     _assert_unchecked_matches_ort(model, {"x": x, "i": idx}, threads=data.draw(
-        st.sampled_from([1, 2])))
+        st.sampled_from([1, 2])), tasks=data.draw(st.booleans()))
 
 
 def test_a_copy_that_would_leave_its_arrays_is_refused():
