@@ -91,6 +91,17 @@ def test_transpose_moves_every_element_size(dtype, rng):
                                    rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("DepthToSpace", (2, 12, 5, 3), {"blocksize": 2, "mode": "DCR"}),
+    ("DepthToSpace", (1, 18, 7, 1), {"blocksize": 3, "mode": "CRD"}),
+    ("SpaceToDepth", (2, 3, 6, 4), {"blocksize": 2}),
+])
+def test_depth_space_transposes(op, shape, attrs, rng):
+    """ONNX's DepthToSpace / SpaceToDepth arrive as reshape + a 6-d transpose + reshape."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    assert_generic_matches_ort(one_node_model(op, {"x": x}, **attrs), {"x": x})
+
+
 def test_transpose_of_an_empty_tensor(rng):
     x = np.zeros((3, 0, 5), np.float32)
     assert_generic_matches_ort(one_node_model("Transpose", {"x": x}, perm=[2, 1, 0]), {"x": x})
