@@ -1,5 +1,5 @@
 """Generic-tier data movement against onnxruntime: one-node models (transpose, concat, split,
-slice, gather) run on the generic kernels (codegen/generic/data.py) and on onnxruntime, at
+slice, broadcast, gather) run on the generic kernels (codegen/generic/data.py) and on onnxruntime, at
 1 and 2 threads; median of interleaved rounds, ratio generic / onnxruntime (below 1: faster).
 
 "run" is GenericModel.run (copying the inputs in and the outputs out, as a user call does);
@@ -84,6 +84,9 @@ def cases(rng):
                                         "e": np.array([3136], np.int64),
                                         "a": np.array([1], np.int64),
                                         "p": np.array([2], np.int64)}), None),
+        "broadcast [256,1] -> [256,1024]":
+            (_model("Expand", {"x": f32(256, 1)}, {"s": np.array([256, 1024], np.int64)}),
+             None),
         "gather [30522,768] by [1,128] ids":
             (_model("Gather", {"i": ids}, {"t": table}, order=["t", "i"], axis=0), None),
         "gather [256,1024] axis 1 by 512":

@@ -93,7 +93,7 @@ def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
         dims.append((1, 1, 1))        # a window one element wide: runs of one element
     inner = max(k for k in range(len(dims)) if dims[k][2] == 1)
     rest = dims[:inner] + dims[inner + 1:]
-    if dims[inner][1] == 1:
+    if dims[inner][1] in (0, 1):       # contiguous or broadcast along the runs
         kernel, order = "rows", rest + [dims[inner]]
     else:
         # tiles: the dim the input walks with the smallest step goes next to the inner one
