@@ -1,6 +1,7 @@
 """Generic-tier data movement against onnxruntime: one-node models (transpose, concat, split,
-slice, broadcast, gather) run on the generic kernels (codegen/generic/data.py) and on onnxruntime, at
-1 and 2 threads; median of interleaved rounds, ratio generic / onnxruntime (below 1: faster).
+slice, broadcast, gather) run on the generic kernels (codegen/generic/data.py) and on
+onnxruntime, at 1 and 2 threads; median of interleaved rounds, ratio generic / onnxruntime
+(below 1: faster).
 
 "run" is GenericModel.run (copying the inputs in and the outputs out, as a user call does);
 "kernels" is its native call sequence alone. The gathers run without their index check
