@@ -92,6 +92,9 @@ def cases(rng):
             (_model("Gather", {"i": ids}, {"t": table}, order=["t", "i"], axis=0), None),
         "gather [256,1024] axis 1 by 512":
             (_model("Gather", {"x": wide, "i": cols}, axis=1), None),
+        "gather_elements [256,1024] axis 1 by [256,512]":
+            (_model("GatherElements", {"x": wide, "i": rng.integers(
+                -1024, 1024, (256, 512)).astype(np.int64)}, axis=1), None),
     }
 
 
@@ -101,7 +104,7 @@ def _feeds(model, rng):
         shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
         if np.dtype(dtype).kind == "i":
-            hi = 30522 if v.name == "i" and shape == [1, 128] else 1024
+            hi = 30522 if v.name == "i" and shape == [1, 128] else 1024   # in range
             out[v.name] = rng.integers(-hi if hi == 1024 else 0, hi, shape).astype(dtype)
         else:
             out[v.name] = rng.standard_normal(shape).astype(dtype)

@@ -20,7 +20,8 @@ gather.<b>.<i32|i64>: out[p, j, q] = data[p, clamp(wrap(idx[j])), q]
 gather_nd.<b>: out[t, q] = data[b(t)*bstride + sum_k clamp(wrap(idx[t, k])) * s_k + q]
     dims: [batches, per_batch, depth, rest, bstride, per, -, -, e_0..e_7, s_0..s_7]
 gather_elements.<b>.<i32|i64>: out[p, a, q] = data[p, clamp(wrap(idx[p, a, q])), q]
-    dims: [pre, nidx, post, extent, per]
+    dims: [pre, nidx, post, extent, per]; post == 1 (the last axis) walks blocks of BLOCK
+    indices, like gather's single elements.
 
 Every kernel is a PARALLEL loop over tasks of `per` consecutive rows (or tiles) of a
 row-major walk; a task divides its first position into coordinates once and carries them
@@ -263,7 +264,18 @@ def _gather_elements(size: int, itype: str):
                                vector_loop("q", d(2), 16, lambda q: Store(
                                    y, load(at, 1) + q, load(x, load(at, 0) + _clamped(
                                        load(idx, load(at, 1) + q), d(3)) * d(2) + q))))
-        body = _tasks(dims, 5, lambda d: [d(0), d(1)], lambda d: d(4), row)
+
+        def singles(d, c):
+            p, b = c
+            return _with_local(at, [p * d(3), p * d(1) + b * BLOCK],
+                               vector_loop("a", E.minimum(E.const(BLOCK), d(1) - b * BLOCK), 16,
+                                           lambda a: Store(y, load(at, 1) + a, load(
+                                               x, load(at, 0) + _clamped(
+                                                   load(idx, load(at, 1) + a), d(3))))))
+        rows = _tasks(dims, 5, lambda d: [d(0), d(1)], lambda d: d(4), row)
+        single = _tasks(dims, 5, lambda d: [d(0), E.floordiv(d(1) + (BLOCK - 1), BLOCK)],
+                        lambda d: d(4), singles)
+        body = IfThenElse(load(dims, 2).eq(1), single, rows)
         return kernel(f"data.gather_elements.{size}.{itype}", [x, idx, y], body, dims, fparams)
     return build
 

@@ -264,9 +264,10 @@ def _gather_elements(node, ctx):
     if _nothing_to_read(ctx, y, extent):
         return
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
+    nidx = idx.shape[axis]
+    rows = pre * (nidx if post > 1 else -(-nidx // BLOCK))
     ctx.call(f"data.gather_elements.{size}.{itype}", [x, idx, y],
-             [pre, idx.shape[axis], post, extent,
-              per_task(pre * idx.shape[axis], y.nbytes)])
+             [pre, nidx, post, extent, per_task(rows, y.nbytes)])
 
 
 @lowers("gather_nd")

@@ -396,3 +396,25 @@ def test_a_copy_that_would_leave_its_arrays_is_refused():
         plan_copy(ctx, x, y, (4, 5), (5, 1), (5, 1), ioff=1)
     plan_copy(ctx, x, y, (4, 5), (5, 1), (5, 1))
     assert [c.kernel for c in ctx.calls] == ["data.copy.rows.4"]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_gather_elements_property(data):
+    """Any axis (the last one takes the blocked path), index extents along it, element
+    sizes and index dtypes; indices in range or not (clamped)."""
+    rank = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank)))
+    axis = data.draw(st.integers(0, rank - 1))
+    ishape = list(shape)
+    ishape[axis] = data.draw(st.sampled_from([1, 2, 5, 70]))
+    n = shape[axis]
+    rng = np.random.default_rng(rank + 7 * axis)
+    idx = rng.integers(-n - 2, n + 2, ishape).astype(data.draw(st.sampled_from(["int64",
+                                                                                 "int32"])))
+    x = _data(rng, shape, data.draw(st.sampled_from(["float32", "bool", "int64", "int16"])))
+    got = _unchecked(one_node_model("GatherElements", {"x": x, "i": idx}, axis=axis),
+                     tasks=data.draw(st.booleans())).run({"x": x, "i": idx})[0]
+    want = np.take_along_axis(x, np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
