@@ -11,6 +11,7 @@ once per machine and Kiln version: the key covers Kiln's sources, LLVM and the t
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import struct
@@ -87,7 +88,9 @@ def family_object(family: str, target: Target) -> tuple[bytes, dict[str, tuple],
     texts, symbols = [], {}
     with gc_paused():
         for name, builder in sorted(FAMILIES[family].items()):
-            func = builder()
+            # a builder that takes `target` sizes its register tiles to the target
+            func = (builder(target) if "target" in inspect.signature(builder).parameters
+                    else builder())
             module = emit_module(func, target, fastmath_flags(DEFAULT_FASTMATH))
             texts.append(str(module))
             release(module)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...codegen.generic.matmul import LANES, MR, WIDE
+from ...codegen.generic.matmul import LANES, ROW_UNIT, WIDE
 from .lowering import MAX_ELEMENTS, Unsupported, lowers
 
 # a panel of B (K x NC floats) should stay in L2 while a thread runs its row chunks
@@ -62,11 +62,11 @@ def plan(shape_a, shape_b, packed: bool = False):
     npanels = max(1, n // nc)
     if npanels == 1 and not packed:
         nc = n
-    rows_tasks = max(1, -(-m // MR))
+    rows_tasks = max(1, -(-m // ROW_UNIT))
     work = 2 * nb * m * n * k
     want = max(1, min(TASKS, work // MIN_TASK_FLOPS))
     nchunks = min(rows_tasks, max(1, -(-want // (nb * npanels))))
-    rc = -(-rows_tasks // nchunks) * MR
+    rc = -(-rows_tasks // nchunks) * ROW_UNIT
     nchunks = -(-m // rc)
     return [m, n, k, dims[0][0], dims[1][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2],
             k, 1, WIDE if packed else n, nc, npanels, rc, nchunks] + (

@@ -13,6 +13,7 @@ from onnx import helper
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic
 from kiln.graph.generic.lowering import Unsupported
+from kiln.codegen.generic.matmul import MR_NARROW_REGISTERS, MR_WIDE_REGISTERS, tile_rows
 from kiln.graph.generic.ops_matmul import batch_dims, pack_b, plan
 from tests.graph.graph_helpers import make_model
 from tests.graph.generic.helpers import assert_generic_matches_ort
@@ -125,3 +126,22 @@ def test_property_matches_numpy(m, k, n, batch, const, seed):
     want = np.matmul(a, b)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_tile_rows_follow_the_vector_registers():
+    assert tile_rows(Target.from_string("llvm -mcpu=znver4")) == MR_WIDE_REGISTERS
+    assert tile_rows(Target.from_string("llvm -mcpu=znver3")) == MR_NARROW_REGISTERS
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= Target.native().feature_set(),
+                    reason="runs AVX2 code")
+def test_narrow_register_tile_matches_numpy(rng):
+    """The AVX2 build (3-row tiles) on this machine: row tails of every length."""
+    target = Target.from_string("llvm -mcpu=znver3")
+    for sa, sb, const in (((29, 40), (40, 70), True), ((2, 7, 33), (2, 33, 50), False)):
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        model = _model(sa, sb, b if const else None)
+        feeds = {"a": a} if const else {"a": a, "b": b}
+        got = compile_generic(model, target, 2).run(feeds)[0]
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
