@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
+from kiln.codegen.generic.matmul import MR_NARROW_REGISTERS, MR_WIDE_REGISTERS, tile_rows
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic
 from kiln.graph.generic.lowering import Unsupported
-from kiln.codegen.generic.matmul import MR_NARROW_REGISTERS, MR_WIDE_REGISTERS, tile_rows
 from kiln.graph.generic.ops_matmul import batch_dims, pack_b, plan
 from tests.graph.graph_helpers import make_model
 from tests.graph.generic.helpers import assert_generic_matches_ort
@@ -40,6 +40,8 @@ SHAPES = [
     ((7,), (7, 20)),                # 1-D A
     ((4, 9), (9,)),                 # 1-D B
     ((5,), (5,)),                   # both 1-D: a scalar
+    ((7,), (3, 7, 20)),             # 1-D A against batches of B
+    ((2, 3, 9), (9,)),              # batches of A against a 1-D B
     ((4, 1, 3, 5), (2, 5, 19)),     # batch broadcasting both ways
     ((1, 12, 16, 8), (1, 12, 8, 21)),
     ((2, 3, 4, 5), (3, 5, 6)),
