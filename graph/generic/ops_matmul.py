@@ -73,13 +73,19 @@ def plan(shape_a, shape_b, packed: bool = False):
                 [k * WIDE] if packed else [])
 
 
-def pack_b(b: np.ndarray) -> np.ndarray:
-    """B[K, N] as zero-padded panels [ceil(N / WIDE), K, WIDE] (matmul.f32_packed's B)."""
+def pack_b(b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """B[K, N] as zero-padded panels [ceil(N / WIDE), K, WIDE] (matmul.f32_packed's B),
+    written into `out` when given: one strided copy (a model's cold compile packs every
+    weight)."""
     k, n = b.shape
-    panels = -(-n // WIDE)
-    padded = np.zeros((k, panels * WIDE), np.float32)
-    padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, panels, WIDE).transpose(1, 0, 2))
+    panels, full = -(-n // WIDE), n // WIDE
+    if out is None:
+        out = np.empty((panels, k, WIDE), np.float32)
+    out[:full] = b[:, :full * WIDE].reshape(k, full, WIDE).transpose(1, 0, 2)
+    if full < panels:
+        out[full, :, :n - full * WIDE] = b[:, full * WIDE:]
+        out[full, :, n - full * WIDE:] = 0
+    return out
 
 
 @lowers("matmul")
@@ -96,9 +102,7 @@ def _matmul(node, ctx):
     if dims is None:
         return
     if packed:
-        panels = pack_b(np.asarray(weight, np.float32))
-        b = ctx.temp(panels.shape)
-        b[...] = panels
+        b = pack_b(b, ctx.temp((-(-b.shape[1] // WIDE), b.shape[0], WIDE)))
         ctx.call("matmul.f32_packed", [a, b, c], dims)
     else:
         ctx.call("matmul.f32", [a, b, c], dims)
