@@ -57,6 +57,14 @@ def test_reduce_sum_with_axes_input(shape, axes, rng):
     assert_generic_matches_ort(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                                "ReduceL2"])
+def test_reduction_over_an_empty_axis(op):
+    """Each op's start value (the mean of nothing is 0, as onnxruntime has it)."""
+    model = _unary(op, (3, 0), axes=[1], keepdims=0)
+    assert_generic_matches_ort(model, {"x": np.zeros((3, 0), np.float32)})
+
+
 def test_split_axes():
     assert split_axes((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
     assert split_axes((2, 3, 1, 5), (1, 3)) == (2, 15, 1)
