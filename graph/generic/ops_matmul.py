@@ -1,6 +1,8 @@
 """matmul onto the generic matmul kernel (codegen/generic/matmul.py): numpy semantics (1-D
-operands, batch broadcasting) reduced at plan time to two batch dims with strides, and the
-work split into (batch, column panel, row chunk) tasks."""
+operands, batch broadcasting) reduced at plan time to two batch dims with strides (batches
+of A over one shared B fold into A's rows), and the work split into (batch, column panel,
+row chunk) tasks. A constant 2-D B (a weight) is packed into 32-column panels at plan time
+for matmul.f32_packed; more than two batch dims that do not merge are Unsupported."""
 from __future__ import annotations
 
 import numpy as np
