@@ -9,6 +9,8 @@ matmul.f32(a, b, c)   dims (all in elements):
     [12] NC  [13] npanels            column panel width (the last panel takes the rest)
     [14] RC  [15] nchunks            rows per chunk (best a multiple of MR; the last
                                      takes the rest)
+    [17] a0  [18] b0  [19] c0        where this call's A, B and C start (batch dims
+                                     beyond two take one call each)
 matmul.f32_packed(a, b_packed, c)    the same, with a constant B packed at plan time
     into zero-padded panels [P][K][32]:  [11] 32  [16] K * 32 (the panel stride)
 
@@ -82,8 +84,9 @@ def _task(d, t):
     bat = E.floordiv(rest, npanels)
     b0, b1 = E.floordiv(bat, nb1), E.floormod(bat, nb1)
     p0, r0 = panel * nc, chunk * rc
-    return (b0 * load(d, 5) + b1 * load(d, 6), b0 * load(d, 7) + b1 * load(d, 8),
-            bat * (m * n), p0, E.select(panel.eq(npanels - 1), n, p0 + nc),
+    return (load(d, 17) + b0 * load(d, 5) + b1 * load(d, 6),
+            load(d, 18) + b0 * load(d, 7) + b1 * load(d, 8),
+            load(d, 19) + bat * (m * n), p0, E.select(panel.eq(npanels - 1), n, p0 + nc),
             r0, E.select(chunk.eq(nchunks - 1), m, r0 + rc))
 
 

@@ -95,13 +95,24 @@ def test_batch_dims_merge_and_broadcast():
     assert batch_dims((2, 3, 4, 5), (1, 3, 5, 6), (2, 3)) == [(2, 60, 0), (3, 20, 30)]
     # A shared by every batch of B: no merge into M, strides 0 for A
     assert batch_dims((4, 5), (3, 5, 6), (3,)) == [(3, 0, 30)]
-    dims = plan((1, 8, 8, 256), (256, 1024))
+    (dims,) = plan((1, 8, 8, 256), (256, 1024))
     assert dims[:5] == [64, 1024, 256, 1, 1]     # batches folded into M
 
 
-def test_three_unmergeable_batch_dims_are_unsupported():
-    model = _model((2, 3, 4, 5, 6), (2, 1, 4, 6, 7))
-    with pytest.raises(Unsupported, match="batch dims .* do not merge"):
+@pytest.mark.parametrize("sa, sb", [((2, 3, 4, 5, 6), (2, 1, 4, 6, 7)),
+                                    ((3, 1, 2, 1, 5, 6), (1, 4, 1, 3, 6, 17))])
+def test_batch_dims_beyond_two_take_a_call_each(sa, sb, rng):
+    model = _model(sa, sb)
+    calls = _kernels(model)
+    assert len(calls) > 1
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    assert_generic_matches_ort(model, {"a": a, "b": b}, rtol=1e-4, atol=1e-4)
+
+
+def test_too_many_calls_are_unsupported():
+    model = _model((65, 1, 3, 1, 2, 3), (1, 64, 1, 2, 3, 4))
+    with pytest.raises(Unsupported, match="calls for the batch dims beyond two"):
         compile_generic(model, Target.native(), 1)
 
 
