@@ -20,8 +20,8 @@ plan time to stay in L2). Inside a task, a register tile of MR rows (tile_rows: 
 target's vector registers) x 32 columns (two 16-lane vectors) accumulates over K with
 broadcast-FMA; the columns a panel leaves over take one or two 16-wide tiles, the last one
 shifted left to end at the panel's end (it recomputes a few columns of this same task,
-bit-identically, instead of a scalar tail); rows left over take 1-row tiles. A panel narrower than 16 (only when N < 16) runs a scalar
-tile per column.
+bit-identically, instead of a scalar tail); rows left over take 1-row tiles. A panel
+narrower than 16 (only when N < 16) runs a scalar tile per column.
 """
 from __future__ import annotations
 
