@@ -73,6 +73,7 @@ CASES = {
     "matmul [1,64,768]x[768,768] (weight)": lambda: _matmul((1, 64, 768), (768, 768), True),
     "matmul [1,12,64,64]x[1,12,64,64]": lambda: _matmul((1, 12, 64, 64), (1, 12, 64, 64),
                                                          False),
+    "matmul [1,960]x[960,1000] (weight)": lambda: _matmul((1, 960), (960, 1000), True),
     "softmax [1,12,64,64] axis -1": lambda: _unary("Softmax", (1, 12, 64, 64), axis=-1),
     "layer_norm [1,64,768]": lambda: _layer_norm((1, 64, 768)),
     "reduce_mean [1,256,32,32] axes (2,3)": lambda: _reduce_mean((1, 256, 32, 32), [2, 3]),

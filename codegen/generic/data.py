@@ -2,9 +2,10 @@
 and gathers. Every kernel moves elements of one SIZE (1, 2, 4 or 8 bytes, as int8..int64
 buffers), so one kernel serves every dtype of that size (bool, float32, int64, ...).
 
-copy.rows.<b>:  out[ooff + sum i_k*os_k + j] = in[ioff + sum i_k*is_k + j]   (k < 5, j < n5)
-    the innermost dim is contiguous on both sides: vector copies of runs of n5 elements,
-    cut into chunks of `chunk` elements so a few long runs still spread over the threads.
+copy.rows.<b>:  out[ooff + sum i_k*os_k + j] = in[ioff + sum i_k*is_k + j*is5]  (k < 5, j < n5)
+    the innermost dim is contiguous on the output and contiguous (is5 = 1) or broadcast
+    (is5 = 0) on the input: vector copies (or splats) of runs of n5 elements, cut into
+    chunks of `chunk` elements so a few long runs still spread over the threads.
 copy.tiles.<b>: out[ooff + sum i_k*os_k] = in[ioff + sum i_k*is_k]            (k < 6)
     any input strides (a transpose, a broadcast, a negative step); the output's innermost
     dim is contiguous (os5 = 1). Dims 4 and 5 are walked in TILE x TILE blocks, so a
@@ -19,7 +20,8 @@ gather.<b>.<i32|i64>: out[p, j, q] = data[p, clamp(wrap(idx[j])), q]
 gather_nd.<b>: out[t, q] = data[b(t)*bstride + sum_k clamp(wrap(idx[t, k])) * s_k + q]
     dims: [batches, per_batch, depth, rest, bstride, per, -, -, e_0..e_7, s_0..s_7]
 gather_elements.<b>.<i32|i64>: out[p, a, q] = data[p, clamp(wrap(idx[p, a, q])), q]
-    dims: [pre, nidx, post, extent, per]
+    dims: [pre, nidx, post, extent, per]; post == 1 (the last axis) walks blocks of BLOCK
+    indices, like gather's single elements.
 
 Every kernel is a PARALLEL loop over tasks of `per` consecutive rows (or tiles) of a
 row-major walk; a task divides its first position into coordinates once and carries them
@@ -140,11 +142,15 @@ def _copy_rows(size: int):
 
         def row(d, c):
             start = c[5] * d(CHUNK)
-            return _with_local(at, [d(IOFF) + _offset(d, IS, c[:5]) + start,
+            count = load(at, 2)
+            copy = vector_loop("j", count, lanes(size), lambda j: Store(
+                y, load(at, 1) + j, load(x, load(at, 0) + j)))
+            splat = vector_loop("j", count, lanes(size), lambda j: Store(
+                y, load(at, 1) + j, load(x, load(at, 0))))
+            return _with_local(at, [d(IOFF) + _offset(d, IS, c[:5]) + start * d(IS + 5),
                                     d(OOFF) + _offset(d, OS, c[:5]) + start,
                                     E.minimum(d(CHUNK), d(N + 5) - start)],
-                               vector_loop("j", load(at, 2), lanes(size), lambda j: Store(
-                                   y, load(at, 1) + j, load(x, load(at, 0) + j))))
+                               IfThenElse(d(IS + 5).eq(0), splat, copy))
         body = _tasks(dims, PER + 1, lambda d: [d(N + k) for k in range(5)] + [d(CHUNKS)],
                       lambda d: d(PER), row)
         return kernel(f"data.copy.rows.{size}", [x, y], body, dims, fparams)
@@ -258,7 +264,18 @@ def _gather_elements(size: int, itype: str):
                                vector_loop("q", d(2), 16, lambda q: Store(
                                    y, load(at, 1) + q, load(x, load(at, 0) + _clamped(
                                        load(idx, load(at, 1) + q), d(3)) * d(2) + q))))
-        body = _tasks(dims, 5, lambda d: [d(0), d(1)], lambda d: d(4), row)
+
+        def singles(d, c):
+            p, b = c
+            return _with_local(at, [p * d(3), p * d(1) + b * BLOCK],
+                               vector_loop("a", E.minimum(E.const(BLOCK), d(1) - b * BLOCK), 16,
+                                           lambda a: Store(y, load(at, 1) + a, load(
+                                               x, load(at, 0) + _clamped(
+                                                   load(idx, load(at, 1) + a), d(3))))))
+        rows = _tasks(dims, 5, lambda d: [d(0), d(1)], lambda d: d(4), row)
+        single = _tasks(dims, 5, lambda d: [d(0), E.floordiv(d(1) + (BLOCK - 1), BLOCK)],
+                        lambda d: d(4), singles)
+        body = IfThenElse(load(dims, 2).eq(1), single, rows)
         return kernel(f"data.gather_elements.{size}.{itype}", [x, idx, y], body, dims, fparams)
     return build
 

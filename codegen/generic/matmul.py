@@ -7,19 +7,21 @@ matmul.f32(a, b, c)   dims (all in elements):
     [9] sam  [10] sak  [11] sbk      A's row and column strides, B's row stride (B's
                                      column stride is 1; C is contiguous [nb0, nb1, M, N])
     [12] NC  [13] npanels            column panel width (the last panel takes the rest)
-    [14] RC  [15] nchunks            rows per chunk (a multiple of MR; the last takes
-                                     the rest)
+    [14] RC  [15] nchunks            rows per chunk (best a multiple of MR; the last
+                                     takes the rest)
+    [17] a0  [18] b0  [19] c0        where this call's A, B and C start (batch dims
+                                     beyond two take one call each)
 matmul.f32_packed(a, b_packed, c)    the same, with a constant B packed at plan time
     into zero-padded panels [P][K][32]:  [11] 32  [16] K * 32 (the panel stride)
 
 Why this shape: the PARALLEL loop runs over (batch, column panel, row chunk) tasks, row
 chunks innermost, so a thread's consecutive tasks reuse one panel of B (K x NC, chosen at
-plan time to stay in L2). Inside a task, a register tile of MR rows x 32 columns (two
-16-lane vectors) accumulates over K with broadcast-FMA; the columns a panel leaves over
-take one or two 16-wide tiles, the last one shifted left to end at the panel's end (it
-recomputes a few columns of this same task, bit-identically, instead of a scalar tail);
-rows left over take 1-row tiles. A panel narrower than 16 (only when N < 16) runs a scalar
-tile per column.
+plan time to stay in L2). Inside a task, a register tile of MR rows (tile_rows: by the
+target's vector registers) x 32 columns (two 16-lane vectors) accumulates over K with
+broadcast-FMA; the columns a panel leaves over take one or two 16-wide tiles, the last one
+shifted left to end at the panel's end (it recomputes a few columns of this same task,
+bit-identically, instead of a scalar tail); rows left over take 1-row tiles. A panel
+narrower than 16 (only when N < 16) runs a scalar tile per column.
 """
 from __future__ import annotations
 
@@ -28,8 +30,17 @@ from ...te import expr as E
 from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop
 
 LANES = 16      # float32 lanes of a vector
-MR = 4          # rows of the register tile
 WIDE = 2 * LANES
+# rows of the register tile: MR x WIDE accumulators fill most of 32 vector registers
+# (AVX-512: 16 of 32 zmm) or of 16 (AVX2: 12 of 16 ymm; 4 rows spill, measured 30% slower)
+MR_WIDE_REGISTERS, MR_NARROW_REGISTERS = 8, 3
+ROW_UNIT = 24   # row chunks are multiples of both
+
+
+def tile_rows(target) -> int:
+    """MR for `target` (None: the wide one)."""
+    return MR_NARROW_REGISTERS if target is not None and target.vector_bits < 512 \
+        else MR_WIDE_REGISTERS
 
 
 def _tile(a, b, c, d, rows: int, width: int, a_off, b_at, c_off, row, col, tag: str,
@@ -73,8 +84,9 @@ def _task(d, t):
     bat = E.floordiv(rest, npanels)
     b0, b1 = E.floordiv(bat, nb1), E.floormod(bat, nb1)
     p0, r0 = panel * nc, chunk * rc
-    return (b0 * load(d, 5) + b1 * load(d, 6), b0 * load(d, 7) + b1 * load(d, 8),
-            bat * (m * n), p0, E.select(panel.eq(npanels - 1), n, p0 + nc),
+    return (load(d, 17) + b0 * load(d, 5) + b1 * load(d, 6),
+            load(d, 18) + b0 * load(d, 7) + b1 * load(d, 8),
+            load(d, 19) + bat * (m * n), p0, E.select(panel.eq(npanels - 1), n, p0 + nc),
             r0, E.select(chunk.eq(nchunks - 1), m, r0 + rc))
 
 
@@ -83,14 +95,15 @@ def _tasks(d):
 
 
 @generic_kernel("matmul", "f32")
-def build():
+def build(target=None):
+    mr = tile_rows(target)
     a, b, c = data("a", "float32"), data("b", "float32"), data("c", "float32")
     d, fparams = dims_buffer(), fparams_buffer()
 
     def task(t):
         a_off, b_off, c_off, p0, p1, r0, r1 = _task(d, t)
         width = p1 - p0
-        full_rows = E.floordiv(r1 - r0, MR)
+        full_rows = E.floordiv(r1 - r0, mr)
 
         def tile(rows, row, w, col, tag):
             return _tile(a, b, c, d, rows, w, a_off,
@@ -109,9 +122,9 @@ def build():
                            tile(rows, row, LANES, p1 - LANES, f"t{tag}")))
 
         vector_rows = seq(
-            loop("ib", full_rows, lambda ib: columns(MR, r0 + ib * MR, "4")),
-            loop("ir", r1 - r0 - full_rows * MR,
-                 lambda i: columns(1, r0 + full_rows * MR + i, "1")))
+            loop("ib", full_rows, lambda ib: columns(mr, r0 + ib * mr, "4")),
+            loop("ir", r1 - r0 - full_rows * mr,
+                 lambda i: columns(1, r0 + full_rows * mr + i, "1")))
         # a panel narrower than a vector (N < 16): one scalar tile per column
         scalar_rows = loop("is", r1 - r0, lambda i: loop(
             "js", width, lambda j: tile(1, r0 + i, 1, p0 + j, "s")))
@@ -122,18 +135,19 @@ def build():
 
 
 @generic_kernel("matmul", "f32_packed")
-def build_packed():
+def build_packed(target=None):
     """B packed at plan time into zero-padded panels of WIDE columns, [P][K][WIDE] (dims[11]
     = WIDE, dims[16] = K * WIDE, the panel stride): the K loop reads B contiguously. Panel
     widths (dims[12]) are multiples of WIDE; a tile past N computes on the zero padding and
     writes only its valid columns."""
     a, b, c = data("a", "float32"), data("b_packed", "float32"), data("c", "float32")
     d, fparams = dims_buffer(), fparams_buffer()
+    mr = tile_rows(target)
 
     def task(t):
         a_off, b_off, c_off, p0, p1, r0, r1 = _task(d, t)
         blocks = E.floordiv(p1 - p0 + (WIDE - 1), WIDE)
-        full_rows = E.floordiv(r1 - r0, MR)
+        full_rows = E.floordiv(r1 - r0, mr)
 
         def columns(rows, row, tag):
             def block(jb):
@@ -149,9 +163,9 @@ def build_packed():
             return loop(f"jb{tag}", blocks, block)
 
         return seq(
-            loop("ib", full_rows, lambda ib: columns(MR, r0 + ib * MR, "4")),
-            loop("ir", r1 - r0 - full_rows * MR,
-                 lambda i: columns(1, r0 + full_rows * MR + i, "1")))
+            loop("ib", full_rows, lambda ib: columns(mr, r0 + ib * mr, "4")),
+            loop("ir", r1 - r0 - full_rows * mr,
+                 lambda i: columns(1, r0 + full_rows * mr + i, "1")))
 
     body = loop("t", _tasks(d), task, ForKind.PARALLEL)
     return kernel("matmul.f32_packed", [a, b, c], body, d, fparams)

@@ -28,7 +28,8 @@ FAMILIES: dict[str, dict[str, Callable[[], PrimFunc]]] = {}
 
 def generic_kernel(family: str, name: str):
     """Register `builder() -> PrimFunc` as kernel `family.name`. The PrimFunc's params end
-    with dims_buffer() and fparams_buffer()."""
+    with dims_buffer() and fparams_buffer(). A builder with a parameter named `target` is
+    called with the Target the family is compiled for (to size a register tile)."""
     def deco(builder: Callable[[], PrimFunc]) -> Callable[[], PrimFunc]:
         kernels = FAMILIES.setdefault(family, {})
         if name in kernels:

@@ -23,8 +23,16 @@ CHUNK_ELEMENTS = 1 << 14
 TASKS = 64
 
 
-def per_task(positions: int) -> int:
-    """Positions (rows, tiles) per task of a walk over `positions`."""
+# a call moving fewer bytes than this runs as one task, on the calling thread (the thread
+# pool runs a loop of one iteration inline): waking the other thread cost more than it saved
+# on copies up to 400 KB, and halved an 800 KB concat (benchmarks/RESULTS.md)
+SERIAL_BYTES = 1 << 19
+
+
+def per_task(positions: int, nbytes: int) -> int:
+    """Positions (rows, tiles) per task of a walk over `positions` moving `nbytes`."""
+    if nbytes < SERIAL_BYTES:
+        return max(1, positions)
     return max(1, -(-positions // TASKS))
 
 
@@ -68,17 +76,24 @@ def merge_dims(extents, istrides, ostrides):
 def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
               ioff: int = 0, ooff: int = 0) -> None:
     """Call a copy kernel: y[ooff + sum i_k*os_k] = x[ioff + sum i_k*is_k] over `extents`.
-    The caller guarantees every position read and written lies in x and y."""
+    A walk that would leave x or y is refused (a planning bug, never a stray access)."""
     _check_size(ctx, x, y)
     size = element_size(ctx, x)
     if any(int(n) == 0 for n in extents):
         return
+    for arr, off, strides in ((x, ioff, istrides), (y, ooff, ostrides)):
+        low = off + sum(min(0, (n - 1) * s) for n, s in zip(extents, strides))
+        high = off + sum(max(0, (n - 1) * s) for n, s in zip(extents, strides))
+        if low < 0 or high >= arr.size:
+            raise Unsupported(ctx.describe(
+                f"a copy over {list(extents)} would reach elements {low}..{high} of an array "
+                f"of {arr.size}"))
     dims = merge_dims(extents, istrides, ostrides) or [(1, 1, 1)]
     if not any(o == 1 for _, _, o in dims):
         dims.append((1, 1, 1))        # a window one element wide: runs of one element
     inner = max(k for k in range(len(dims)) if dims[k][2] == 1)
     rest = dims[:inner] + dims[inner + 1:]
-    if dims[inner][1] == 1:
+    if dims[inner][1] in (0, 1):       # contiguous or broadcast along the runs
         kernel, order = "rows", rest + [dims[inner]]
     else:
         # tiles: the dim the input walks with the smallest step goes next to the inner one
@@ -98,15 +113,17 @@ def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,
         d[N + k], d[IS + k], d[OS + k] = n, i, o
     d[IOFF], d[OOFF] = ioff, ooff
     outer = int(np.prod([n for n, _, _ in order[:-2]]))
+    nbytes = int(np.prod([n for n, _, _ in order])) * size
     if kernel == "rows":
         run = order[-1][0]
         outer *= order[-2][0]
         chunk = run if outer >= TASKS or run <= CHUNK_ELEMENTS else CHUNK_ELEMENTS
         d[CHUNK], d[CHUNKS] = chunk, -(-run // chunk)
-        d[PER] = per_task(outer * d[CHUNKS])
+        d[PER] = per_task(outer * d[CHUNKS], nbytes)
     else:
         side = tile(size)
-        d[PER] = per_task(outer * -(-order[-2][0] // side) * -(-order[-1][0] // side))
+        d[PER] = per_task(outer * -(-order[-2][0] // side) * -(-order[-1][0] // side),
+                          nbytes)
     ctx.call(f"data.copy.{kernel}.{size}", [x, y], d)
 
 
@@ -231,7 +248,7 @@ def _gather(node, ctx):
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
     rows = pre * (idx.size if post > 1 else -(-idx.size // BLOCK))
     ctx.call(f"data.gather.{size}.{itype}", [x, idx, y],
-             [pre, idx.size, post, extent, per_task(rows)])
+             [pre, idx.size, post, extent, per_task(rows, y.nbytes)])
 
 
 @lowers("gather_elements")
@@ -247,8 +264,10 @@ def _gather_elements(node, ctx):
     if _nothing_to_read(ctx, y, extent):
         return
     pre, post = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis + 1:]))
+    nidx = idx.shape[axis]
+    rows = pre * (nidx if post > 1 else -(-nidx // BLOCK))
     ctx.call(f"data.gather_elements.{size}.{itype}", [x, idx, y],
-             [pre, idx.shape[axis], post, extent, per_task(pre * idx.shape[axis])])
+             [pre, nidx, post, extent, per_task(rows, y.nbytes)])
 
 
 @lowers("gather_nd")
@@ -271,7 +290,7 @@ def _gather_nd(node, ctx):
     rest = int(np.prod(x.shape[b + depth:]))
     st = contiguous_strides(x.shape)
     d = [batches, per_batch, depth, rest, int(np.prod(x.shape[b:])), 0, 0, 0]
-    d[ND_PER] = per_task(batches * per_batch)
+    d[ND_PER] = per_task(batches * per_batch, y.nbytes)
     d += list(axes) + [1] * (ND_DEPTH - depth) + st[b:b + depth]
     ctx.call(f"data.gather_nd.{size}", [x, idx, y], d)
 

@@ -42,7 +42,8 @@ def _reduce(node, ctx):
     outer, n, inner = _split_or_raise(ctx, x.shape, node.attrs["axes"], "axes")
     if y.size == 0:
         return
-    scale = (1.0 / n if n else math.inf) if node.op == "reduce_mean" else 1.0
+    # the mean of nothing is 0, as onnxruntime has it (numpy: NaN)
+    scale = (1.0 / n if n else 0.0) if node.op == "reduce_mean" else 1.0
     ctx.call(f"reduce.{_REDUCE[node.op]}", [x, y], [outer, n, inner], [scale])
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
+from kiln.codegen.generic.matmul import MR_NARROW_REGISTERS, MR_WIDE_REGISTERS, tile_rows
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic
 from kiln.graph.generic.lowering import Unsupported
@@ -39,6 +40,8 @@ SHAPES = [
     ((7,), (7, 20)),                # 1-D A
     ((4, 9), (9,)),                 # 1-D B
     ((5,), (5,)),                   # both 1-D: a scalar
+    ((7,), (3, 7, 20)),             # 1-D A against batches of B
+    ((2, 3, 9), (9,)),              # batches of A against a 1-D B
     ((4, 1, 3, 5), (2, 5, 19)),     # batch broadcasting both ways
     ((1, 12, 16, 8), (1, 12, 8, 21)),
     ((2, 3, 4, 5), (3, 5, 6)),
@@ -92,13 +95,24 @@ def test_batch_dims_merge_and_broadcast():
     assert batch_dims((2, 3, 4, 5), (1, 3, 5, 6), (2, 3)) == [(2, 60, 0), (3, 20, 30)]
     # A shared by every batch of B: no merge into M, strides 0 for A
     assert batch_dims((4, 5), (3, 5, 6), (3,)) == [(3, 0, 30)]
-    dims = plan((1, 8, 8, 256), (256, 1024))
+    (dims,) = plan((1, 8, 8, 256), (256, 1024))
     assert dims[:5] == [64, 1024, 256, 1, 1]     # batches folded into M
 
 
-def test_three_unmergeable_batch_dims_are_unsupported():
-    model = _model((2, 3, 4, 5, 6), (2, 1, 4, 6, 7))
-    with pytest.raises(Unsupported, match="batch dims .* do not merge"):
+@pytest.mark.parametrize("sa, sb", [((2, 3, 4, 5, 6), (2, 1, 4, 6, 7)),
+                                    ((3, 1, 2, 1, 5, 6), (1, 4, 1, 3, 6, 17))])
+def test_batch_dims_beyond_two_take_a_call_each(sa, sb, rng):
+    model = _model(sa, sb)
+    calls = _kernels(model)
+    assert len(calls) > 1
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    assert_generic_matches_ort(model, {"a": a, "b": b}, rtol=1e-4, atol=1e-4)
+
+
+def test_too_many_calls_are_unsupported():
+    model = _model((65, 1, 3, 1, 2, 3), (1, 64, 1, 2, 3, 4))
+    with pytest.raises(Unsupported, match="calls for the batch dims beyond two"):
         compile_generic(model, Target.native(), 1)
 
 
@@ -125,3 +139,22 @@ def test_property_matches_numpy(m, k, n, batch, const, seed):
     want = np.matmul(a, b)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_tile_rows_follow_the_vector_registers():
+    assert tile_rows(Target.from_string("llvm -mcpu=znver4")) == MR_WIDE_REGISTERS
+    assert tile_rows(Target.from_string("llvm -mcpu=znver3")) == MR_NARROW_REGISTERS
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= Target.native().feature_set(),
+                    reason="runs AVX2 code")
+def test_narrow_register_tile_matches_numpy(rng):
+    """The AVX2 build (3-row tiles) on this machine: row tails of every length."""
+    target = Target.from_string("llvm -mcpu=znver3")
+    for sa, sb, const in (((29, 40), (40, 70), True), ((2, 7, 33), (2, 33, 50), False)):
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        model = _model(sa, sb, b if const else None)
+        feeds = {"a": a} if const else {"a": a, "b": b}
+        got = compile_generic(model, target, 2).run(feeds)[0]
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)

@@ -57,6 +57,14 @@ def test_reduce_sum_with_axes_input(shape, axes, rng):
     assert_generic_matches_ort(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                                "ReduceL2"])
+def test_reduction_over_an_empty_axis(op):
+    """Each op's start value (the mean of nothing is 0, as onnxruntime has it)."""
+    model = _unary(op, (3, 0), axes=[1], keepdims=0)
+    assert_generic_matches_ort(model, {"x": np.zeros((3, 0), np.float32)})
+
+
 def test_split_axes():
     assert split_axes((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
     assert split_axes((2, 3, 1, 5), (1, 3)) == (2, 15, 1)
@@ -203,3 +211,33 @@ def test_reduction_of_a_scalar(rng):
         x = np.array(-2.5, np.float32)
         np.testing.assert_allclose(
             compile_generic(model, Target.native(), 1).run({"x": x})[0], want(x))
+
+
+def _softmax_ref(x, axis, log):
+    shifted = x - x.max(axis=axis, keepdims=True)
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)
+    return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 20), min_size=1, max_size=3), data=st.data(),
+       op=st.sampled_from(["Softmax", "LogSoftmax", "LayerNormalization"]),
+       seed=st.integers(0, 2 ** 16))
+def test_property_softmax_and_layer_norm_match_numpy(shape, data, op, seed):
+    """Every axis: the rows path (last axis) and the strips path (inner > 1)."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    rng = np.random.default_rng(seed)
+    x = (3 * rng.standard_normal(shape)).astype(np.float32)
+    if op == "LayerNormalization":
+        pshape = tuple(shape[axis:])
+        s = rng.standard_normal(pshape).astype(np.float32)
+        model = make_model([helper.make_node(op, ["x", "s"], ["y"], axis=axis)],
+                           {"x": (tuple(shape), "float32")}, ["y"], inits={"s": s})
+        axes = tuple(range(axis, len(shape)))
+        centred = x - x.mean(axis=axes, keepdims=True)
+        want = centred / np.sqrt((centred ** 2).mean(axis=axes, keepdims=True) + 1e-5) * s
+    else:
+        model = _unary(op, tuple(shape), axis=axis)
+        want = _softmax_ref(x.astype(np.float64), axis, op == "LogSoftmax")
+    got = compile_generic(model, Target.native(), 2).run({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
