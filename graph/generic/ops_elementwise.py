@@ -233,6 +233,5 @@ def _where(node, ctx):
     cond, a, b = (v.dtype for v in node.inputs)
     if cond != "bool" or a != b or a not in (*K.FLOAT_INT, "bool"):
         raise Unsupported(ctx.describe(f"where({cond}, {a}, {b}); the generic kernels take a "
-                                       "bool condition and two float32, int64, int32 or bool "
-                                       "values"))
+                                       "bool condition and two float32, int64 or bool values"))
     _strided_call(ctx, f"where.{a}", [ctx.input(0), ctx.input(1), ctx.input(2)])
