@@ -170,6 +170,10 @@ for (_name, _fn), _dtype in itertools.product(UNARY_INT.items(), ("int64", "int3
 
 _contiguous("unary.logical_not.bool", "bool", "bool", lambda v, p: ~v)
 _contiguous("unary.is_nan", "float32", "bool", lambda v, p: v.ne(v))
+# is_inf: fparams [detect +inf, detect -inf] (1 or 0)
+_contiguous("unary.is_inf", "float32", "bool", lambda v, p: (
+    v.eq(_f(v, math.inf)) & _p(p, 0).ne(_f(v, 0))) | (v.eq(_f(v, -math.inf)) & _p(p, 1).ne(
+        _f(v, 0))))
 
 # casts (kernel cast.<src>.<dst>): E.cast, as te/ops/elementwise.cast
 CAST_DTYPES = ("float32", "int64", "int32", "bool", "float16")
@@ -275,6 +279,8 @@ for (_name, _fn), _dtype in itertools.product(ARITH.items(), FLOAT_INT):
     _strided(f"binary.{_name}.{_dtype}", (_dtype, _dtype), _dtype, _fn)
 _strided("binary.div.float32", ("float32", "float32"), "float32", lambda a, b: a / b)
 _strided("binary.pow.float32", ("float32", "float32"), "float32", E.power)
+_strided("binary.prelu.float32", ("float32", "float32"), "float32",     # graph/ops/more.py
+         lambda x, s: E.select(x < E.const(0.0, x.dtype), x * s, x))
 for _dtype in ("int64",):
     _strided(f"binary.div.{_dtype}", (_dtype, _dtype), _dtype, _trunc_div)
 for (_name, _fn), _dtype in itertools.product(COMPARE.items(), FLOAT_INT):

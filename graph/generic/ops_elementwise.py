@@ -90,6 +90,15 @@ def _is_nan(node, ctx):
     _unary_call(ctx, "unary.is_nan")
 
 
+@lowers("is_inf")
+def _is_inf(node, ctx):
+    if node.inputs[0].dtype != "float32":
+        raise Unsupported(ctx.describe(f"{node.inputs[0].dtype} input; the generic kernel "
+                                       "takes float32"))
+    _unary_call(ctx, "unary.is_inf", [float(bool(node.attrs["detect_positive"])),
+                                      float(bool(node.attrs["detect_negative"]))])
+
+
 @lowers("logical_not")
 def _logical_not(node, ctx):
     ctx.require_dtype("bool")
@@ -196,6 +205,12 @@ def _binary(node, ctx):
     allowed = K.FLOAT_INT + (("bool",) if node.op == "equal" else ())
     dtype = _same_dtype(node, ctx, allowed)
     _strided_call(ctx, f"binary.{node.op}.{dtype}", [ctx.input(0), ctx.input(1)])
+
+
+@lowers("prelu")
+def _prelu(node, ctx):
+    _same_dtype(node, ctx, ("float32",))
+    _strided_call(ctx, "binary.prelu.float32", [ctx.input(0), ctx.input(1)])
 
 
 @lowers(*_LOGICAL)

@@ -108,10 +108,15 @@ def test_unary_against_the_reference(op, attrs, dtype, rng):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
 
 
-def test_is_nan_and_not(rng):
+def test_is_nan_is_inf_and_not(rng):
     x = _domain("any", (5, 21), rng)
     x.flat[::4] = np.nan
+    x.flat[1::6] = np.inf
+    x.flat[2::7] = -np.inf
     assert_generic_matches_ort(one_node_model("IsNaN", {"x": x}), {"x": x})
+    for pos, neg in ((1, 1), (1, 0), (0, 1), (0, 0)):
+        model = one_node_model("IsInf", {"x": x}, detect_positive=pos, detect_negative=neg)
+        assert_generic_matches_ort(model, {"x": x})
     b = rng.random((3, 35)) < 0.5
     assert_generic_matches_ort(one_node_model("Not", {"x": b}), {"x": b})
 
@@ -121,7 +126,7 @@ def test_is_nan_and_not(rng):
 PAIRS = [((3, 37), (3, 37)), ((2, 3, 17), (17,)), ((2, 3, 17), (3, 1)), ((1,), (5, 7)),
          ((4, 1, 6), (1, 5, 1)), ((5, 7), ()), ((2, 1, 3, 1, 5), (1, 4, 1, 6, 1)),
          ((3, 1, 19), (3, 2, 1)), ((67, 2 * PIECE + 5), (2 * PIECE + 5,)),
-         ((1200, 31), (1200, 1))]
+         ((1200, 31), (1200, 1)), ((3, 1, 5, 1, 7, 1), (1, 4, 1, 6, 1, 17))]
 
 
 def _values(dtype, shape, rng, nonzero=False) -> np.ndarray:
@@ -160,6 +165,19 @@ def test_binary_matches_onnxruntime(op, dtype, shapes, rng):
 def test_binary_parallel_shapes(op, shapes, rng):
     feeds = {"a": _values("float32", shapes[0], rng), "b": _values("float32", shapes[1], rng)}
     assert_generic_matches_ort(one_node_model(op, feeds), feeds)
+
+
+@pytest.mark.parametrize("slope", [(1, 5, 1, 1), (5, 1, 1), (1,)], ids=str)
+def test_prelu_matches_onnxruntime(slope, rng):
+    x = _domain("any", (2, 5, 3, 7), rng)
+    model = one_node_model("PRelu", {"x": x}, inits={"s": _domain("any", slope, rng)})
+    assert_generic_matches_ort(model, {"x": x})
+
+
+def test_where_on_a_parallel_shape(rng):
+    feeds = {"c": rng.random((1, 1, 64, 64)) < 0.5, "a": _values("float32", (2, 12, 64, 64), rng),
+             "b": np.array(-1e4, np.float32)}
+    assert_generic_matches_ort(one_node_model("Where", feeds), feeds)
 
 
 def test_pow(rng):
