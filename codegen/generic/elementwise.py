@@ -14,7 +14,8 @@ binary.<op>.<dtype>, where.<dtype>: out[o, j] = op(in_k[off_k(o) + j * t_k]) ove
     is one (i0..i3), a run of `run` values of i4 and a block of `block` values of j (so the
     index divisions happen once a piece, not once a row). The inner loop takes a vectorized
     fast path when every input's inner stride is 0 or 1, else loads lane by lane.
-    dims: the layout below (N_INNER... STRIDES).
+    dims: the layout below (N_INNER... STRIDES), filled by graph/generic/ops_elementwise.py.
+    Values every inner loop reads sit in a LOCAL buffer (_Registers).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import math
 from ...schedule.ir import Allocate, Buffer, ForKind, IfThenElse, Scope, Store, seq
 from ...te import expr as E
 from ...te.errors import CodegenError
-from .registry import FPARAMS, data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop, \
-    vector_loop
+from .registry import (FPARAMS, data, dims_buffer, fparams_buffer, generic_kernel, kernel,
+                       load, loop, vector_loop)
 
 LANES = 16      # float32 lanes of a vector loop (LLVM splits it for narrower ISAs)
 

@@ -143,9 +143,9 @@ BINARY = [("Add", "float32"), ("Sub", "float32"), ("Mul", "float32"), ("Div", "f
           ("Max", "float32"), ("Min", "float32"), ("Add", "int64"), ("Sub", "int64"),
           ("Mul", "int64"), ("Div", "int64"), ("Max", "int64"), ("Min", "int64"),
           ("Equal", "float32"), ("Less", "int64"), ("Less", "float32"), ("Greater", "int64"),
-          ("Greater", "float32"), ("LessOrEqual", "int64"), ("GreaterOrEqual", "int64"), ("GreaterOrEqual", "float32"),
-          ("Equal", "int64"), ("Equal", "bool"), ("And", "bool"), ("Or", "bool"),
-          ("Xor", "bool")]
+          ("Greater", "float32"), ("LessOrEqual", "int64"), ("GreaterOrEqual", "int64"),
+          ("GreaterOrEqual", "float32"), ("Equal", "int64"), ("Equal", "bool"), ("And", "bool"),
+          ("Or", "bool"), ("Xor", "bool")]
 
 
 @pytest.mark.parametrize("op,dtype", BINARY, ids=[f"{o}-{d}" for o, d in BINARY])
