@@ -13,7 +13,8 @@ binary.<op>.<dtype>, where.<dtype>: out[o, j] = op(in_k[off_k(o) + j * t_k]) ove
     broadcasts), in elements. The PARALLEL loop runs over groups of `group` pieces; a piece
     is one (i0..i3), a run of `run` values of i4 and a block of `block` values of j (so the
     index divisions happen once a piece, not once a row). The inner loop takes a vectorized
-    fast path when every input's inner stride is 0 or 1, else loads lane by lane.
+    fast path when every input's inner stride is 0 or 1, else a vector loop that loads
+    lane by lane (a transposed or sliced view).
     dims: the layout below (N_INNER... STRIDES), filled by graph/generic/ops_elementwise.py.
     Values every inner loop reads sit in a LOCAL buffer (_Registers).
 """
@@ -282,8 +283,7 @@ _strided("binary.div.float32", ("float32", "float32"), "float32", lambda a, b: a
 _strided("binary.pow.float32", ("float32", "float32"), "float32", E.power)
 _strided("binary.prelu.float32", ("float32", "float32"), "float32",     # graph/ops/more.py
          lambda x, s: E.select(x < E.const(0.0, x.dtype), x * s, x))
-for _dtype in ("int64",):
-    _strided(f"binary.div.{_dtype}", (_dtype, _dtype), _dtype, _trunc_div)
+_strided("binary.div.int64", ("int64", "int64"), "int64", _trunc_div)
 for (_name, _fn), _dtype in itertools.product(COMPARE.items(), FLOAT_INT):
     _strided(f"binary.{_name}.{_dtype}", (_dtype, _dtype), "bool", _fn)
 _strided("binary.equal.bool", ("bool", "bool"), "bool", lambda a, b: ~a.ne(b))
