@@ -12,9 +12,8 @@ binary.<op>.<dtype>, where.<dtype>: out[o, j] = op(in_k[off_k(o) + j * t_k]) ove
     outer dims o = (i0..i4) and an inner dim j, each input k with its own strides (0 where it
     broadcasts), in elements. The PARALLEL loop runs over groups of `group` pieces; a piece
     is one (i0..i3), a run of `run` values of i4 and a block of `block` values of j (so the
-    index divisions happen once a piece, not once a row). The inner loop takes a vectorized
-    fast path when every input's inner stride is 0 or 1, else a vector loop that loads
-    lane by lane (a transposed or sliced view).
+    index divisions happen once a piece, not once a row). The inner loop is vectorized, one
+    version per pattern of the inputs' inner strides (each 1, or 0 where it broadcasts).
     dims: the layout below (N_INNER... STRIDES), filled by graph/generic/ops_elementwise.py.
     Values every inner loop reads sit in a LOCAL buffer (_Registers).
 """
@@ -204,12 +203,12 @@ def _strided(name: str, in_dtypes: tuple[str, ...], out_dtype: str, fn):
         inner_stride = [stride(k, OUTER) for k in range(n_in)]
 
         def inner():
-            """The block [j0, j0 + len) of one row: a fast path per pattern of inner strides
-            in {0, 1}, then the general one."""
+            """The block [j0, j0 + len) of one row: a vector loop per pattern of inner strides
+            in {0, 1} (the only ones of contiguous inputs: an input's stride along the
+            output's innermost dim is 1, or 0 where it broadcasts); any other stride runs
+            nothing (the planner never passes one)."""
             def path(pattern):
                 def at(k, j):
-                    if pattern is None:
-                        return reg[f"o{k}"] + (reg["j0"] + j) * inner_stride[k]
                     return reg[f"o{k}"] + reg["j0"] + j if pattern[k] else reg[f"o{k}"]
 
                 def body(j):
@@ -217,8 +216,8 @@ def _strided(name: str, in_dtypes: tuple[str, ...], out_dtype: str, fn):
                                  fn(*[load(x, at(k, j)) for k, x in enumerate(ins)]))
                 return vector_loop("j", reg["len"], lanes, body)
 
-            stmt = path(None)
-            for pattern in itertools.product((1, 0), repeat=n_in):
+            stmt = None
+            for pattern in itertools.product((0, 1), repeat=n_in):
                 if not any(pattern):    # the output's inner dim is some input's
                     continue
                 cond = E.all_of(*[inner_stride[k].eq(pattern[k]) for k in range(n_in)])

@@ -145,8 +145,8 @@ def broadcast_layout(out_shape, in_shapes) -> tuple[list[int], list[list[int]]]:
         else:
             sizes.append(out_shape[a])
             strides.append(here)
-    if not sizes:
-        sizes, strides = [1], [[0] * len(in_shapes)]
+    if not sizes:       # one element: every input read at offset 0 (stride 1 by convention)
+        sizes, strides = [1], [[1] * len(in_shapes)]
     # strides[d][k] -> per input k: [its stride along each merged dim]
     return sizes, [[s[k] for s in strides] for k in range(len(in_shapes))]
 
@@ -160,6 +160,8 @@ def strided_dims(out_shape, in_shapes) -> list[int] | None:
     sizes, strides = broadcast_layout(out_shape, in_shapes)
     if len(sizes) > K.OUTER + 1:
         raise ValueError(f"{len(sizes)} dims after merging (the kernel takes {K.OUTER + 1})")
+    if any(s[-1] not in (0, 1) for s in strides):     # contiguous inputs never have one
+        raise ValueError(f"inner strides {[s[-1] for s in strides]} (the kernel takes 0 or 1)")
     pad = K.OUTER + 1 - len(sizes)
     sizes = [1] * pad + sizes
     strides = [[0] * pad + s for s in strides]
