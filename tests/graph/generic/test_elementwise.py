@@ -279,29 +279,51 @@ def test_small_tensors_run_in_one_parallel_iteration():
 
 
 @st.composite
-def _broadcast_pair(draw):
+def _broadcast_shapes(draw, count: int):
+    """`count` shapes that broadcast together (dims of 1 and missing leading dims)."""
     rank = draw(st.integers(0, 6))
     out = draw(st.lists(st.sampled_from([1, 2, 3, 5, 17]), min_size=rank, max_size=rank))
 
     def side():
         keep = draw(st.integers(0, rank))
         return tuple(1 if draw(st.booleans()) else d for d in out[rank - keep:])
-    return side(), side()
+    return tuple(side() for _ in range(count))
+
+
+def _run_or_refused(model, feeds):
+    """The generic run's output, or None when the planner refused the layout (only a
+    layout past the kernel's dims may be refused)."""
+    try:
+        return run_generic(model, feeds)[0]
+    except Unsupported as exc:
+        assert "dims after merging" in str(exc)
+        return None
 
 
 @settings(max_examples=40, deadline=None)
-@given(_broadcast_pair(), st.sampled_from(["Sub", "Div", "Max"]))
+@given(_broadcast_shapes(2), st.sampled_from(["Sub", "Div", "Max"]))
 def test_broadcasting_property(shapes, op):
     rng = np.random.default_rng(len(shapes[0]) * 7 + len(shapes[1]))
     a = _values("float32", shapes[0], rng)
     b = _values("float32", shapes[1], rng, nonzero=True)
     feeds = {"a": a, "b": b}
-    try:
-        got = run_generic(one_node_model(op, feeds), feeds)[0]
-    except Unsupported as exc:      # only a layout past the kernel's dims may be refused
-        assert "dims after merging" in str(exc)
+    got = _run_or_refused(one_node_model(op, feeds), feeds)
+    if got is None:
         return
     want = {"Sub": np.subtract, "Div": np.divide, "Max": np.maximum}[op](a, b)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
     assert math.isfinite(float(np.sum(got)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(_broadcast_shapes(3))
+def test_where_broadcasting_property(shapes):
+    rng = np.random.default_rng(sum(len(s) for s in shapes))
+    feeds = {"c": _values("bool", shapes[0], rng), "a": _values("int64", shapes[1], rng),
+             "b": _values("int64", shapes[2], rng)}
+    got = _run_or_refused(one_node_model("Where", feeds), feeds)
+    if got is not None:
+        want = np.where(*feeds.values())
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
