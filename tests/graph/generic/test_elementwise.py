@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import helper
+from onnx import TensorProto, helper
 
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic
@@ -16,7 +16,7 @@ from kiln.graph.generic.lowering import Unsupported
 from kiln.graph.generic.ops_elementwise import PIECE, broadcast_layout, strided_dims
 from kiln.graph.ir import Graph, Node, Value
 from kiln.graph.reference import run_reference
-from tests.graph.graph_helpers import one_node_model
+from tests.graph.graph_helpers import make_model, one_node_model
 from tests.graph.generic.helpers import assert_generic_matches_ort, run_generic
 
 # shapes: one element, odd sizes, and one over the serial limit (parallel pieces and a tail)
@@ -327,3 +327,23 @@ def test_where_broadcasting_property(shapes):
         want = np.where(*feeds.values())
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_chain_of_elementwise_ops_matches_onnxruntime(rng):
+    """Several kernels in one model, their outputs feeding each other (a GELU block, a
+    mask built from comparisons and where, casts): the planner's arrays are reused."""
+    nodes = [helper.make_node("Add", ["x", "bias"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["h2"]),
+             helper.make_node("Erf", ["h2"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]),
+             helper.make_node("Mul", ["h", "e1"], ["g"]),
+             helper.make_node("Greater", ["g", "zero"], ["pos"]),
+             helper.make_node("Not", ["pos"], ["neg"]),
+             helper.make_node("Cast", ["neg"], ["negf"], to=TensorProto.FLOAT),
+             helper.make_node("Where", ["pos", "g", "negf"], ["w"]),
+             helper.make_node("Sigmoid", ["w"], ["y"])]
+    model = make_model(nodes, {"x": ((3, 5, 33), "float32")}, ["y"], inits={
+        "bias": rng.standard_normal(33).astype(np.float32), "sqrt2": np.float32(2 ** 0.5),
+        "one": np.float32(1), "zero": np.float32(0)})
+    x = rng.standard_normal((3, 5, 33)).astype(np.float32)
+    assert_generic_matches_ort(model, {"x": x}, rtol=2e-5, atol=2e-6)
