@@ -260,6 +260,16 @@ def test_empty_output_makes_no_call():
     gm = compile_generic(one_node_model("Add", feeds), Target.native(), 1)
     assert not [c for c in gm.calls if c.kernel.startswith("elementwise")]
     assert gm.run(feeds)[0].shape == (0, 3)
+    x = np.zeros((0, 5), np.float32)
+    gm = compile_generic(one_node_model("Sigmoid", {"x": x}), Target.native(), 1)
+    assert not gm.calls and gm.run([x])[0].shape == (0, 5)
+
+
+def test_one_array_as_both_operands(rng):
+    x = _values("float32", (4, 19), rng)
+    model = make_model([helper.make_node("Mul", ["x", "x"], ["y"])],
+                       {"x": ((4, 19), "float32")}, ["y"])
+    assert_generic_matches_ort(model, {"x": x})
 
 
 def test_unsupported_dtype_is_named(rng):
