@@ -238,6 +238,17 @@ def test_cast_of_nan_and_infinity_to_bool(rng):
     assert_generic_matches_ort(one_node_model("Cast", {"x": x}, to=to), {"x": x})
 
 
+@pytest.mark.parametrize("dst", ["int64", "int32"])
+def test_cast_of_out_of_range_floats_to_int_is_numpys(dst):
+    """graph/reference.py's cast is numpy's astype: on x86 an out-of-range or NaN float gives
+    the integer minimum (cvttss2si), as fptosi does here and in the specialised kernels."""
+    x = np.array([1e10, -1e10, np.nan, np.inf, -np.inf, 3.7, -3.7, -0.5] * 3, np.float32)
+    graph = _graph("cast", [x], x.shape, dst, {"to": dst})
+    with np.errstate(invalid="ignore"):
+        want = run_reference(graph, [x])["y"]
+    np.testing.assert_array_equal(compile_generic(graph, Target.native(), 1).run([x])[0], want)
+
+
 # -- planning ------------------------------------------------------------------------------
 
 def test_layout_merges_what_every_input_walks_contiguously():
