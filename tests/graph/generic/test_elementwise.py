@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
+import kiln
 from kiln.codegen.target import Target
 from kiln.graph.generic.compile import compile_generic
 from kiln.graph.generic.lowering import Unsupported
@@ -63,6 +64,23 @@ def test_unary_float_matches_onnxruntime(op, attrs, kind, tol, shape, rng):
     x = _domain(kind, shape, rng)
     model = one_node_model(op, {"x": x}, **attrs)
     assert_generic_matches_ort(model, {"x": x}, rtol=max(tol, 1e-7), atol=tol)
+
+
+SAME_AS_SPECIALISED = [("Erf", {}, {}), ("Sigmoid", {}, {}), ("Tanh", {}, {}),
+                       ("HardSwish", {}, {}), ("Gelu", {"approximate": "tanh"}, {}),
+                       ("Mish", {}, {}), ("Div", {}, {"b": np.float32(1.7)}),
+                       ("Pow", {}, {"b": np.float32(3.0)})]
+
+
+@pytest.mark.parametrize("op,attrs,inits", SAME_AS_SPECIALISED,
+                         ids=[s[0] for s in SAME_AS_SPECIALISED])
+def test_same_bits_as_the_specialised_kernels(op, attrs, inits, rng):
+    """The scalar math is the TE ops': a model's numbers do not change when its specialised
+    kernels are swapped in for the generic ones."""
+    x = _domain("any", (3, 37), rng)
+    model = one_node_model(op, {"x": x}, inits=inits, opset=20, **attrs)
+    specialised = kiln.compile(model, threads=1, tiered=False, db=None).run([x])[0]
+    np.testing.assert_array_equal(run_generic(model, {"x": x})[0], specialised)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
