@@ -12,19 +12,21 @@ binary.<op>.<dtype>, where.<dtype>: out[o, j] = op(in_k[off_k(o) + j * t_k]) ove
     outer dims o = (i0..i4) and an inner dim j, each input k with its own strides (0 where it
     broadcasts), in elements. The PARALLEL loop runs over groups of `group` pieces; a piece
     is one (i0..i3), a run of `run` values of i4 and a block of `block` values of j (so the
-    index divisions happen once a piece, not once a row). The inner loop takes a vectorized
-    fast path when every input's inner stride is 0 or 1, else loads lane by lane.
-    dims: the layout below (N_INNER... STRIDES).
+    index divisions happen once a piece, not once a row). The inner loop is vectorized, one
+    version per pattern of the inputs' inner strides (each 1, or 0 where it broadcasts).
+    dims: the layout below (N_INNER... STRIDES), filled by graph/generic/ops_elementwise.py.
+    Values every inner loop reads sit in a LOCAL buffer (_Registers).
 """
 from __future__ import annotations
 
 import itertools
 import math
 
-from ...schedule.ir import Buffer, ForKind, IfThenElse, Store
+from ...schedule.ir import Allocate, Buffer, ForKind, IfThenElse, Scope, Store, seq
 from ...te import expr as E
-from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel, load, loop, \
-    vector_loop
+from ...te.errors import CodegenError
+from .registry import (FPARAMS, data, dims_buffer, fparams_buffer, generic_kernel, kernel,
+                       load, loop, vector_loop)
 
 LANES = 16      # float32 lanes of a vector loop (LLVM splits it for narrower ISAs)
 
@@ -34,7 +36,9 @@ OUTER = 5                                            # outer dims i0..i4
 N_INNER, BLOCK, BLOCKS, RUN, RUNS, PIECES, GROUP, GROUPS = range(OUTER, OUTER + 8)
 STRIDES = OUTER + 8             # then per input k: its OUTER outer strides and its inner one
 
-FLOAT_INT = ("float32", "int64", "int32")
+# the value dtypes of the binary kernels and where: the models' (int32 tensors are rare
+# in them; each binary kernel adds ~0.25 s to the family's one-off compile)
+FLOAT_INT = ("float32", "int64")
 
 
 def lanes_of(dtype: str) -> int:
@@ -42,9 +46,26 @@ def lanes_of(dtype: str) -> int:
     return 8 if dtype in ("int64", "float64") else LANES
 
 
-def _let(name: str, value, body_of):
-    """body_of(v) with v bound to `value` (a one-iteration loop: the IR has no let)."""
-    return loop(name, 1, body_of, start=value)
+class _Registers:
+    """Named int32 scalars of a kernel in a LOCAL buffer with constant indices, which LLVM
+    promotes to registers. A PARALLEL loop's outlined body reads its buffers through pointers
+    without noalias, so a value recomputed from `dims` inside an inner loop would be reloaded
+    and re-divided every iteration; one stored here once is not (the loop IR has no let, and
+    a one-iteration loop is inlined by schedule/passes/unit_loops.py)."""
+
+    def __init__(self, name: str, size: int):
+        self.buffer = Buffer(name, "int32", (size,), Scope.LOCAL)
+        self.slots: dict[str, int] = {}
+
+    def set(self, name: str, value) -> Store:
+        slot = self.slots.setdefault(name, len(self.slots))
+        if slot >= self.buffer.shape[0]:
+            raise CodegenError(f"kernel registers: more than {self.buffer.shape[0]}")
+        return Store(self.buffer, E.const(slot), E.const(value) if isinstance(value, int)
+                     else value)
+
+    def __getitem__(self, name: str) -> E.Expr:
+        return load(self.buffer, self.slots[name])
 
 
 # ------------------------------------------------------------------------------ unary
@@ -55,13 +76,18 @@ def _contiguous(name: str, in_dtype: str, out_dtype: str, fn):
     def build():
         x, y = data("x", in_dtype), data("y", out_dtype)
         dims, fparams = dims_buffer(), fparams_buffer()
-        n, piece = load(dims, 0), load(dims, 1)
+        reg = _Registers("regs", 4)
+        params = Buffer("params", "float32", (FPARAMS,), Scope.LOCAL)
         lanes = min(lanes_of(in_dtype), lanes_of(out_dtype))
 
         def one_piece(p):
-            return _let("j0", p * piece, lambda j0: vector_loop(
-                "i", E.minimum(piece, n - j0), lanes,
-                lambda i: Store(y, j0 + i, fn(load(x, j0 + i), fparams))))
+            stmts = [reg.set("j0", p * load(dims, 1))]
+            j0 = reg["j0"]
+            stmts.append(reg.set("len", E.minimum(load(dims, 1), load(dims, 0) - j0)))
+            stmts += [Store(params, E.const(k), load(fparams, k)) for k in range(FPARAMS)]
+            stmts.append(vector_loop("i", reg["len"], lanes,
+                                     lambda i: Store(y, j0 + i, fn(load(x, j0 + i), params))))
+            return Allocate(reg.buffer, Allocate(params, seq(*stmts)))
         body = loop("p", load(dims, 2), one_piece, ForKind.PARALLEL)
         return kernel(name, [x, y], body, dims, fparams)
     return build
@@ -145,6 +171,10 @@ for (_name, _fn), _dtype in itertools.product(UNARY_INT.items(), ("int64", "int3
 
 _contiguous("unary.logical_not.bool", "bool", "bool", lambda v, p: ~v)
 _contiguous("unary.is_nan", "float32", "bool", lambda v, p: v.ne(v))
+# is_inf: fparams [detect +inf, detect -inf] (1 or 0)
+_contiguous("unary.is_inf", "float32", "bool", lambda v, p: (
+    v.eq(_f(v, math.inf)) & _p(p, 0).ne(_f(v, 0))) | (v.eq(_f(v, -math.inf)) & _p(p, 1).ne(
+        _f(v, 0))))
 
 # casts (kernel cast.<src>.<dst>): E.cast, as te/ops/elementwise.cast
 CAST_DTYPES = ("float32", "int64", "int32", "bool", "float16")
@@ -154,93 +184,78 @@ for _src, _dst in itertools.permutations(CAST_DTYPES, 2):
 
 # ------------------------------------------------------------------------------ strided
 
-def _lets(pairs, body_of):
-    """body_of([v...]) with each v bound to its value, in order (a later value may use the
-    earlier vars): values read once, kept in registers, not reloaded in inner loops."""
-    def bind(k, bound):
-        if k == len(pairs):
-            return body_of(bound)
-        name, value = pairs[k]
-        value = value(bound) if callable(value) else value
-        return _let(name, value, lambda v: bind(k + 1, [*bound, v]))
-    return bind(0, [])
-
-
 def _strided(name: str, in_dtypes: tuple[str, ...], out_dtype: str, fn):
     """Register kernel `name`: out = fn(*inputs) under numpy broadcasting, as described in
     the module docstring."""
     @generic_kernel("elementwise", name)
     def build():
         ins = [data(f"x{k}", t) for k, t in enumerate(in_dtypes)]
+        n_in = len(ins)
         out = data("y", out_dtype)
         dims, fparams = dims_buffer(), fparams_buffer()
-        n_dims = STRIDES + (OUTER + 1) * len(ins)
+        n_dims = STRIDES + (OUTER + 1) * n_in
         lanes = min(lanes_of(t) for t in (*in_dtypes, out_dtype))
+        reg = _Registers("regs", n_dims + 32)
+        for k in range(n_dims):       # the first n_dims slots hold dims
+            reg.slots[f"d{k}"] = k
+        d = [reg[f"d{k}"] for k in range(n_dims)]
+        stride = lambda k, axis: d[STRIDES + (OUTER + 1) * k + axis]  # noqa: E731
+        inner_stride = [stride(k, OUTER) for k in range(n_in)]
 
-        def kernel_body(d):
-            stride = lambda k, axis: d[STRIDES + (OUTER + 1) * k + axis]  # noqa: E731
-            inner_stride = [stride(k, OUTER) for k in range(len(ins))]
+        def inner():
+            """The block [j0, j0 + len) of one row: a vector loop per pattern of inner strides
+            in {0, 1} (the only ones of contiguous inputs: an input's stride along the
+            output's innermost dim is 1, or 0 where it broadcasts); any other stride runs
+            nothing (the planner never passes one)."""
+            def path(pattern):
+                def at(k, j):
+                    return reg[f"o{k}"] + reg["j0"] + j if pattern[k] else reg[f"o{k}"]
 
-            def inner(offsets, o_base, j0, length):
-                """The block [j0, j0 + length) of one row: a fast path per pattern of inner
-                strides in {0, 1}, then the general one."""
-                def path(pattern):
-                    def at(k, j):
-                        if pattern is None:
-                            return offsets[k] + (j0 + j) * inner_stride[k]
-                        return offsets[k] + j0 + j if pattern[k] else offsets[k]
+                def body(j):
+                    return Store(out, reg["ob"] + reg["j0"] + j,
+                                 fn(*[load(x, at(k, j)) for k, x in enumerate(ins)]))
+                return vector_loop("j", reg["len"], lanes, body)
 
-                    def body(j):
-                        return Store(out, o_base + j0 + j,
-                                     fn(*[load(x, at(k, j)) for k, x in enumerate(ins)]))
-                    return vector_loop("j", length, 1 if pattern is None else lanes, body)
+            stmt = None
+            for pattern in itertools.product((0, 1), repeat=n_in):
+                if not any(pattern):    # the output's inner dim is some input's
+                    continue
+                cond = E.all_of(*[inner_stride[k].eq(pattern[k]) for k in range(n_in)])
+                stmt = IfThenElse(cond, path(pattern), stmt)
+            return stmt
 
-                stmt = path(None)
-                for pattern in itertools.product((1, 0), repeat=len(ins)):
-                    cond = E.all_of(*[inner_stride[k].eq(pattern[k]) for k in range(len(ins))])
-                    stmt = IfThenElse(cond, path(pattern), stmt)
-                return stmt
+        def row(i4):
+            return seq(*[reg.set(f"o{k}", reg[f"h{k}"] + i4 * stride(k, OUTER - 1))
+                         for k in range(n_in)],
+                       reg.set("ob", (reg["row0"] * d[OUTER - 1] + i4) * d[N_INNER]),
+                       inner())
 
-            def piece(p):
-                # p -> (i0..i3, run r of i4, block b of j); q_k: p with the k last digits off
-                # q = [p // blocks, that // runs (the row of i0..i3), that // n3, // n2, // n1]
-                pairs = [("q0", p // d[BLOCKS]), ("q1", lambda v: v[0] // d[RUNS])]
-                for axis in range(OUTER - 2, 0, -1):
-                    pairs.append((f"q{OUTER - axis}", (lambda a: lambda v: v[-1] // d[a])(axis)))
+        def piece(p):
+            # p -> (i0..i3, run r of i4, block b of j): q0 = p // blocks, q1 = q0 // runs
+            # (the row of i0..i3), then // n3, // n2, // n1
+            stmts = [reg.set("q0", p // d[BLOCKS]), reg.set("q1", reg["q0"] // d[RUNS])]
+            for k, axis in enumerate(range(OUTER - 2, 0, -1), start=2):
+                stmts.append(reg.set(f"q{k}", reg[f"q{k - 1}"] // d[axis]))
+            q = [reg[f"q{k}"] for k in range(OUTER)]
+            idx = [q[OUTER - 1]] + [q[OUTER - 1 - a] - q[OUTER - a] * d[a]
+                                    for a in range(1, OUTER - 1)]
+            stmts += [reg.set(f"h{k}", sum((idx[a] * stride(k, a) for a in range(1, OUTER - 1)),
+                                            idx[0] * stride(k, 0))) for k in range(n_in)]
+            stmts += [reg.set("row0", q[1]),
+                      reg.set("j0", (p - q[0] * d[BLOCKS]) * d[BLOCK]),
+                      reg.set("i40", (q[0] - q[1] * d[RUNS]) * d[RUN])]
+            stmts.append(reg.set("len", E.minimum(d[BLOCK], d[N_INNER] - reg["j0"])))
+            stmts.append(loop("i4", E.minimum(d[RUN], d[OUTER - 1] - reg["i40"]), row,
+                              start=reg["i40"]))
+            return seq(*stmts)
 
-                def with_digits(q):
-                    b = p - q[0] * d[BLOCKS]
-                    r = q[0] - q[1] * d[RUNS]
-                    idx = [q[OUTER - 1]] + [q[OUTER - 1 - a] - q[OUTER - a] * d[a]
-                                            for a in range(1, OUTER - 1)]
-                    head = [sum((idx[a] * stride(k, a) for a in range(1, OUTER - 1)),
-                                idx[0] * stride(k, 0)) for k in range(len(ins))]
-                    row0 = q[1]           # (i0..i3) flattened
-                    more = [("j0", b * d[BLOCK]), ("i4_0", r * d[RUN]),
-                            ("row0", row0)] + [(f"h{k}", h) for k, h in enumerate(head)]
-
-                    def go(v):
-                        j0, i4_0, row0, head = v[0], v[1], v[2], v[3:]
-                        length = E.minimum(d[BLOCK], d[N_INNER] - j0)
-
-                        def rows(i4):
-                            return _lets(
-                                [(f"o{k}", head[k] + i4 * stride(k, OUTER - 1))
-                                 for k in range(len(ins))] +
-                                [("ob", (row0 * d[OUTER - 1] + i4) * d[N_INNER]),
-                                 ("len", length)],
-                                lambda w: inner(w[:len(ins)], w[len(ins)], j0, w[-1]))
-                        return loop("i4", E.minimum(d[RUN], d[OUTER - 1] - i4_0), rows,
-                                    start=i4_0)
-                    return _lets(more, go)
-                return _lets(pairs, with_digits)
-
-            def group(g):
-                return _let("p0", g * d[GROUP], lambda p0: loop(
-                    "p", E.minimum(d[GROUP], d[PIECES] - p0), piece, start=p0))
-            return loop("g", d[GROUPS], group, ForKind.PARALLEL)
-
-        body = _lets([(f"d{k}", load(dims, k)) for k in range(n_dims)], kernel_body)
+        def group(g):
+            return Allocate(reg.buffer, seq(
+                *[Store(reg.buffer, E.const(k), load(dims, k)) for k in range(n_dims)],
+                reg.set("p0", g * d[GROUP]),
+                loop("p", E.minimum(d[GROUP], d[PIECES] - reg["p0"]), piece,
+                     start=reg["p0"])))
+        body = loop("g", load(dims, GROUPS), group, ForKind.PARALLEL)
         return kernel(name, [*ins, out], body, dims, fparams)
     return build
 
@@ -265,8 +280,9 @@ for (_name, _fn), _dtype in itertools.product(ARITH.items(), FLOAT_INT):
     _strided(f"binary.{_name}.{_dtype}", (_dtype, _dtype), _dtype, _fn)
 _strided("binary.div.float32", ("float32", "float32"), "float32", lambda a, b: a / b)
 _strided("binary.pow.float32", ("float32", "float32"), "float32", E.power)
-for _dtype in ("int64", "int32"):
-    _strided(f"binary.div.{_dtype}", (_dtype, _dtype), _dtype, _trunc_div)
+_strided("binary.prelu.float32", ("float32", "float32"), "float32",     # graph/ops/more.py
+         lambda x, s: E.select(x < E.const(0.0, x.dtype), x * s, x))
+_strided("binary.div.int64", ("int64", "int64"), "int64", _trunc_div)
 for (_name, _fn), _dtype in itertools.product(COMPARE.items(), FLOAT_INT):
     _strided(f"binary.{_name}.{_dtype}", (_dtype, _dtype), "bool", _fn)
 _strided("binary.equal.bool", ("bool", "bool"), "bool", lambda a, b: ~a.ne(b))

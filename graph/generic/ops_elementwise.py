@@ -90,6 +90,15 @@ def _is_nan(node, ctx):
     _unary_call(ctx, "unary.is_nan")
 
 
+@lowers("is_inf")
+def _is_inf(node, ctx):
+    if node.inputs[0].dtype != "float32":
+        raise Unsupported(ctx.describe(f"{node.inputs[0].dtype} input; the generic kernel "
+                                       "takes float32"))
+    _unary_call(ctx, "unary.is_inf", [float(bool(node.attrs["detect_positive"])),
+                                      float(bool(node.attrs["detect_negative"]))])
+
+
 @lowers("logical_not")
 def _logical_not(node, ctx):
     ctx.require_dtype("bool")
@@ -136,8 +145,8 @@ def broadcast_layout(out_shape, in_shapes) -> tuple[list[int], list[list[int]]]:
         else:
             sizes.append(out_shape[a])
             strides.append(here)
-    if not sizes:
-        sizes, strides = [1], [[0] * len(in_shapes)]
+    if not sizes:       # one element: every input read at offset 0 (stride 1 by convention)
+        sizes, strides = [1], [[1] * len(in_shapes)]
     # strides[d][k] -> per input k: [its stride along each merged dim]
     return sizes, [[s[k] for s in strides] for k in range(len(in_shapes))]
 
@@ -151,6 +160,8 @@ def strided_dims(out_shape, in_shapes) -> list[int] | None:
     sizes, strides = broadcast_layout(out_shape, in_shapes)
     if len(sizes) > K.OUTER + 1:
         raise ValueError(f"{len(sizes)} dims after merging (the kernel takes {K.OUTER + 1})")
+    if any(s[-1] not in (0, 1) for s in strides):     # contiguous inputs never have one
+        raise ValueError(f"inner strides {[s[-1] for s in strides]} (the kernel takes 0 or 1)")
     pad = K.OUTER + 1 - len(sizes)
     sizes = [1] * pad + sizes
     strides = [[0] * pad + s for s in strides]
@@ -198,6 +209,12 @@ def _binary(node, ctx):
     _strided_call(ctx, f"binary.{node.op}.{dtype}", [ctx.input(0), ctx.input(1)])
 
 
+@lowers("prelu")
+def _prelu(node, ctx):
+    _same_dtype(node, ctx, ("float32",))
+    _strided_call(ctx, "binary.prelu.float32", [ctx.input(0), ctx.input(1)])
+
+
 @lowers(*_LOGICAL)
 def _logical(node, ctx):
     _same_dtype(node, ctx, ("bool",))
@@ -233,6 +250,5 @@ def _where(node, ctx):
     cond, a, b = (v.dtype for v in node.inputs)
     if cond != "bool" or a != b or a not in (*K.FLOAT_INT, "bool"):
         raise Unsupported(ctx.describe(f"where({cond}, {a}, {b}); the generic kernels take a "
-                                       "bool condition and two float32, int64, int32 or bool "
-                                       "values"))
+                                       "bool condition and two float32, int64 or bool values"))
     _strided_call(ctx, f"where.{a}", [ctx.input(0), ctx.input(1), ctx.input(2)])
