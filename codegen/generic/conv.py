@@ -116,21 +116,16 @@ def _dense():
                 Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
             return Allocate(acc, seq(zero, taps(acc, TILE, ow0, end, one), out))
 
+        def guarded(start, end):
+            """Pixels [start, end) in guarded tiles."""
+            return loop("tg", (end - start + TILE - 1) // TILE,
+                        lambda t: tile(start + t * TILE, end))
+
         tiles = (hi - lo) // TILE
         pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
         interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(lo + t * TILE, one=True)),
                               loop("t", tiles, lambda t: tile(lo + t * TILE)))
-        # the pixels left of the interior, then right of its tiles, in guarded tiles (one
-        # loop: one copy of the guarded code)
-        right = lo + tiles * TILE
-        nleft = (lo + TILE - 1) // TILE
-        nright = (ow_ - right + TILE - 1) // TILE
-
-        def border(t):
-            is_left = t < nleft
-            return _let([E.select(is_left, t * TILE, right + (t - nleft) * TILE),
-                         E.select(is_left, lo, ow_)], lambda q: tile(q[0], q[1]))
-        return seq(interior, loop("tg", nleft + nright, border))
+        return seq(interior, guarded(E.const(0), lo), guarded(lo + tiles * TILE, ow_))
 
     body = loop("p", rows, step, ForKind.PARALLEL)
     return kernel("conv.dense", [x, w, y], body, dims, fparams)
