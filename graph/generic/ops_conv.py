@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...codegen.generic.conv import BLOCK
+from ...codegen.generic.conv import BLOCK, PAD_TYPES
+from ...codegen.generic.registry import MAX_ELEMENTS
 from .lowering import Unsupported, aligned_empty, lowers
 
 
@@ -73,6 +74,10 @@ def _conv2d(node, ctx):
         ctx.call("conv.depthwise_tiles", [x, np.ascontiguousarray(w.reshape(o, kh * kw)), y],
                  head + list(geo) + [og, lo, hi])
         return
+    blocks = g * -(-og // BLOCK) * BLOCK * cg * kh * kw
+    if blocks > MAX_ELEMENTS:
+        raise Unsupported(ctx.describe(f"the packed weight has {blocks} elements, more than "
+                                       f"the generic kernels index ({MAX_ELEMENTS})"))
     ctx.call("conv.dense", [x, pack_weight(w, g), y],
              head + list(geo) + [g, cg, og, -(-og // BLOCK), lo, hi])
 
@@ -209,7 +214,6 @@ def _pad(node, ctx):
     if mode not in PAD_MODES:
         raise Unsupported(ctx.describe(f"pad mode {mode!r}"))
     size = x.dtype.itemsize
-    from ...codegen.generic.conv import PAD_TYPES
     if size not in PAD_TYPES:
         raise Unsupported(ctx.describe(f"pad of {x.dtype} ({size}-byte elements)"))
     if y.size == 0:
