@@ -95,9 +95,10 @@ def _pool(node, ctx):
     geo, (lo, hi), (pb, pr) = _geometry(ctx, x, y, kh, kw)
     incl = int(bool(node.attrs.get("count_include_pad", 0)))
     kind = "max" if node.op == "max_pool2d" else "avg"
+    # conv.depthwise_tiles' dims (one channel per group, O = C) + the avg count's region
     ctx.call(f"conv.pool_{kind}", [x, x, y],
-             [n * c, h, wd, y.shape[2], y.shape[3]] + list(geo) + [lo, hi, incl, h + pb,
-                                                                    wd + pr])
+             [n, c, h, wd, c, y.shape[2], y.shape[3]] + list(geo) + [1, lo, hi, incl, h + pb,
+                                                                     wd + pr])
 
 
 # ---------------------------------------------------------------------------- resize
