@@ -5,7 +5,7 @@ conv.dense: a grouped conv2d whose weight the lowering re-laid out as
     past Og). Each parallel step is one output row of one 16-channel block; its pixels go in
     register tiles of TILE pixels x 16 channels (a broadcast-FMA per tap), the pixels whose
     taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
-    guards, the rest in tiles whose taps and pixels are guarded; a 1x1 window skips the tap
+    guards (the last tile overlapping the one before), the rest in tiles whose taps and pixels are guarded; a 1x1 window skips the tap
     loops.
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
 conv.depthwise_tiles: a conv2d with one input channel per group (Cg == 1; depthwise when
@@ -25,7 +25,7 @@ from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel,
     vector_loop
 
 BLOCK = 16      # output channels per weight block (one float32 vector)
-TILE = 8        # output pixels per register tile of conv.dense
+TILE = 6        # output pixels per register tile of conv.dense (12 ymm accumulators on AVX2)
 LANES = 16      # pixels per vector of the depthwise and pooling kernels
 
 
@@ -121,11 +121,18 @@ def _dense():
             return loop("tg", (end - start + TILE - 1) // TILE,
                         lambda t: tile(start + t * TILE, end))
 
-        tiles = (hi - lo) // TILE
+        # an interior of at least TILE pixels runs in unguarded tiles, the last one moved
+        # back to end at hi (recomputing a few pixels, same values); the rest of the row
+        # (all of it when the interior is narrower) in guarded tiles
+        wide = TILE <= hi - lo
+        tiles = E.select(wide, (hi - lo + TILE - 1) // TILE, 0)
+        at = lambda t: E.minimum(lo + t * TILE, hi - TILE)
         pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
-        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(lo + t * TILE, one=True)),
-                              loop("t", tiles, lambda t: tile(lo + t * TILE)))
-        return seq(interior, guarded(E.const(0), lo), guarded(lo + tiles * TILE, ow_))
+        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(at(t), one=True)),
+                              loop("t", tiles, lambda t: tile(at(t))))
+        left_end = E.select(wide, lo, ow_)
+        return seq(interior, guarded(E.const(0), left_end),
+                   guarded(E.select(wide, hi, ow_), ow_))
 
     body = loop("p", rows, step, ForKind.PARALLEL)
     return kernel("conv.dense", [x, w, y], body, dims, fparams)
