@@ -26,13 +26,13 @@ def interior(size: int, out: int, k: int, stride: int, dilation: int, pad: int) 
 
 
 def _geometry(ctx, x, out, kh, kw):
+    """The window's (KH, KW, SH, SW, PT, PL, DH, DW), the output row's interior, (PB, PR)."""
     a = ctx.node.attrs
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = a["strides"], a["dilations"], a["pads"]
     if min(sh, sw, dh, dw) < 1:
         raise Unsupported(ctx.describe(f"strides {a['strides']} / dilations "
                                        f"{a['dilations']} must be positive"))
-    oh, ow = out.shape[2], out.shape[3]
-    lo, hi = interior(x.shape[3], ow, kw, sw, dw, pl)
+    lo, hi = interior(x.shape[3], out.shape[3], kw, sw, dw, pl)
     return (kh, kw, sh, sw, pt, pl, dh, dw), (lo, hi), (pb, pr)
 
 
