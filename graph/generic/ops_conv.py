@@ -238,6 +238,5 @@ def _pad(node, ctx):
     else:
         fill = ctx.temp((1,), x.dtype)
         fill[0] = a.get("value", 0) if mode == "constant" else 0
-    ctx.call(f"conv.pad_{kind.name}", [x.view(kind) if x.size else x.reshape(-1).view(kind),
-                                       y.view(kind), fill.view(kind)],
+    ctx.call(f"conv.pad_{kind.name}", [x.view(kind), y.view(kind), fill.view(kind)],
              out + ins + strides + begins + [PAD_MODES[mode], offset])
