@@ -143,7 +143,7 @@ UNROLL = 2     # vectors per register tile of the window kernels
 
 def _window_kernel(name: str, kind: str):
     """conv.depthwise_tiles / conv.pool_max / conv.pool_avg: every output row in register
-    tiles of UNROLL vectors of pixels, each tap guarded per lane (a lane's pixel past the
+    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap guarded per lane (a lane's pixel past the
     row, or its input column in the padding): whole vectors run unmasked, border ones
     masked. `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
     wins), "avg" (the sum of the taps in the input over the count of taps in the counted
@@ -152,7 +152,6 @@ def _window_kernel(name: str, kind: str):
     def build():
         x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
         dims, fparams = dims_buffer(), fparams_buffer()
-        span = UNROLL * LANES
         nd = 18 if kind == "dw" else 21
 
         def row(d, q, sw):
@@ -160,9 +159,10 @@ def _window_kernel(name: str, kind: str):
                                                 d[14])
             xbase, ih0, ybase, wbase = q[:4]
 
-            def tile(ow0):
+            def tile(ow0, unroll):
+                span = unroll * LANES
                 acc = _local("acc", span)
-                each = lambda body_of: _unrolled("u", UNROLL, lambda u: _vec(
+                each = lambda body_of: _unrolled("u", unroll, lambda u: _vec(
                     "v", lambda v: body_of(u * LANES + v, ow0 + u * LANES + v), LANES))
 
                 def tap(kh, kw):
@@ -200,7 +200,11 @@ def _window_kernel(name: str, kind: str):
                     y, ybase + ow, load(acc, k) / (q[4].astype("float32") * load(cnt, k)))))
                 zero_cnt = each(lambda k, ow: Store(cnt, k, E.const(0.0)))
                 return Allocate(acc, Allocate(cnt, seq(zero, zero_cnt, taps, count, out)))
-            return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span))
+            def tiles(unroll):
+                span = unroll * LANES
+                return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span, unroll))
+            # a row of one vector or less in one-vector tiles (no lanes wasted on a second)
+            return IfThenElse(ow_ <= LANES, tiles(1), tiles(UNROLL))
 
         def step(p):
             def with_dims(d):
