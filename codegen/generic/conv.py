@@ -5,17 +5,17 @@ conv.dense: a grouped conv2d whose weight the lowering re-laid out as
     past Og). Each parallel step is one output row of one 16-channel block; its pixels go in
     register tiles of TILE pixels x 16 channels (a broadcast-FMA per tap), the pixels whose
     taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
-    guards, the rest one at a time with guarded taps.
+    guards (the last tile overlapping the one before), the rest in tiles whose taps and pixels are guarded; a 1x1 window skips the tap
+    loops.
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
 conv.depthwise_tiles: a conv2d with one input channel per group (Cg == 1; depthwise when
     Og == 1), weight w[O, KH*KW] as is; each output row in register tiles of 2 x 16 pixels,
     taps guarded per lane (border vectors run masked).
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Og, ow_lo, ow_hi]
-conv.pool_max / conv.pool_avg: 2-D pooling windows; the output row's interior pixels
-    [ow_lo, ow_hi) 16 at a time, the rest one at a time.
-    dims: [N*C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, ow_lo, ow_hi,
-           count_include_pad, H + PB, W + PR]   (avg: the window counts what lies in
-           [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else in the input)
+conv.pool_max / conv.pool_avg: 2-D pooling windows, in conv.depthwise_tiles' tiles.
+    dims: conv.depthwise_tiles' (O = C, Og = 1) + [count_include_pad, H + PB, W + PR]
+    (avg: the window counts what lies in [-PT, H + PB) x [-PL, W + PR) with
+    count_include_pad, else in the input)
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel,
     vector_loop
 
 BLOCK = 16      # output channels per weight block (one float32 vector)
-TILE = 8        # output pixels per register tile of conv.dense
+TILE = 6        # output pixels per register tile of conv.dense (12 ymm accumulators on AVX2)
 LANES = 16      # pixels per vector of the depthwise and pooling kernels
 
 
@@ -121,168 +121,112 @@ def _dense():
             return loop("tg", (end - start + TILE - 1) // TILE,
                         lambda t: tile(start + t * TILE, end))
 
-        tiles = (hi - lo) // TILE
+        # an interior of at least TILE pixels runs in unguarded tiles, the last one moved
+        # back to end at hi (recomputing a few pixels, same values); the rest of the row
+        # (all of it when the interior is narrower) in guarded tiles
+        wide = TILE <= hi - lo
+        tiles = E.select(wide, (hi - lo + TILE - 1) // TILE, 0)
+        at = lambda t: E.minimum(lo + t * TILE, hi - TILE)
         pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
-        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(lo + t * TILE, one=True)),
-                              loop("t", tiles, lambda t: tile(lo + t * TILE)))
-        return seq(interior, guarded(E.const(0), lo), guarded(lo + tiles * TILE, ow_))
+        interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(at(t), one=True)),
+                              loop("t", tiles, lambda t: tile(at(t))))
+        left_end = E.select(wide, lo, ow_)
+        return seq(interior, guarded(E.const(0), left_end),
+                   guarded(E.select(wide, hi, ow_), ow_))
 
     body = loop("p", rows, step, ForKind.PARALLEL)
     return kernel("conv.dense", [x, w, y], body, dims, fparams)
 
 
-def _row_kernel(name: str, nd: int, window):
-    """A kernel over output rows (parallel) whose interior pixels [ow_lo, ow_hi) go LANES at
-    a time and the rest one at a time. window.rows(d) -> (rows, ow_lo, ow_hi, OW, SW),
-    window.derive(d, p) -> the row's values q, window(d, q, bufs, ow0, lanes, guard_w, sw,
-    acc) -> the statements filling acc[0:lanes] for pixels ow0 + [0, lanes) and storing
-    them. A stride-1 row is its own copy (contiguous vector loads)."""
+UNROLL = 2     # vectors per register tile of the window kernels
+
+
+def _window_kernel(name: str, kind: str):
+    """conv.depthwise_tiles / conv.pool_max / conv.pool_avg: every output row in register
+    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap guarded per lane (a lane's pixel past the
+    row, or its input column in the padding): whole vectors run unmasked, border ones
+    masked. `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
+    wins), "avg" (the sum of the taps in the input over the count of taps in the counted
+    region: [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else the input)."""
     @generic_kernel(*name.split(".", 1))
     def build():
         x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
         dims, fparams = dims_buffer(), fparams_buffer()
-        bufs = (x, w, y)
+        nd = 18 if kind == "dw" else 21
 
         def row(d, q, sw):
-            _, lo, hi, ow_, _ = window.rows(d)
+            h, wd, ow_, kh_, kw_, pl, dh, dw = (d[2], d[3], d[6], d[7], d[8], d[12], d[13],
+                                                d[14])
+            xbase, ih0, ybase, wbase = q[:4]
 
-            def tile(lanes, ow0, guard_w):
-                acc = _local("acc", lanes)
-                return Allocate(acc, window(d, q, bufs, ow0, lanes, guard_w, sw, acc))
-            vecs = (hi - lo) // LANES
-            return seq(loop("t", vecs, lambda t: tile(LANES, lo + t * LANES, False)),
-                       loop("owl", lo, lambda ow: tile(1, ow, True)),
-                       loop("owr", ow_ - (lo + vecs * LANES), lambda ow: tile(1, ow, True),
-                            start=lo + vecs * LANES))
+            def tile(ow0, unroll):
+                span = unroll * LANES
+                acc = _local("acc", span)
+                each = lambda body_of: _unrolled("u", unroll, lambda u: _vec(
+                    "v", lambda v: body_of(u * LANES + v, ow0 + u * LANES + v), LANES))
+
+                def tap(kh, kw):
+                    ih = ih0 + kh * dh
+
+                    def lane(k, ow):
+                        iw = ow * sw - pl + kw * dw
+                        xv = load(x, xbase + ih * wd + iw)
+                        if kind == "dw":
+                            new = load(acc, k) + xv * load(w, wbase + kh * kw_ + kw)
+                        elif kind == "max":
+                            new = E.maximum(load(acc, k), xv)
+                        else:
+                            new = load(acc, k) + xv
+                        return IfThenElse(E.all_of(ow < ow_, 0 <= iw, iw < wd),
+                                          Store(acc, k, new))
+                    return each(lane)
+                init = E.const(float("-inf") if kind == "max" else 0.0)
+                zero = each(lambda k, ow: Store(acc, k, init))
+                taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
+                    "kw", kw_, lambda kw: tap(kh, kw))))
+                if kind != "avg":
+                    out = each(lambda k, ow: IfThenElse(ow < ow_, Store(
+                        y, ybase + ow, load(acc, k))))
+                    return Allocate(acc, seq(zero, taps, out))
+                # the count: the window's rows in the counted region (q[4]) x its columns
+                incl, wend = d[18], d[20]
+                clo = E.select(incl.ne(0), -pl, 0)
+                chi = E.select(incl.ne(0), wend, wd)
+                cnt = _local("cnt", span)
+                count = loop("kw", kw_, lambda kw: each(lambda k, ow: IfThenElse(
+                    _in(ow * sw - pl + kw * dw, clo, chi),
+                    Store(cnt, k, load(cnt, k) + E.const(1.0)))))
+                out = each(lambda k, ow: IfThenElse(ow < ow_, Store(
+                    y, ybase + ow, load(acc, k) / (q[4].astype("float32") * load(cnt, k)))))
+                zero_cnt = each(lambda k, ow: Store(cnt, k, E.const(0.0)))
+                return Allocate(acc, Allocate(cnt, seq(zero, zero_cnt, taps, count, out)))
+            def tiles(unroll):
+                span = unroll * LANES
+                return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span, unroll))
+            # a row of one vector or less in one-vector tiles (no lanes wasted on a second)
+            return IfThenElse(ow_ <= LANES, tiles(1), tiles(UNROLL))
 
         def step(p):
             def with_dims(d):
-                sw = window.rows(d)[4]
-                return _let(window.derive(d, p), lambda q: IfThenElse(
+                sw = d[10]
+                values = _dw_derive(d, p) + ([] if kind != "avg" else [_rows_counted(d, p)])
+                return _let(values, lambda q: IfThenElse(
                     sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
             return _let([load(dims, k) for k in range(nd)], with_dims)
-        rows = window.rows([load(dims, k) for k in range(nd)])[0]
-        body = loop("p", rows, step, ForKind.PARALLEL)
-        return kernel(name, list(bufs), body, dims, fparams)
+        rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
+        return kernel(name, [x, w, y], loop("p", rows, step, ForKind.PARALLEL), dims, fparams)
     return build
 
 
-def _lane_loop(lanes, body_of):
-    return _vec("v", body_of, lanes) if lanes > 1 else body_of(E.const(0))
-
-
-class _Pool:
-    """max: the largest tap in the input (padding never wins); avg: the sum of the taps in
-    the input over the count of taps in the counted region."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    @staticmethod
-    def rows(d):
-        return d[0] * d[3], d[13], d[14], d[4], d[8]
-
-    @staticmethod
-    def derive(d, p):
-        h, wd, oh_, ow_, kh_, sh, pt, dh, incl, hend = (d[1], d[2], d[3], d[4], d[5], d[7],
-                                                        d[9], d[11], d[15], d[16])
-        oh = p % _pos(oh_)
-        nci = p // _pos(oh_)
-        ih0 = oh * sh - pt
-        # rows of the window in the counted region (avg)
-        rlo = E.select(incl.ne(0), -pt, 0)
-        rhi = E.select(incl.ne(0), hend, h)
-        first = E.maximum(rlo - ih0 + dh - 1, E.const(0)) // _pos(dh)   # first kh in it
-        last = E.minimum((rhi - 1 - ih0) // _pos(dh), kh_ - 1)       # last kh in it
-        return [nci * h * wd, ih0, (nci * oh_ + oh) * ow_, E.maximum(last - first + 1,
-                                                                     E.const(0))]
-
-    def __call__(self, d, q, bufs, ow0, lanes, guard_w, sw, acc):
-        x, _, y = bufs
-        h, wd, kh_, kw_, pl, dh, dw, incl, wend = (d[1], d[2], d[5], d[6], d[10], d[11],
-                                                   d[12], d[15], d[17])
-        xbase, ih0, ybase, nrows = q
-        is_max = self.kind == "max"
-
-        def tap(kh, kw):
-            ih = ih0 + kh * dh
-
-            def lane(v):
-                iw = (ow0 + v) * sw - pl + kw * dw
-                xv = load(x, xbase + ih * wd + iw)
-                upd = Store(acc, v, E.maximum(load(acc, v), xv) if is_max else load(acc, v) + xv)
-                return IfThenElse(_in(iw, 0, wd), upd) if guard_w else upd
-            return _lane_loop(lanes, lane)
-        init = E.const(float("-inf") if is_max else 0.0)
-        zero = _lane_loop(lanes, lambda v: Store(acc, v, init))
-        taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
-            "kw", kw_, lambda kw: tap(kh, kw))))
-        if is_max:
-            out = _lane_loop(lanes, lambda v: Store(y, ybase + ow0 + v, load(acc, v)))
-            return seq(zero, taps, out)
-        if lanes > 1:   # interior pixels: every column of the window is in the input
-            cols = kw_.astype("float32")
-            return seq(zero, taps, _lane_loop(lanes, lambda v: Store(
-                y, ybase + ow0 + v, load(acc, v) / (nrows.astype("float32") * cols))))
-        # a border pixel: count the window's columns in the counted region
-        cnt = _local("cnt", 1)
-        clo = E.select(incl.ne(0), -pl, 0)
-        chi = E.select(incl.ne(0), wend, wd)
-        col = ow0 * sw - pl
-        count = loop("kw", kw_, lambda kw: IfThenElse(
-            _in(col + kw * dw, clo, chi), Store(cnt, E.const(0), load(cnt, E.const(0)) +
-                                             E.const(1.0))))
-        out = Store(y, ybase + ow0, load(acc, E.const(0)) / (
-            nrows.astype("float32") * load(cnt, E.const(0))))
-        return Allocate(cnt, seq(zero, taps, Store(cnt, E.const(0), E.const(0.0)), count, out))
-
-
-UNROLL = 2     # vectors per register tile of conv.depthwise_tiles
-
-
-@generic_kernel("conv", "depthwise_tiles")
-def _depthwise_tiles():
-    """conv.depthwise's dims and result: every output row in register tiles of UNROLL
-    vectors of pixels, each tap guarded per lane (a lane's pixel past the row or its input
-    column in the padding): whole vectors run unmasked, border ones masked."""
-    x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
-    dims, fparams = dims_buffer(), fparams_buffer()
-    span = UNROLL * LANES
-
-    def row(d, q, sw):
-        h, wd, ow_, kh_, kw_, pl, dh, dw = d[2], d[3], d[6], d[7], d[8], d[12], d[13], d[14]
-        xbase, ih0, ybase, wbase = q
-
-        def tile(ow0):
-            acc = _local("acc", span)
-            each = lambda body_of: _unrolled("u", UNROLL, lambda u: _vec(
-                "v", lambda v: body_of(u * LANES + v, ow0 + u * LANES + v), LANES))
-
-            def tap(kh, kw):
-                ih = ih0 + kh * dh
-                wt = load(w, wbase + kh * kw_ + kw)
-
-                def lane(k, ow):
-                    iw = ow * sw - pl + kw * dw
-                    return IfThenElse(E.all_of(ow < ow_, 0 <= iw, iw < wd), Store(
-                        acc, k, load(acc, k) + load(x, xbase + ih * wd + iw) * wt))
-                return each(lane)
-            zero = each(lambda k, ow: Store(acc, k, E.const(0.0)))
-            taps = loop("kh", kh_, lambda kh: IfThenElse(_in(ih0 + kh * dh, 0, h), loop(
-                "kw", kw_, lambda kw: tap(kh, kw))))
-            out = each(lambda k, ow: IfThenElse(ow < ow_, Store(y, ybase + ow, load(acc, k))))
-            return Allocate(acc, seq(zero, taps, out))
-        return loop("t", (ow_ + span - 1) // span, lambda t: tile(t * span))
-
-    def step(p):
-        def with_dims(d):
-            sw = d[10]
-            return _let(_dw_derive(d, p), lambda q: IfThenElse(
-                sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
-        return _let([load(dims, k) for k in range(18)], with_dims)
-    rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
-    return kernel("conv.depthwise_tiles", [x, w, y], loop("p", rows, step, ForKind.PARALLEL),
-                  dims, fparams)
+def _rows_counted(d, p):
+    """The rows of an avg pool window in its counted region."""
+    h, oh_, kh_, sh, pt, dh, incl, hend = d[2], d[5], d[7], d[9], d[11], d[13], d[18], d[19]
+    ih0 = (p % _pos(oh_)) * sh - pt
+    rlo = E.select(incl.ne(0), -pt, 0)
+    rhi = E.select(incl.ne(0), hend, h)
+    first = E.maximum(rlo - ih0 + dh - 1, E.const(0)) // _pos(dh)   # first kh in it
+    last = E.minimum((rhi - 1 - ih0) // _pos(dh), kh_ - 1)        # last kh in it
+    return E.maximum(last - first + 1, E.const(0))
 
 
 def _dw_derive(d, p):
@@ -296,8 +240,9 @@ def _dw_derive(d, p):
             o * d[7] * d[8]]
 
 
-_row_kernel("conv.pool_max", 18, _Pool("max"))
-_row_kernel("conv.pool_avg", 18, _Pool("avg"))
+_window_kernel("conv.depthwise_tiles", "dw")
+_window_kernel("conv.pool_max", "max")
+_window_kernel("conv.pool_avg", "avg")
 
 
 # ---------------------------------------------------------------------------- resize, pad

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...codegen.generic.conv import BLOCK
+from ...codegen.generic.conv import BLOCK, PAD_TYPES
+from ...codegen.generic.registry import MAX_ELEMENTS
 from .lowering import Unsupported, aligned_empty, lowers
 
 
@@ -25,13 +26,13 @@ def interior(size: int, out: int, k: int, stride: int, dilation: int, pad: int) 
 
 
 def _geometry(ctx, x, out, kh, kw):
+    """The window's (KH, KW, SH, SW, PT, PL, DH, DW), the output row's interior, (PB, PR)."""
     a = ctx.node.attrs
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = a["strides"], a["dilations"], a["pads"]
     if min(sh, sw, dh, dw) < 1:
         raise Unsupported(ctx.describe(f"strides {a['strides']} / dilations "
                                        f"{a['dilations']} must be positive"))
-    oh, ow = out.shape[2], out.shape[3]
-    lo, hi = interior(x.shape[3], ow, kw, sw, dw, pl)
+    lo, hi = interior(x.shape[3], out.shape[3], kw, sw, dw, pl)
     return (kh, kw, sh, sw, pt, pl, dh, dw), (lo, hi), (pb, pr)
 
 
@@ -73,6 +74,10 @@ def _conv2d(node, ctx):
         ctx.call("conv.depthwise_tiles", [x, np.ascontiguousarray(w.reshape(o, kh * kw)), y],
                  head + list(geo) + [og, lo, hi])
         return
+    blocks = g * -(-og // BLOCK) * BLOCK * cg * kh * kw
+    if blocks > MAX_ELEMENTS:
+        raise Unsupported(ctx.describe(f"the packed weight has {blocks} elements, more than "
+                                       f"the generic kernels index ({MAX_ELEMENTS})"))
     ctx.call("conv.dense", [x, pack_weight(w, g), y],
              head + list(geo) + [g, cg, og, -(-og // BLOCK), lo, hi])
 
@@ -90,9 +95,10 @@ def _pool(node, ctx):
     geo, (lo, hi), (pb, pr) = _geometry(ctx, x, y, kh, kw)
     incl = int(bool(node.attrs.get("count_include_pad", 0)))
     kind = "max" if node.op == "max_pool2d" else "avg"
+    # conv.depthwise_tiles' dims (one channel per group, O = C) + the avg count's region
     ctx.call(f"conv.pool_{kind}", [x, x, y],
-             [n * c, h, wd, y.shape[2], y.shape[3]] + list(geo) + [lo, hi, incl, h + pb,
-                                                                    wd + pr])
+             [n, c, h, wd, c, y.shape[2], y.shape[3]] + list(geo) + [1, lo, hi, incl, h + pb,
+                                                                     wd + pr])
 
 
 # ---------------------------------------------------------------------------- resize
@@ -209,7 +215,6 @@ def _pad(node, ctx):
     if mode not in PAD_MODES:
         raise Unsupported(ctx.describe(f"pad mode {mode!r}"))
     size = x.dtype.itemsize
-    from ...codegen.generic.conv import PAD_TYPES
     if size not in PAD_TYPES:
         raise Unsupported(ctx.describe(f"pad of {x.dtype} ({size}-byte elements)"))
     if y.size == 0:
@@ -233,6 +238,5 @@ def _pad(node, ctx):
     else:
         fill = ctx.temp((1,), x.dtype)
         fill[0] = a.get("value", 0) if mode == "constant" else 0
-    ctx.call(f"conv.pad_{kind.name}", [x.view(kind) if x.size else x.reshape(-1).view(kind),
-                                       y.view(kind), fill.view(kind)],
+    ctx.call(f"conv.pad_{kind.name}", [x.view(kind), y.view(kind), fill.view(kind)],
              out + ins + strides + begins + [PAD_MODES[mode], offset])
