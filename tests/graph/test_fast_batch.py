@@ -191,6 +191,7 @@ def test_the_thread_pool_runtime_is_built_in_a_worker(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _RUNTIME_PROBE, str(record)],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "KILN_CACHE_DIR": "off",
+                               "KILN_GENERIC_DIR": "off",   # (it keeps the pool's code too)
                                "KILN_PARALLEL_RUNTIME": "kiln"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     parent = int(proc.stdout.strip().splitlines()[-1])
