@@ -201,6 +201,21 @@ class Context:
                                                 f"kernels take {', '.join(dtypes)}"))
 
 
+def merge_dims(extents, istrides, ostrides):
+    """(extent, stride, stride) per dim of a walk over two arrays: unit dims dropped,
+    neighbours that step both sides evenly merged (outermost first)."""
+    dims = [(int(n), int(i), int(o)) for n, i, o in zip(extents, istrides, ostrides) if n != 1]
+    merged: list[tuple[int, int, int]] = []
+    for n, i, o in dims:
+        if merged:
+            pn, pi, po = merged[-1]
+            if pi == n * i and po == n * o:
+                merged[-1] = (pn * n, i, o)
+                continue
+        merged.append((n, i, o))
+    return merged
+
+
 def register_all() -> None:
     """Import every module of lowerings (each registers its ops); one not written yet is
     skipped."""

@@ -14,7 +14,7 @@ import numpy as np
 from ...codegen.generic.data import (BLOCK, CHUNK, CHUNKS, ELEMENT, IOFF, IS, N, ND_DEPTH,
                                      ND_PER, OOFF, OS, PER, RANK, tile)
 from ...codegen.generic.registry import MAX_ELEMENTS
-from .lowering import Unsupported, lowers
+from .lowering import Unsupported, lowers, merge_dims
 
 # a contiguous run longer than this is cut into chunks the threads share
 CHUNK_ELEMENTS = 1 << 14
@@ -57,20 +57,6 @@ def _check_size(ctx, *arrays: np.ndarray) -> None:
         if a.size > MAX_ELEMENTS:
             raise Unsupported(ctx.describe(f"an array of {a.size} elements is more than the "
                                            f"generic kernels index ({MAX_ELEMENTS})"))
-
-
-def merge_dims(extents, istrides, ostrides):
-    """Unit dims dropped, neighbours that step both sides evenly merged (outermost first)."""
-    dims = [(int(n), int(i), int(o)) for n, i, o in zip(extents, istrides, ostrides) if n != 1]
-    merged: list[tuple[int, int, int]] = []
-    for n, i, o in dims:
-        if merged:
-            pn, pi, po = merged[-1]
-            if pi == n * i and po == n * o:
-                merged[-1] = (pn * n, i, o)
-                continue
-        merged.append((n, i, o))
-    return merged
 
 
 def plan_copy(ctx, x: np.ndarray, y: np.ndarray, extents, istrides, ostrides,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...codegen.generic.matmul import LANES, ROW_UNIT, WIDE
-from .lowering import MAX_ELEMENTS, Unsupported, lowers
+from .lowering import MAX_ELEMENTS, Unsupported, lowers, merge_dims
 
 # a panel of B (K x NC floats) should stay in L2 while a thread runs its row chunks
 PANEL_BYTES = 256 * 1024
@@ -30,16 +30,7 @@ def batch_dims(shape_a, shape_b, batch):
 
     sa = strides(shape_a[:-2], shape_a[-2] * shape_a[-1])
     sb = strides(shape_b[:-2], shape_b[-2] * shape_b[-1])
-    dims = [(s, x, y) for s, x, y in zip(batch, sa, sb) if s != 1]
-    merged: list[tuple[int, int, int]] = []
-    for size, x, y in dims:
-        if merged:
-            ps, px, py = merged[-1]
-            if px == x * size and py == y * size:
-                merged[-1] = (ps * size, x, y)
-                continue
-        merged.append((size, x, y))
-    return merged
+    return merge_dims(batch, sa, sb)
 
 
 def plan(shape_a, shape_b, packed: bool = False) -> list[list[int]]:
