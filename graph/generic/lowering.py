@@ -126,7 +126,17 @@ class Context:
         v = self.node.inputs[k]
         if v is None:
             raise Unsupported(self.describe(f"input {k} is omitted"))
-        return self.arrays[v.name]
+        return self.array(v.name)
+
+    def array(self, name: str) -> np.ndarray:
+        """Value `name`'s array; a constant's aligned copy is made on first use (a weight
+        only a lowering's packed copy reads is never copied as it is)."""
+        if name not in self.arrays and name in self.graph.constants:
+            value = np.asarray(self.graph.constants[name])
+            arr = aligned_empty(value.shape, value.dtype)
+            arr[...] = value
+            self.arrays[name] = arr
+        return self.arrays[name]
 
     def has_input(self, k: int) -> bool:
         return k < len(self.node.inputs) and self.node.inputs[k] is not None

@@ -110,10 +110,6 @@ class GenericModel:
                                   f"elements, more than the generic kernels index")
             ctx.arrays[v.name] = aligned_empty(v.shape, np.dtype(v.dtype))
             self._inputs.append((v.name, ctx.arrays[v.name]))
-        for name, value in graph.constants.items():
-            arr = aligned_empty(np.shape(value), np.asarray(value).dtype)
-            arr[...] = value
-            ctx.arrays[name] = arr
         groups = fuse_operators(graph)
         last_read = _last_reads(groups, [*outputs, *(c["value"] for c in index_checks)])
         entries: list = []          # Call, or the FusedGroup a compiled kernel runs
@@ -161,8 +157,9 @@ class GenericModel:
         self.calls = [e for e in entries if isinstance(e, Call)]
         self.uncovered = uncovered
         self._arrays = ctx.arrays
-        self._outputs = [ctx.arrays[name] for name in outputs]
-        self._checks = RunChecks(index_checks, ctx.arrays)
+        self._outputs = [ctx.array(name) for name in outputs]
+        self._checks = RunChecks(index_checks, {c["value"]: ctx.array(c["value"])
+                                                for c in index_checks})
         self._threads = threads
         lib = library(target, threads)
         if not build_missing:
@@ -183,7 +180,7 @@ class GenericModel:
             if e.name not in compiled:      # an alias group: its outputs are views
                 continue
             kernel, names = compiled[e.name]
-            args = [ctx.arrays[n] for n in names]
+            args = [ctx.array(n) for n in names]
             _check_args(graph.name, e.name, kernel, names, args)
             self.kernels[kernel.name] = kernel
             self._compiled_kernels.add(kernel.name)
