@@ -379,16 +379,20 @@ def _generic_first_tier(model, input_shapes, constants, target: Target, threads:
     """A tiered compile's first tier on generic kernels (graph/generic), or None when the
     model has a node they do not cover (the fast tier is built then)."""
     digested = isinstance(model, model_cache.DigestedProto)     # checked already
+    return first_tier(model.proto if digested else model, target, threads,
+                      fast_group_kernels(target, threads), input_shapes=input_shapes,
+                      constants=constants, proto=proto, checked=digested)
 
+
+def fast_group_kernels(target: Target, threads: int) -> Callable:
+    """A GenericModel's compile_groups (graph/generic/model.py): the fast tier's kernels of
+    the fused groups the generic kernels do not cover, built in this process."""
     def compile_groups(graph: Graph, groups: list[FusedGroup]) -> dict:
-        """The fast tier's kernels of the groups generic kernels do not cover, built here."""
         _, per_group, kernels, _, _ = _extract_and_build(graph, groups, target, None, 1,
                                                          threads, False, fast=True)
         return {name: (kernels[mt.name], [v.name for v in dag.arg_values])
                 for name, (mt, dag) in per_group.items()}
-    return first_tier(model.proto if digested else model, target, threads, compile_groups,
-                      input_shapes=input_shapes, constants=constants, proto=proto,
-                      checked=digested)
+    return compile_groups
 
 
 def _assemble(graph: Graph, groups: list[FusedGroup], per_group: dict, kernels: dict,

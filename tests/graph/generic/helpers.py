@@ -27,16 +27,13 @@ def assert_generic_matches_ort(model, feeds: dict, rtol=1e-5, atol=1e-5, threads
 
 
 def fast_groups(target: Target | None = None, threads: int = 2, calls: list | None = None):
-    """A GenericModel's compile_groups as kiln.compile's: fast-tier kernels for the fused
-    groups the generic kernels do not cover (`calls` collects the groups' names)."""
-    from kiln.graph.compile import model as model_mod
-    target = target or Target.native()
+    """A GenericModel's compile_groups as kiln.compile's (fast-tier kernels for the fused
+    groups the generic kernels do not cover); `calls` collects the groups' names."""
+    from kiln.graph.compile.model import fast_group_kernels
+    build = fast_group_kernels(target or Target.native(), threads)
 
-    def build(graph, groups):
+    def counted(graph, groups):
         if calls is not None:
             calls.append([g.name for g in groups])
-        _, per_group, kernels, _, _ = model_mod._extract_and_build(
-            graph, groups, target, None, 1, threads, False, fast=True)
-        return {name: (kernels[mt.name], [v.name for v in dag.arg_values])
-                for name, (mt, dag) in per_group.items()}
-    return build
+        return build(graph, groups)
+    return counted
