@@ -308,14 +308,14 @@ def ort_bench(names, jobs: int, cold_runs: int, warm_runs: int, ort_runs: int,
           f"onnxruntime at {threads} threads, Kiln jobs={jobs}; load average "
           f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores)")
     emit_json({"bench": "compile_time_ort", "source": onnx_dir or "bundled",
-               "generic_library_s": library_s, "kiln_tiered": CALLER_TIERED or "default",
+               "generic_library_s": library_s,
                "jobs": jobs, "threads": threads,
                "load_average": [min(loads), max(loads)],
                "cold_geomean_x": cold_g, "cold_worst_x": worst["cold_x"],
                "warm_geomean_x": warm_g, "warm_worst_x": worst_warm["warm_x"],
                "cold_cpu_geomean_x": _geomean(r["cold_cpu_x"] for r in results),
                "warm_cpu_geomean_x": _geomean(r["warm_cpu_x"] for r in results),
-               "tiered": os.environ.get("KILN_TIERED", ""),
+               "tiered": CALLER_TIERED or "default",
                "tier1_over_tier2_run_geomean": _geomean(r["tier1_over_tier2_run"]
                                                         for r in tiered),
                "results": json.loads(json.dumps(results, default=float),
