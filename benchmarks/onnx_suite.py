@@ -65,6 +65,10 @@ def _generic_prepare(model):
     from kiln.graph.generic.lowering import Unsupported
     target = Target.native()
     threads = int(os.environ.get("KILN_NUM_THREADS", "1"))
+    plain = all(v.type.HasField("tensor_type") for v in (*model.graph.input,
+                                                         *model.graph.output))
+    if not plain:      # sequence and optional values take the backend's wrapper (untiered)
+        raise _GenericLimitation("sequence or optional inputs or outputs")
     try:
         gm = compile_generic(model, target, threads, fast_group_kernels(target, threads))
     except Unsupported as exc:
