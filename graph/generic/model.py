@@ -93,9 +93,11 @@ class GenericModel:
                  compile_groups: CompileGroups | None = None, build_missing: bool = True):
         start = time.perf_counter()
         register_all()
-        if graph.pinned or graph.io_formats:
-            raise Unsupported(f"model '{graph.name}': inputs that decide shapes or low-bit "
-                              "inputs are not planned onto generic kernels")
+        if graph.io_formats:
+            raise Unsupported(f"model '{graph.name}': low-bit inputs or outputs are not "
+                              "planned onto generic kernels")
+        # inputs whose values decided shapes: run checks them (and fills them in when left out)
+        self._pinned = {name: np.asarray(value) for name, value in graph.pinned.items()}
         if compile_groups is None:
             missing = unsupported_nodes(graph)
             if missing:
@@ -201,8 +203,10 @@ class GenericModel:
         return list(self.plan.outputs)
 
     def run(self, inputs) -> list[np.ndarray]:
-        given = given_inputs(self.plan.name, self.plan.inputs, {}, inputs)
+        given = given_inputs(self.plan.name, self.plan.inputs, self._pinned, inputs)
         for name, buf in self._inputs:
+            if name not in given and name in self._pinned:
+                given[name] = self._pinned[name]
             if name not in given:
                 raise KernelArgumentError(f"model '{self.plan.name}': input '{name}' "
                                           f"({buf.dtype}{list(buf.shape)}) was not given")
@@ -213,6 +217,12 @@ class GenericModel:
                     f"{list(buf.shape)}, got {arr.dtype}{list(arr.shape)}. Pass an array of "
                     f"that shape (cast with .astype(np.{buf.dtype})).")
             np.copyto(buf, arr)
+            if name in self._pinned and not np.array_equal(buf, self._pinned[name]):
+                raise KernelArgumentError(
+                    f"input '{name}' of model '{self.plan.name}' decides a shape, and the "
+                    f"model was compiled for its value {self._pinned[name].tolist()}; got "
+                    f"{buf.tolist()}. Compile for that value (kiln.compile(..., constants="
+                    f"{{'{name}': ...}}), or without constants= to specialise at run time).")
         if self._sequence is not None:
             self._sequence()
         if self._checks:

@@ -124,3 +124,19 @@ def test_outputs_that_view_inputs_keep_their_own_values(rng):
     gm = compile_generic(model, Target.native(), 2)
     t, r = gm.run({"x1": np.array([1.0], np.float32), "x2": np.array([2.0], np.float32)})
     assert t[0] == 2.0 and r[0] == 1.0
+
+
+def test_an_input_that_decides_a_shape_is_pinned_and_checked(rng):
+    """Reshape's shape from a graph input: compiled for a value (constants=), run checks it
+    (and fills it in when it is left out), as a CompiledModel does."""
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]),
+                        helper.make_node("Reshape", ["r", "shape"], ["y"])],
+                       {"x": ((4, 6), "float32"), "shape": ((2,), "int64")}, ["y"])
+    shape = np.array([3, 8], np.int64)
+    gm = compile_generic(model, Target.native(), 2, constants={"shape": shape})
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    want = np.maximum(x, 0).reshape(3, 8)
+    np.testing.assert_array_equal(gm.run({"x": x, "shape": shape})[0], want)
+    np.testing.assert_array_equal(gm.run([x])[0], want)          # left out: filled in
+    with pytest.raises(KernelArgumentError, match="input 'shape'.*decides a shape"):
+        gm.run({"x": x, "shape": np.array([8, 3], np.int64)})
