@@ -17,7 +17,7 @@ from ..ir import Graph
 from ..ops.index_bounds import RunChecks
 from ..passes.fusion import FusedGroup, fuse_operators
 from ..passes.index_checks import split_outputs
-from ..runtime.executor import given_inputs, median_run_seconds
+from ..runtime.executor import bind_input, given_inputs, median_run_seconds
 from .lowering import (LOWERINGS, Call, Context, LibraryNotBuilt, Unsupported, aligned_empty,
                        register_all)
 
@@ -210,19 +210,7 @@ class GenericModel:
             if name not in given:
                 raise KernelArgumentError(f"model '{self.plan.name}': input '{name}' "
                                           f"({buf.dtype}{list(buf.shape)}) was not given")
-            arr = np.asarray(given[name])
-            if arr.dtype != buf.dtype or arr.shape != buf.shape:
-                raise KernelArgumentError(
-                    f"input '{name}' of model '{self.plan.name}': expected {buf.dtype}"
-                    f"{list(buf.shape)}, got {arr.dtype}{list(arr.shape)}. Pass an array of "
-                    f"that shape (cast with .astype(np.{buf.dtype})).")
-            np.copyto(buf, arr)
-            if name in self._pinned and not np.array_equal(buf, self._pinned[name]):
-                raise KernelArgumentError(
-                    f"input '{name}' of model '{self.plan.name}' decides a shape, and the "
-                    f"model was compiled for its value {self._pinned[name].tolist()}; got "
-                    f"{buf.tolist()}. Compile for that value (kiln.compile(..., constants="
-                    f"{{'{name}': ...}}), or without constants= to specialise at run time).")
+            bind_input(self.plan.name, name, buf, given[name], self._pinned)
         if self._sequence is not None:
             self._sequence()
         if self._checks:

@@ -192,6 +192,27 @@ def given_inputs(model: str, names, constants: Mapping, inputs) -> dict:
     return dict(zip(order, values))
 
 
+def bind_input(model: str, name: str, buf: np.ndarray, value,
+               pinned: Mapping[str, np.ndarray], dtype: str | None = None) -> None:
+    """Copy `value` into input `name`'s buffer `buf` once its dtype and shape fit; an input
+    whose value decided shapes (in `pinned`) must hold that value. `dtype`: the input's
+    dtype as the model names it (default: the buffer's)."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    dtype = dtype or str(buf.dtype)
+    if arr.dtype != buf.dtype or arr.shape != buf.shape:
+        raise KernelArgumentError(
+            f"input '{name}' of model '{model}': expected {dtype}{list(buf.shape)}, got "
+            f"{arr.dtype}{list(arr.shape)}. Pass an array of that shape (cast with "
+            f".astype(np.{dtype})).")
+    np.copyto(buf, arr)
+    if name in pinned and not np.array_equal(buf, pinned[name]):
+        raise KernelArgumentError(
+            f"input '{name}' of model '{model}' decides a shape, and the model was compiled "
+            f"for its value {_preview(pinned[name])}; got {_preview(buf)}. Compile for that "
+            f"value (kiln.compile(..., constants={{'{name}': ...}}), or without constants= to "
+            "specialise at run time).")
+
+
 def median_run_seconds(run, repeat: int = 20, number: int = 1) -> float:
     """Median seconds of one call of `run` over `repeat` timings of `number` calls each,
     after one warm-up call."""
@@ -338,18 +359,7 @@ class CompiledModel:
                         f"{np_dtype(fmt)} (ml_dtypes){list(spec.shape)}, got {arr.dtype}"
                         f"{list(arr.shape)}")
                 arr = to_storage(arr, fmt)
-            if arr.dtype != buf.dtype or arr.shape != buf.shape:
-                raise KernelArgumentError(
-                    f"input '{name}' of model '{self.plan.name}': expected {spec.dtype}"
-                    f"{list(spec.shape)}, got {arr.dtype}{list(arr.shape)}. Pass an array of "
-                    f"that shape (cast with .astype(np.{spec.dtype})).")
-            np.copyto(buf, arr)
-            if name in self._pinned and not np.array_equal(buf, self._pinned[name]):
-                raise KernelArgumentError(
-                    f"input '{name}' of model '{self.plan.name}' decides a shape, and the "
-                    f"model was compiled for its value {_preview(self._pinned[name])}; got "
-                    f"{_preview(buf)}. Compile for that value (kiln.compile(..., constants="
-                    f"{{'{name}': ...}}), or without constants= to specialise at run time).")
+            bind_input(self.plan.name, name, buf, arr, self._pinned, spec.dtype)
 
     def run(self, inputs) -> list[np.ndarray]:
         """Run the model; returns fresh arrays in graph-output order. An index out of its
