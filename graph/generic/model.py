@@ -170,7 +170,8 @@ class GenericModel:
                 raise LibraryNotBuilt(f"model '{graph.name}': {len(missing)} units of the "
                                       f"generic kernel library are not built yet (e.g. "
                                       f"{missing[0]}); `kiln warmup` builds them", missing)
-        self.kernels = {c.kernel: lib.kernel(c.kernel) for c in self.calls}
+        self.kernels = {name: lib.kernel(name) for name in dict.fromkeys(c.kernel
+                                                                          for c in self.calls)}
         self._compiled_kernels: set[str] = set()
         table = []
         for e in entries:
