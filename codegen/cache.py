@@ -27,14 +27,14 @@ import time
 import zlib
 from dataclasses import dataclass
 
-import llvmlite.binding as llvm
 
 from .cache_store import Store, cache_dir, make_key, open_store
 from .emit_module import pool_symbol, threads_symbol
 from .kernel import Kernel, ParamSpec
+from .object_engine import object_engine
 from .pyentry import AVAILABLE as PYENTRY
 from .pyentry import entry_symbol, table_symbol
-from .target import Target, init_llvm
+from .target import Target
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +103,8 @@ def load_objects(objects: list[CachedObject], target: Target,
     """Kernels of `objects` (object code of `target`) set to run at `num_threads`, all in one
     MCJIT engine: relocation only, no LLVM passes or code generation."""
     start = time.perf_counter()
-    init_llvm()
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                        target.create_target_machine())
-    for code in dict.fromkeys(obj.object_code for obj in objects):   # (a batch's kernels
-        engine.add_object_file(llvm.ObjectFileRef.from_data(code))   # share an object)
-    engine.finalize_object()
+    # (a batch's kernels share an object)
+    engine = object_engine(target, dict.fromkeys(obj.object_code for obj in objects))
     each = (time.perf_counter() - start) / max(len(objects), 1)
     kernels = []
     for k, obj in enumerate(objects):

@@ -73,14 +73,19 @@ def open_generic_store(kind: str, suffix: str, environ=None) -> "Store | None":
 RACY_SECONDS = 3.0
 
 
-def _py_files(root: str) -> list[str]:
-    """The .py files under `root`, relative, '/'-separated and sorted (os.walk: a third of
-    pathlib.rglob's time, which every process touching the cache pays)."""
+def _py_files(root: str, rel: str = "") -> list[str]:
+    """The .py files under `root`, relative, '/'-separated and sorted. os.scandir, skipping
+    __pycache__ and hidden folders: a quarter of os.walk's time (every process that touches
+    the cache pays it; a warm model load takes ~12 ms in all)."""
     found = []
-    for folder, _, names in os.walk(root):
-        rel = os.path.relpath(folder, root).replace(os.sep, "/")
-        found += [n if rel == "." else f"{rel}/{n}" for n in names if n.endswith(".py")]
-    return sorted(found, key=lambda r: r.split("/"))
+    with os.scandir(root) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".py"):
+                found.append(rel + name)
+            elif name != "__pycache__" and name[0] != "." and entry.is_dir():
+                found += _py_files(entry.path, f"{rel}{name}/")
+    return found if rel else sorted(found, key=lambda r: r.split("/"))
 
 
 def _source_files() -> list[tuple[str, str | Path]]:

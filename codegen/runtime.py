@@ -651,12 +651,9 @@ def pool_loaded() -> bool:
 def _load_runtime(target, futex: int, code: bytes | None = None) -> llvm.ExecutionEngine:
     """An engine holding the pool's code (`code`, if given: runtime_object's, made
     elsewhere)."""
+    from .object_engine import object_engine
     code = runtime_object(target, futex) if code is None else code
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                        target.create_target_machine())
-    engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-    engine.finalize_object()
-    return engine
+    return object_engine(target, [code])
 
 
 def pool_address(code: bytes | None = None) -> int:

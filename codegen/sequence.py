@@ -17,6 +17,7 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from .cache_store import make_key, open_store
+from .object_engine import object_engine
 from .target import Target, init_llvm
 
 I64 = ir.IntType(64)
@@ -57,10 +58,7 @@ class CallSequence:
             mm, start = found
             code = mm[start:]
             mm.close()
-        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                                  target.create_target_machine())
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-        self._engine.finalize_object()
+        self._engine = object_engine(target, [code])
         flat = [v for address, args in calls for v in (address, *args)]
         self._table = (ctypes.c_void_p * len(flat))(*flat)
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(

@@ -36,6 +36,7 @@ from ..emit_module import (emit_module, fastmath_flags, pool_symbol, release, sy
                            threads_symbol)
 from ..jit import machine, optimize, slow_compile_watch
 from ..kernel import Kernel, ParamSpec
+from ..object_engine import object_engine
 from ..target import Target, init_llvm
 from .registry import FAMILIES
 
@@ -174,12 +175,11 @@ class GenericLibrary:
         start = time.perf_counter()
         code, symbols, _ = unit_object(unit, self.target)
         if self._engine is None:
-            init_llvm()
-            self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                                      self.target.create_target_machine())
+            self._engine = object_engine(self.target, [code])
+        else:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+            self._engine.finalize_object()
         engine = self._engine
-        engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-        engine.finalize_object()
         family = unit.partition(".")[0]
         for name, (sym, params) in symbols.items():
             address = engine.get_function_address(sym)

@@ -17,6 +17,7 @@ import llvmlite.ir as ir
 
 from ...te.errors import CodegenError
 from .. import cache_store
+from ..object_engine import object_engine
 from ..target import Target, init_llvm
 from .library import _store
 
@@ -94,10 +95,7 @@ def runner_address(target: Target) -> int:
                 code = tm.emit_object(parsed)
                 if store is not None:
                     store.write(key, [code])
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                                target.create_target_machine())
-            engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-            engine.finalize_object()
+            engine = object_engine(target, [code])
             _ENGINES[str(target)] = (engine, engine.get_function_address(SYMBOL))
         return _ENGINES[str(target)][1]
 
