@@ -52,7 +52,7 @@ PARENT = (
     ("kiln.graph.compile.parallel_build", "_ready_runtime", "thread-pool runtime"),
     ("kiln.graph.compile.parallel_build", "resolve_pending", "deferred constants"),
     ("kiln.graph.compile.parallel_build", "StreamingBuild.finish", "wait for workers + load"),
-    ("kiln.graph.compile.parallel_build", "link_and_load", "  load objects (MCJIT)"),
+    ("kiln.graph.compile.parallel_build", "link_and_load", "  load objects (JIT)"),
     ("kiln.graph.compile.fast_batch", "build_serial", "build in-process (tier 1)"),
     ("kiln.graph.compile.model", "_build_kernels", "build kernels"),
     ("kiln.graph.compile.model", "_assemble", "assemble model"),

@@ -13,9 +13,10 @@ Kiln's own source files (any edit to Kiln invalidates every entry), the LLVM and
 versions, numpy's version (the checked entry reads numpy's object layout) and Python's. The
 kernel key (codegen.build) is over the kernel's unoptimized LLVM IR text, which holds the
 loop IR, the fast-math flags, the parallel runtime and the Python entry, and the target
-string; the compiled kernel is stored as a position-independent object file that MCJIT loads
-without running LLVM's passes or code generation, plus its optimized IR (compressed, read
-only when asked for) and what Kernel needs (symbol, parameter specs).
+string; the compiled kernel is stored as a position-independent object file that the
+process's JIT loads (codegen/object_loader.py) without running LLVM's passes or code
+generation, plus its optimized IR (compressed, read only when asked for) and what Kernel needs
+(symbol, parameter specs).
 """
 from __future__ import annotations
 
@@ -27,13 +28,11 @@ import time
 import zlib
 from dataclasses import dataclass
 
-
+from ..te.errors import CodegenError
 from .cache_store import Store, cache_dir, make_key, open_store
-from .emit_module import pool_symbol, threads_symbol
 from .kernel import Kernel, ParamSpec
-from .object_engine import object_engine
+from .object_loader import kernel_symbols, load_code, loaded_kernel
 from .pyentry import AVAILABLE as PYENTRY
-from .pyentry import entry_symbol, table_symbol
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -100,27 +99,22 @@ def read_object(store: Store, key: str) -> CachedObject | None:
 
 def load_objects(objects: list[CachedObject], target: Target,
                  keys: list[str | None] | None = None, *, num_threads: int) -> list[Kernel]:
-    """Kernels of `objects` (object code of `target`) set to run at `num_threads`, all in one
-    MCJIT engine: relocation only, no LLVM passes or code generation."""
+    """Kernels of `objects` (object code of `target`) set to run at `num_threads`, loaded
+    together (codegen/object_loader.py): relocation only, no LLVM passes or code generation.
+    Raises ValueError when an object lacks a symbol its kernel needs."""
     start = time.perf_counter()
-    # (a batch's kernels share an object)
-    engine = object_engine(target, dict.fromkeys(obj.object_code for obj in objects))
+    symbols = [s for obj in objects for s in kernel_symbols(obj.symbol, PYENTRY)]
+    try:    # (a batch's kernels share an object)
+        code = load_code(target, dict.fromkeys(obj.object_code for obj in objects), symbols,
+                         objects[0].name if objects else "kernels")
+    except CodegenError as exc:
+        raise ValueError(f"cached kernel objects: {exc}") from exc
     each = (time.perf_counter() - start) / max(len(objects), 1)
     kernels = []
     for k, obj in enumerate(objects):
-        sym = obj.symbol
-        address = engine.get_function_address(sym)
-        threads = engine.get_global_value_address(threads_symbol(sym))
-        if not address or not threads:
-            raise ValueError(f"cached object of kernel '{obj.name}' lacks symbol {sym!r}")
-        entry = None
-        if PYENTRY:
-            entry = (engine.get_function_address(entry_symbol(sym)),
-                     engine.get_global_value_address(table_symbol(sym)))
-        kernel = Kernel(obj.name, sym, obj.params, target, address, threads, entry=entry,
-                        optimized_ir=obj.ir_text, keepalive=engine,
-                        pool_slot=engine.get_global_value_address(pool_symbol(sym)) or None,
-                        compile_seconds=each, num_threads=num_threads)
+        kernel = loaded_kernel(code, obj.name, obj.symbol, obj.params, target, PYENTRY,
+                               optimized_ir=obj.ir_text, compile_seconds=each,
+                               num_threads=num_threads)
         kernel.cache_key = keys[k] if keys else None
         kernels.append(kernel)
     return kernels

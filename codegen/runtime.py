@@ -591,7 +591,7 @@ def _emit_shutdown(module, pool: _Pool, ext, futex: int) -> None:
 
 
 _lock = threading.Lock()
-_engine: llvm.ExecutionEngine | None = None
+_engine = None          # the pool's loaded code (codegen/object_loader.LoadedCode)
 _address: int | None = None
 _fork_count = None
 
@@ -648,12 +648,11 @@ def pool_loaded() -> bool:
     return _address is not None
 
 
-def _load_runtime(target, futex: int, code: bytes | None = None) -> llvm.ExecutionEngine:
-    """An engine holding the pool's code (`code`, if given: runtime_object's, made
-    elsewhere)."""
-    from .object_engine import object_engine
+def _load_runtime(target, futex: int, code: bytes | None = None):
+    """The pool's code, loaded (`code`, if given: runtime_object's, made elsewhere)."""
+    from .object_loader import load_code
     code = runtime_object(target, futex) if code is None else code
-    return object_engine(target, [code])
+    return load_code(target, [code], [ENTRY, FORKS, PREWAKE], "pool")
 
 
 def pool_address(code: bytes | None = None) -> int:
@@ -670,7 +669,7 @@ def pool_address(code: bytes | None = None) -> int:
                                    "aarch64; set KILN_PARALLEL_RUNTIME=gomp")
             target = Target.from_string("native")
             _engine = _load_runtime(target, futex, code)
-            _address = _engine.get_function_address(ENTRY)
+            _address = _engine.address(ENTRY)
             log.debug("Kiln thread pool compiled at %#x", _address)
         return _address
 
@@ -683,11 +682,11 @@ def fork_count() -> int:
         return 0
     if _fork_count is None:
         import ctypes
-        _fork_count = ctypes.CFUNCTYPE(ctypes.c_int64)(_engine.get_function_address(FORKS))
+        _fork_count = ctypes.CFUNCTYPE(ctypes.c_int64)(_engine.address(FORKS))
     return int(_fork_count())
 
 
 def prewake_address() -> int:
     """The address of PREWAKE in this process (the pool is loaded first if it is not)."""
     pool_address()
-    return _engine.get_function_address(PREWAKE)
+    return _engine.address(PREWAKE)

@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from ..te.errors import CodegenError
 from .cache_store import make_key, open_store
-from .object_engine import object_engine
+from .object_loader import load_code
 from .target import Target, init_llvm
 
 I64 = ir.IntType(64)
@@ -58,11 +58,11 @@ class CallSequence:
             mm, start = found
             code = mm[start:]
             mm.close()
-        self._engine = object_engine(target, [code])
+        self._code = load_code(target, [code], ["kiln_sequence"], name)
         flat = [v for address, args in calls for v in (address, *args)]
         self._table = (ctypes.c_void_p * len(flat))(*flat)
         fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
-            self._engine.get_function_address("kiln_sequence"))
+            self._code.address("kiln_sequence"))
         self._fn, self._arg = fn, ctypes.addressof(self._table)
         self.calls = len(calls)
 

@@ -32,11 +32,11 @@ import llvmlite.binding as llvm
 from ...te.errors import CodegenError
 from .. import cache_store
 from ..build import DEFAULT_FASTMATH, gc_paused, param_specs
-from ..emit_module import (emit_module, fastmath_flags, pool_symbol, release, symbol_name,
-                           threads_symbol)
+from ..emit_module import emit_module, fastmath_flags, release, symbol_name
 from ..jit import machine, optimize, slow_compile_watch
 from ..kernel import Kernel, ParamSpec
-from ..object_engine import object_engine
+from ..object_loader import kernel_symbols, load_code, loaded_kernel
+from ..runtime import backend
 from ..target import Target, init_llvm
 from .registry import FAMILIES
 
@@ -102,7 +102,7 @@ def unit_object(unit: str, target: Target) -> tuple[bytes, dict[str, tuple], flo
         raise CodegenError(f"no generic kernel unit {unit!r}")
     start = time.perf_counter()
     store = _store()
-    key = cache_store.make_key("generic-unit", unit=unit, target=str(target))
+    key = _unit_key(unit, target)
     found = store.read(key) if store is not None else None
     if found is not None:
         mm, at = found
@@ -142,8 +142,13 @@ def built(unit: str, target: Target) -> bool:
     store = _store()
     if store is None:
         return False
-    return store.path(cache_store.make_key("generic-unit", unit=unit,
-                                           target=str(target))).is_file()
+    return store.path(_unit_key(unit, target)).is_file()
+
+
+def _unit_key(unit: str, target: Target) -> str:
+    # the pool runtime decides how PARALLEL loops are emitted (and the symbols they define)
+    return cache_store.make_key("generic-unit", unit=unit, target=str(target),
+                                runtime=backend())
 
 
 class GenericLibrary:
@@ -154,7 +159,6 @@ class GenericLibrary:
         self.target, self.threads = target, threads
         self._kernels: dict[str, Kernel] = {}
         self._loaded: set[str] = set()
-        self._engine = None
         self._lock = threading.Lock()
         self.load_seconds = 0.0
 
@@ -174,23 +178,17 @@ class GenericLibrary:
     def _load(self, unit: str) -> None:
         start = time.perf_counter()
         code, symbols, _ = unit_object(unit, self.target)
-        if self._engine is None:
-            self._engine = object_engine(self.target, [code])
-        else:
-            self._engine.add_object_file(llvm.ObjectFileRef.from_data(code))
-            self._engine.finalize_object()
-        engine = self._engine
+        try:
+            loaded = load_code(self.target, [code], [
+                s for sym, _ in symbols.values() for s in kernel_symbols(sym, False)], unit)
+        except CodegenError as exc:
+            raise CodegenError(f"generic unit {unit!r}: {exc}; remove {library_dir()} to "
+                               "rebuild it") from exc
         family = unit.partition(".")[0]
         for name, (sym, params) in symbols.items():
-            address = engine.get_function_address(sym)
-            threads = engine.get_global_value_address(threads_symbol(sym))
-            if not address or not threads:
-                raise CodegenError(f"generic unit {unit!r}: its object lacks {sym!r}; "
-                                   f"remove {library_dir()} to rebuild it")
-            self._kernels[f"{family}.{name}"] = Kernel(
-                f"{family}.{name}", sym, params, self.target, address, threads,
-                keepalive=engine, num_threads=self.threads,
-                pool_slot=engine.get_global_value_address(pool_symbol(sym)) or None)
+            self._kernels[f"{family}.{name}"] = loaded_kernel(
+                loaded, f"{family}.{name}", sym, params, self.target, False,
+                num_threads=self.threads)
         self._loaded.add(unit)
         self.load_seconds += time.perf_counter() - start
 

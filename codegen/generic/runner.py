@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from ...te.errors import CodegenError
 from .. import cache_store
-from ..object_engine import object_engine
+from ..object_loader import load_code
 from ..target import Target, init_llvm
 from .library import _store
 
@@ -95,8 +95,8 @@ def runner_address(target: Target) -> int:
                 code = tm.emit_object(parsed)
                 if store is not None:
                     store.write(key, [code])
-            engine = object_engine(target, [code])
-            _ENGINES[str(target)] = (engine, engine.get_function_address(SYMBOL))
+            loaded = load_code(target, [code], [SYMBOL], "generic-runner")
+            _ENGINES[str(target)] = (loaded, loaded.address(SYMBOL))
         return _ENGINES[str(target)][1]
 
 

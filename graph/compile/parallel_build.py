@@ -4,8 +4,8 @@ LLVM dominates model compile time (the O3 pipeline and machine-code emission are
 ResNet-18 compile), and llvmlite serialises every LLVM call behind one process-wide lock, so
 threads cannot overlap it. Each worker (forked, so nothing is re-imported) schedules, lowers,
 emits and optimises one kernel and returns a position-independent object file plus the
-optimized IR; the parent loads the objects into one MCJIT engine (as the kernel cache
-loads a cached model's).
+optimized IR; the parent loads the objects together into its JIT (codegen/object_loader.py, as the
+kernel cache loads a cached model's).
 """
 from __future__ import annotations
 
@@ -150,8 +150,8 @@ def _pool_context():
 
 def link_and_load(objects: Sequence[tuple[str, ObjectKernel]], target: Target,
                   threads: int) -> dict[str, Kernel]:
-    """Load the objects into one MCJIT engine (as the kernel cache loads a model's):
-    {kernel name: Kernel}. Relocation only, in this process: linking them with the C
+    """Load the objects together (codegen/object_loader.py; as the kernel cache loads a
+    model's): {kernel name: Kernel}. Relocation only, in this process: linking them with the C
     compiler driver into a shared library and loading that took 35 ms for a 21-kernel model,
     this 7 ms (benchmarks/RESULTS.md, compile time against onnxruntime)."""
     loaded = cache.load_objects(

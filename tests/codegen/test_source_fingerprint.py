@@ -73,3 +73,12 @@ def test_files_written_just_now_are_hashed_and_not_aliased(sources, tmp_path):
     sources[0][1].write_text("x = 4\n")          # modified now: within RACY_SECONDS
     assert _fresh() == _hashed(sources)
     assert _aliases(tmp_path) == []
+
+
+def test_the_scan_finds_nested_sources_and_skips_caches_and_hidden_folders(tmp_path):
+    for rel in ("a.py", "pkg/b.py", "pkg/deep/c.py", "pkg/notes.txt", "__pycache__/a.py",
+                "pkg/__pycache__/b.py", ".hidden/d.py", "pkg/.tox/e.py"):
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    assert cache_store._py_files(str(tmp_path)) == ["a.py", "pkg/b.py", "pkg/deep/c.py"]
