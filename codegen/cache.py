@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from ..te.errors import CodegenError
 from .cache_store import Store, cache_dir, make_key, open_store
 from .kernel import Kernel, ParamSpec
-from .object_loader import kernel_symbols, load_code, loaded_kernel
+from .loaded_kernel import kernel_symbols, loaded_kernel
+from .object_loader import load_code
 from .pyentry import AVAILABLE as PYENTRY
 from .target import Target
 

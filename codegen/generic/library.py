@@ -35,7 +35,8 @@ from ..build import DEFAULT_FASTMATH, gc_paused, param_specs
 from ..emit_module import emit_module, fastmath_flags, release, symbol_name
 from ..jit import machine, optimize, slow_compile_watch
 from ..kernel import Kernel, ParamSpec
-from ..object_loader import kernel_symbols, load_code, loaded_kernel
+from ..loaded_kernel import kernel_symbols, loaded_kernel
+from ..object_loader import load_code
 from ..runtime import backend
 from ..target import Target, init_llvm
 from .registry import FAMILIES

@@ -27,6 +27,19 @@ def test_a_unit_is_compiled_once_then_read(tmp_path, monkeypatch):
     assert again == code and symbols_again == symbols
 
 
+def test_a_unit_built_for_another_pool_runtime_is_not_taken(tmp_path, monkeypatch):
+    """The runtime decides how PARALLEL loops are emitted and which symbols the object
+    defines: a unit built under one is never loaded under another."""
+    monkeypatch.setenv("KILN_GENERIC_DIR", str(tmp_path / "generic"))
+    target = Target.native()
+    lib_mod.unit_object("elementwise.unary.relu", target)
+    assert lib_mod.built("elementwise.unary.relu", target)
+    monkeypatch.setenv("KILN_PARALLEL_RUNTIME", "serial")
+    assert not lib_mod.built("elementwise.unary.relu", target)
+    assert lib_mod.GenericLibrary(target, 2).kernel("elementwise.unary.relu").address
+    assert lib_mod.built("elementwise.unary.relu", target)    # built again, for this one
+
+
 def test_the_folder_is_apart_from_the_cache_and_can_be_off(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_GENERIC_DIR", raising=False)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
