@@ -25,7 +25,16 @@ from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel,
     vector_loop
 
 BLOCK = 16      # output channels per weight block (one float32 vector)
-TILE = 6        # output pixels per register tile of conv.dense (12 ymm accumulators on AVX2)
+# output pixels per register tile of conv.dense, by the target's vector registers (each
+# pixel's 16 channels: one zmm, or two ymm): AVX2's 16 ymm hold 6 (12 accumulators);
+# AVX-512's 32 zmm hold TILE_WIDE_REGISTERS
+TILE = 6
+TILE_WIDE_REGISTERS = int(__import__("os").environ.get("KILN_EXP_TILE", "6"))
+
+
+def tile_pixels(target) -> int:
+    """conv.dense's tile width for `target` (None: the narrow one, safe everywhere)."""
+    return TILE_WIDE_REGISTERS if target is not None and target.vector_bits >= 512 else TILE
 LANES = 16      # pixels per vector of the depthwise and pooling kernels
 
 
@@ -59,7 +68,8 @@ def _unrolled(name, n, body_of):
 
 
 @generic_kernel("conv", "dense")
-def _dense():
+def _dense(target=None):
+    TILE = tile_pixels(target)    # noqa: N806 - the module constant, sized to the target
     x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
     dims, fparams = dims_buffer(), fparams_buffer()
     rows = load(dims, 0) * load(dims, 15) * load(dims, 18) * load(dims, 5)
@@ -210,8 +220,12 @@ def _window_kernel(name: str, kind: str):
             def with_dims(d):
                 sw = d[10]
                 values = _dw_derive(d, p) + ([] if kind != "avg" else [_rows_counted(d, p)])
+                # strides 1 and 2 as constants: a tap's pixels are then one contiguous
+                # (stride 1) or span read (stride 2: codegen/emit_expr._strided_load)
+                # instead of a per-lane gather
                 return _let(values, lambda q: IfThenElse(
-                    sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+                    sw.eq(1), row(d, q, E.const(1)), IfThenElse(
+                        sw.eq(2), row(d, q, E.const(2)), row(d, q, sw))))
             return _let([load(dims, k) for k in range(nd)], with_dims)
         rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
         return kernel(name, [x, w, y], loop("p", rows, step, ForKind.PARALLEL), dims, fparams)
