@@ -64,6 +64,10 @@ GROUPED = [
     (2, 8, 9, 9, 16, (3, 3), (1, 1), (1, 1, 1, 1), 4, (1, 1)),        # grouped
     (1, 40, 6, 7, 40, (3, 3), (2, 2), (1, 1, 1, 1), 5, (1, 1)),
     (1, 64, 5, 5, 48, (1, 1), (1, 1), (0, 0, 0, 0), 2, (1, 1)),       # 24 per group: 2 blocks
+    # conv.dense's tiles of 2 blocks (AVX-512): 2 per group, 5 (2 tiles + 1 alone), 3 of 2
+    (1, 6, 5, 9, 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),
+    (1, 4, 6, 15, 80, (3, 3), (1, 1), (1, 0, 0, 1), 1, (1, 1)),
+    (2, 9, 3, 31, 99, (1, 1), (1, 1), (0, 0, 0, 0), 3, (1, 1)),
     # stride 2 (span reads, codegen/emit_expr._strided_load): rows of 2+ vectors and a
     # partial one, asymmetric pads, dilation, a channel multiplier, a last lane reading
     # the input's last element
@@ -115,6 +119,19 @@ def test_pack_weight_blocks_and_zero_fills():
     assert packed.shape == (2, 2, 3, 1, 2, 16)
     np.testing.assert_array_equal(packed[1, 1, 2, 0, 1, :2], w[18 + 16:18 + 18, 2, 0, 1])
     assert not packed[:, 1, ..., 2:].any()
+
+
+def test_dense_tile_follows_the_target_registers():
+    """AVX-512's 32 registers take two blocks of output channels per tile, AVX2's 16 one;
+    the AVX2 build (compiled, not run) keeps its accumulators out of the stack."""
+    from kiln.codegen import Target, build
+    from kiln.codegen.generic.conv import TILE_NARROW, TILE_WIDE, _dense, tile_shape
+    assert tile_shape(Target.from_string("llvm -mcpu=znver3")) == TILE_NARROW == (1, 6)
+    assert tile_shape(Target.from_string("llvm -mcpu=znver4")) == TILE_WIDE == (2, 7)
+    assert tile_shape(None) == TILE_NARROW
+    avx2 = Target.from_string("llvm -mcpu=znver3")
+    asm = build(_dense(avx2), target=avx2, cache_kernel=False).asm()
+    assert "vfmadd231ps" in asm and "%ymm" in asm and "Spill" not in asm
 
 
 @pytest.mark.parametrize("size,out,k,s,d,p,want", [
