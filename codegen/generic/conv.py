@@ -181,9 +181,9 @@ UNROLL = 2     # vectors per register tile of the window kernels
 
 def _window_kernel(name: str, kind: str):
     """conv.depthwise_tiles / conv.pool_max / conv.pool_avg: every output row in register
-    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap guarded per lane (a lane's pixel past the
-    row, or its input column in the padding): whole vectors run unmasked, border ones
-    masked. `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
+    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap
+    guarded per lane (a lane's pixel past the row, or its input column in the padding):
+    whole vectors run unmasked, border ones masked (stride 2 too: a masked span read). `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
     wins), "avg" (the sum of the taps in the input over the count of taps in the counted
     region: [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else the input)."""
     @generic_kernel(*name.split(".", 1))
