@@ -28,6 +28,7 @@ from ..schedule.visitor import StmtVisitor
 from ..te import dtype as dt
 from ..te import expr as E
 from ..te.visit import child_exprs, substitute
+from .emit_expr import strided_load_ok
 
 ENABLED = os.environ.get("KILN_MASKED_TAILS", "1") != "0"
 
@@ -78,7 +79,8 @@ def _loads(e: E.Expr, out: list) -> list:
 def plan(stmt: Stmt, var: E.Var, base: E.Expr, count: int) -> frozenset | None:
     """The buffers accessed unmasked (aligned stack blocks) when `stmt` can run as one
     masked vector statement over the lane ramp `var`, else None. Every lane-dependent access
-    must be contiguous (stride 1); values may not divide integers by variables."""
+    must be contiguous (stride 1), or a load of a small constant stride (its span read under
+    the lanes' element mask); values may not divide integers by variables."""
     stores = _stores(stmt)
     if stores is None:
         return None
@@ -94,10 +96,12 @@ def plan(stmt: Stmt, var: E.Var, base: E.Expr, count: int) -> frozenset | None:
             if isinstance(load, GuardedLoad):
                 return None
             stride = lane_stride(load.index, var)
-            if stride is None or stride not in (0, 1):
+            if stride is None or stride not in (0, 1) and not strided_load_ok(stride):
                 return None
             if stride == 1:
                 accesses.append((load.buffer, load.index))
+            elif stride:        # a span read under an element mask (emit_expr._strided_load)
+                masked.add(load.buffer)
     for buf, index in accesses:
         (plain if _whole_vectors(buf, index, var, base, count) else masked).add(buf)
     return frozenset(plain - masked)

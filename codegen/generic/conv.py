@@ -2,15 +2,18 @@
 
 conv.dense: a grouped conv2d whose weight the lowering re-laid out as
     wp[G, OB, Cg, KH, KW, 16] (OB = ceil(Og / 16) blocks of 16 output channels, zero-filled
-    past Og). Each parallel step is one output row of one 16-channel block; its pixels go in
-    register tiles of TILE pixels x 16 channels (a broadcast-FMA per tap), the pixels whose
-    taps stay inside the row (the interior, [ow_lo, ow_hi), planned by the lowering) without
-    guards (the last tile overlapping the one before), the rest in tiles whose taps and pixels are guarded; a 1x1 window skips the tap
-    loops.
+    past Og). Each parallel step is one output row of up to BLOCKS 16-channel blocks of one
+    group (tile_shape: by the target's registers; a group's last blocks one by one when
+    fewer are left); its pixels go in register tiles of PIXELS pixels x BLOCKS x 16
+    channels (broadcast-FMAs per tap), the pixels whose taps stay inside the row (the
+    interior, [ow_lo, ow_hi), planned by the lowering) without guards (the last tile
+    overlapping the one before), the rest in tiles whose taps and pixels are guarded; a 1x1
+    window skips the tap loops.
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, G, Cg, Og, OB, ow_lo, ow_hi]
 conv.depthwise_tiles: a conv2d with one input channel per group (Cg == 1; depthwise when
     Og == 1), weight w[O, KH*KW] as is; each output row in register tiles of 2 x 16 pixels,
-    taps guarded per lane (border vectors run masked).
+    taps guarded per lane (border vectors run masked); strides 1 and 2 are compiled as
+    constants (stride 2: one span read and a shuffle per tap, codegen/emit_expr).
     dims: [N, C, H, W, O, OH, OW, KH, KW, SH, SW, PT, PL, DH, DW, Og, ow_lo, ow_hi]
 conv.pool_max / conv.pool_avg: 2-D pooling windows, in conv.depthwise_tiles' tiles.
     dims: conv.depthwise_tiles' (O = C, Og = 1) + [count_include_pad, H + PB, W + PR]
@@ -25,8 +28,22 @@ from .registry import data, dims_buffer, fparams_buffer, generic_kernel, kernel,
     vector_loop
 
 BLOCK = 16      # output channels per weight block (one float32 vector)
-TILE = 6        # output pixels per register tile of conv.dense (12 ymm accumulators on AVX2)
+# conv.dense's register tile: BLOCKS blocks of 16 output channels x PIXELS pixels, by the
+# target's vector registers (tile_shape). Each tap loads BLOCKS weight vectors and
+# broadcasts PIXELS inputs for BLOCKS * PIXELS FMAs: with one block (6 pixels, 12 ymm
+# accumulators on AVX2's 16) every FMA needs a broadcast load of its own, and two FMA
+# pipes wait on two load ports; two blocks share each broadcast between two FMAs. 7 pixels
+# divide the 56/28/14/7-wide rows of ResNet-like models (2 x 6, 2 x 8, 4 x 4 and one block
+# of 6, 8, 12, 14: benchmarks/RESULTS.md, 2026-11-29 strided loads)
+TILE_NARROW = (1, 6)        # AVX2 (and narrower): 12 of 16 ymm
+TILE_WIDE = (2, 7)          # AVX-512: 14 of 32 zmm
 LANES = 16      # pixels per vector of the depthwise and pooling kernels
+
+
+def tile_shape(target) -> tuple[int, int]:
+    """(blocks, pixels) of conv.dense's tile for `target` (None: the narrow one, safe
+    everywhere)."""
+    return TILE_WIDE if target is not None and target.vector_bits >= 512 else TILE_NARROW
 
 
 def _pos(e):
@@ -59,10 +76,13 @@ def _unrolled(name, n, body_of):
 
 
 @generic_kernel("conv", "dense")
-def _dense():
+def _dense(target=None):
+    nb, TILE = tile_shape(target)    # noqa: N806
     x, w, y = data("x", "float32"), data("w", "float32"), data("y", "float32")
     dims, fparams = dims_buffer(), fparams_buffer()
-    rows = load(dims, 0) * load(dims, 15) * load(dims, 18) * load(dims, 5)
+    # a parallel step: one output row of `nb` adjacent blocks (of one group)
+    groups_of = lambda ob_: (ob_ + nb - 1) // nb   # noqa: E731
+    rows = load(dims, 0) * load(dims, 15) * groups_of(load(dims, 18)) * load(dims, 5)
 
     def step(p):
         return _let([load(dims, k) for k in range(21)], lambda d: _derive(p, d))
@@ -71,31 +91,44 @@ def _dense():
         oh_, ob_, g_ = d[5], d[18], d[15]
         oh = p % _pos(oh_)
         t = p // _pos(oh_)
-        ob = t % _pos(ob_)
-        t2 = t // _pos(ob_)
-        return _let([oh, ob, t2 % _pos(g_), t2 // _pos(g_)], lambda q: _row(d, *q))
+        bg = t % _pos(groups_of(ob_))
+        t2 = t // _pos(groups_of(ob_))
+        return _let([oh, bg * nb, t2 % _pos(g_), t2 // _pos(g_)], lambda q: _blocks(d, *q))
 
-    def _row(d, oh, ob, g, n):
+    def _blocks(d, oh, ob, g, n):
+        """`nb` blocks from ob in one tile where they all exist, else one by one."""
+        if nb == 1:
+            return _row(d, oh, ob, g, n, 1)
+        here = d[18] - ob
+        return IfThenElse(nb <= here, _row(d, oh, ob, g, n, nb), loop(
+            "b1", E.minimum(here, E.const(nb)), lambda b: _row(d, oh, ob + b, g, n, 1)))
+
+    def _row(d, oh, ob, g, n, nb):
         n_, c_, h, wd, o_, oh_, ow_, kh_, kw_, sh, sw, pt, pl, dh, dw, g_, cg, og, ob_, lo, hi = d
-        valid = og - ob * BLOCK                      # channels of this block that exist
+        valid = og - ob * BLOCK                      # channels of the first block that exist
         xbase = (n * c_ + g * cg) * h * wd
-        wbase = (g * ob_ + ob) * cg * kh_ * kw_ * BLOCK
-        ybase = ((n * o_ + g * og + ob * BLOCK) * oh_ + oh) * ow_
+        wblock = cg * kh_ * kw_ * BLOCK              # one block's weights
+        wbase = (g * ob_ + ob) * wblock
         plane = oh_ * ow_
+        ybase = ((n * o_ + g * og + ob * BLOCK) * oh_ + oh) * ow_
         ih0 = oh * sh - pt
 
         def taps(acc, npix, ow0, end, one):
-            """acc[r*16 + v] += x[tap of pixel ow0 + r] * w[tap, v] over every tap (`one`:
-            the window is 1x1); pixels at or past `end` (when given) and taps outside the
-            row are skipped."""
+            """acc[(b*npix + r)*16 + v] += x[tap of pixel ow0 + r] * w[block b, tap, v]
+            over every tap (`one`: the window is 1x1); pixels at or past `end` (when given)
+            and taps outside the row are skipped."""
             def tap(c, kh, kw):
                 ih = ih0 + kh * dh
-                wv = lambda v: load(w, wbase + ((c * kh_ + kh) * kw_ + kw) * BLOCK + v)
+                at = wbase + ((c * kh_ + kh) * kw_ + kw) * BLOCK
+                wv = lambda b, v: load(w, at + b * wblock + v)   # noqa: E731
 
                 def pixel(r):
                     iw = (ow0 + r) * sw - pl + kw * dw
-                    upd = _vec("v", lambda v: Store(acc, r * BLOCK + v, load(
-                        acc, r * BLOCK + v) + load(x, xbase + (c * h + ih) * wd + iw) * wv(v)))
+                    xv = load(x, xbase + (c * h + ih) * wd + iw)
+                    upd = seq(*[_vec("v", lambda v, b=b: Store(
+                        acc, (b * npix + r) * BLOCK + v,
+                        load(acc, (b * npix + r) * BLOCK + v) + xv * wv(b, v)))
+                        for b in range(nb)])
                     if end is None:
                         return upd
                     return IfThenElse(E.logical_and(ow0 + r < end, _in(iw, 0, wd)), upd)
@@ -107,14 +140,19 @@ def _dense():
                 _in(ih0 + kh * dh, 0, h), loop("kw", kw_, lambda kw: tap(c, kh, kw)))))
 
         def tile(ow0, end=None, one=False):
-            acc = _local("acc", TILE * BLOCK)
-            zero = _unrolled("r", TILE, lambda r: _vec(
+            acc = _local("acc", nb * TILE * BLOCK)
+            zero = _unrolled("r", nb * TILE, lambda r: _vec(
                 "v", lambda v: Store(acc, r * BLOCK + v, E.const(0.0))))
-            # constant acc indices only (unrolled, guarded stores): acc stays in registers
-            out = _unrolled("r", TILE, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
-                v < valid if end is None else E.logical_and(v < valid, ow0 + r < end),
-                Store(y, ybase + v * plane + ow0 + r, load(acc, r * BLOCK + v)))))
-            return Allocate(acc, seq(zero, taps(acc, TILE, ow0, end, one), out))
+
+            def out(b):
+                # constant acc indices only (unrolled, guarded stores): acc stays in registers
+                return _unrolled("r", TILE, lambda r: _unrolled("v", BLOCK, lambda v: IfThenElse(
+                    v < valid - b * BLOCK if end is None else E.logical_and(
+                        v < valid - b * BLOCK, ow0 + r < end),
+                    Store(y, ybase + (b * BLOCK + v) * plane + ow0 + r,
+                          load(acc, (b * TILE + r) * BLOCK + v)))))
+            return Allocate(acc, seq(zero, taps(acc, TILE, ow0, end, one),
+                                     *[out(b) for b in range(nb)]))
 
         def guarded(start, end):
             """Pixels [start, end) in guarded tiles."""
@@ -126,7 +164,7 @@ def _dense():
         # (all of it when the interior is narrower) in guarded tiles
         wide = TILE <= hi - lo
         tiles = E.select(wide, (hi - lo + TILE - 1) // TILE, 0)
-        at = lambda t: E.minimum(lo + t * TILE, hi - TILE)
+        at = lambda t: E.minimum(lo + t * TILE, hi - TILE)   # noqa: E731
         pointwise = E.logical_and(kh_.eq(1), kw_.eq(1))
         interior = IfThenElse(pointwise, loop("t", tiles, lambda t: tile(at(t), one=True)),
                               loop("t", tiles, lambda t: tile(at(t))))
@@ -143,9 +181,9 @@ UNROLL = 2     # vectors per register tile of the window kernels
 
 def _window_kernel(name: str, kind: str):
     """conv.depthwise_tiles / conv.pool_max / conv.pool_avg: every output row in register
-    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap guarded per lane (a lane's pixel past the
-    row, or its input column in the padding): whole vectors run unmasked, border ones
-    masked. `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
+    tiles of UNROLL vectors of pixels (one vector when the row fits in one), each tap
+    guarded per lane (a lane's pixel past the row, or its input column in the padding):
+    whole vectors run unmasked, border ones masked (stride 2 too: a masked span read). `kind`: "dw" (sum of x * w), "max" (the largest tap in the input; padding never
     wins), "avg" (the sum of the taps in the input over the count of taps in the counted
     region: [-PT, H + PB) x [-PL, W + PR) with count_include_pad, else the input)."""
     @generic_kernel(*name.split(".", 1))
@@ -210,8 +248,12 @@ def _window_kernel(name: str, kind: str):
             def with_dims(d):
                 sw = d[10]
                 values = _dw_derive(d, p) + ([] if kind != "avg" else [_rows_counted(d, p)])
+                # strides 1 and 2 as constants: a tap's pixels are then one contiguous
+                # (stride 1) or span read (stride 2: codegen/emit_expr._strided_load)
+                # instead of a per-lane gather
                 return _let(values, lambda q: IfThenElse(
-                    sw.eq(1), row(d, q, E.const(1)), row(d, q, sw)))
+                    sw.eq(1), row(d, q, E.const(1)), IfThenElse(
+                        sw.eq(2), row(d, q, E.const(2)), row(d, q, sw))))
             return _let([load(dims, k) for k in range(nd)], with_dims)
         rows = load(dims, 0) * load(dims, 4) * load(dims, 5)
         return kernel(name, [x, w, y], loop("p", rows, step, ForKind.PARALLEL), dims, fparams)

@@ -64,6 +64,18 @@ GROUPED = [
     (2, 8, 9, 9, 16, (3, 3), (1, 1), (1, 1, 1, 1), 4, (1, 1)),        # grouped
     (1, 40, 6, 7, 40, (3, 3), (2, 2), (1, 1, 1, 1), 5, (1, 1)),
     (1, 64, 5, 5, 48, (1, 1), (1, 1), (0, 0, 0, 0), 2, (1, 1)),       # 24 per group: 2 blocks
+    # conv.dense's tiles of 2 blocks (AVX-512): 2 per group, 5 (2 tiles + 1 alone), 3 of 2
+    (1, 6, 5, 9, 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),
+    (1, 4, 6, 15, 80, (3, 3), (1, 1), (1, 0, 0, 1), 1, (1, 1)),
+    (2, 9, 3, 31, 99, (1, 1), (1, 1), (0, 0, 0, 0), 3, (1, 1)),
+    # stride 2 (span reads, codegen/emit_expr._strided_load): rows of 2+ vectors and a
+    # partial one, asymmetric pads, dilation, a channel multiplier, a last lane reading
+    # the input's last element
+    (1, 5, 9, 67, 5, (3, 3), (2, 2), (1, 1, 1, 1), 5, (1, 1)),
+    (1, 3, 7, 35, 6, (3, 3), (2, 2), (0, 1, 1, 0), 3, (1, 1)),
+    (1, 4, 8, 71, 4, (5, 5), (2, 2), (2, 2, 2, 2), 4, (2, 2)),
+    (1, 2, 5, 97, 2, (3, 3), (2, 2), (0, 0, 0, 0), 2, (1, 1)),
+    (1, 3, 4, 5, 3, (3, 3), (2, 2), (1, 1, 1, 1), 3, (1, 1)),
 ]
 
 
@@ -109,6 +121,19 @@ def test_pack_weight_blocks_and_zero_fills():
     assert not packed[:, 1, ..., 2:].any()
 
 
+def test_dense_tile_follows_the_target_registers():
+    """AVX-512's 32 registers take two blocks of output channels per tile, AVX2's 16 one;
+    the AVX2 build (compiled, not run) keeps its accumulators out of the stack."""
+    from kiln.codegen import Target, build
+    from kiln.codegen.generic.conv import TILE_NARROW, TILE_WIDE, _dense, tile_shape
+    assert tile_shape(Target.from_string("llvm -mcpu=znver3")) == TILE_NARROW == (1, 6)
+    assert tile_shape(Target.from_string("llvm -mcpu=znver4")) == TILE_WIDE == (2, 7)
+    assert tile_shape(None) == TILE_NARROW
+    avx2 = Target.from_string("llvm -mcpu=znver3")
+    asm = build(_dense(avx2), target=avx2, cache_kernel=False).asm()
+    assert "vfmadd231ps" in asm and "%ymm" in asm and "Spill" not in asm
+
+
 @pytest.mark.parametrize("size,out,k,s,d,p,want", [
     (10, 10, 3, 1, 1, 1, (1, 9)), (10, 5, 3, 2, 1, 1, (1, 5)), (3, 3, 3, 1, 1, 1, (1, 2)),
     (2, 4, 3, 1, 1, 2, (0, 0)), (16, 1, 16, 16, 1, 0, (0, 1)), (9, 5, 3, 2, 2, 2, (1, 4))])
@@ -130,6 +155,10 @@ POOLS = [
     ((1, 2, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 0, (1, 1)),
     ((1, 3, 7, 38), (3, 2), (2, 3), (1, 0, 1, 1), 1, (1, 1)),
     ((1, 2, 11, 35), (3, 3), (1, 2), (2, 2, 2, 2), 0, (2, 2)),
+    ((1, 3, 9, 65), (3, 3), (2, 2), (1, 1, 1, 1), 0, (1, 1)),      # stride 2, odd widths
+    ((1, 2, 6, 31), (2, 2), (2, 2), (0, 0, 0, 0), 1, (1, 1)),
+    ((1, 2, 5, 97), (3, 3), (2, 2), (0, 0, 0, 0), 0, (1, 1)),
+    ((1, 2, 7, 70), (3, 3), (2, 2), (1, 0, 0, 1), 0, (2, 2)),
 ]
 
 
