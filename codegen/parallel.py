@@ -7,11 +7,22 @@ min; the body runs iterations [begin, end) of the loop. The pool is Kiln's own
 loader fills in; a null pointer runs the loop serially) or, with KILN_PARALLEL_RUNTIME=gomp,
 libgomp, where each thread takes one contiguous chunk (static schedule). Without either the
 loop runs serially.
+
+Noalias: `par` unpacks the closure and calls `<kernel>__body<k>(b0, b1, ..., vars, begin,
+end)`, internal and alwaysinline, whose buffer arguments are `noalias`; LLVM's inliner turns
+them into alias.scope/noalias metadata, so the loop keeps what the kernel's own parameters
+say (pointers loaded from the closure say nothing: each store to the output would reload
+every input read before it, and sizes read from a `dims` buffer would stay in the loop).
+Sound because a captured buffer is either a kernel parameter (noalias itself; emit_module
+rejects one passed twice) or an Allocate's own alloca / aligned_alloc block; Kiln has no
+buffer views or offsets into another buffer. Every route to the body (Kiln's pool, the
+serial call when no pool is set, libgomp's wrapper) calls the same `par`. Other threads
+touch other iterations' elements only (PARALLEL iterations are independent), which noalias
+allows: it constrains memory this call both accesses and modifies.
 """
 from __future__ import annotations
 
 import logging
-import os
 
 import llvmlite.ir as ir
 
@@ -132,13 +143,8 @@ def _field(bld: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, k: int) -> ir.Value:
 
 
 def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
-    """The loop body as `par(closure*, begin, end)`: iterations [begin, end) of the loop.
-
-    `par` only unpacks the closure and calls `_loop_function`, which holds the loop and takes
-    each buffer as a `noalias` argument; it is `alwaysinline`, and LLVM's inliner turns the
-    noalias arguments into scoped-noalias metadata on the inlined loads and stores, so the
-    loop keeps the facts the kernel's own parameters give (pointers loaded from the closure
-    tell LLVM nothing: a store to the output would reload every input read before it)."""
+    """The loop body as `par(closure*, begin, end)`: iterations [begin, end) of the loop;
+    `par` unpacks the closure and calls the loop function (see the module docstring)."""
     mod = fe.mod
     fn = ir.Function(mod.module, BODY_TYPE, mod.fresh_name("par"))
     fn.linkage = "internal"
@@ -169,8 +175,6 @@ def _distinct(fe, bufs) -> list[bool]:
             return getattr(ptr.callee, "name", None) == "aligned_alloc"
         return isinstance(ptr, ir.AllocaInstr)
     ptrs = [fe.buffers[b] for b in bufs]
-    if os.environ.get("KILN_PAR_NOALIAS") == "0":    # TEMPORARY: A/B measurement only
-        return [False] * len(ptrs)
     return [own(p) and sum(q is p for q in ptrs) == 1 for p in ptrs]
 
 
@@ -185,8 +189,7 @@ def _loop_function(fe, loop: For, bufs, vars_, noalias) -> ir.Function:
     kernel_function_attributes(fn)
     fn.attributes.add("alwaysinline")
     args = list(fn.args)
-    for a, b, distinct in zip(args, bufs, noalias):
-        a.name = b.name
+    for a, distinct in zip(args, noalias):
         if distinct:
             a.add_attribute("noalias")
     sub = type(fe)(mod, fn, dict(zip(bufs, args)), nonneg=fe.nonneg, in_parallel=True)

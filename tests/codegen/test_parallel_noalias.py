@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
+import kiln
 from .cg_util import buf, load, loop, rand
 from kiln.codegen import build
 from kiln.codegen.runtime import backend, gomp_available
@@ -198,7 +199,6 @@ def _has_parallel(sch) -> bool:
 def test_random_parallel_schedules_match_numpy_at_two_threads(case):
     s, inputs, out, reference = case
     assume(_has_parallel(s))
-    import kiln
     kernel = kiln.build(s, [*inputs, out])
     kernel.set_num_threads(2)
     rng = np.random.default_rng(0)
