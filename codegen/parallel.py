@@ -7,6 +7,18 @@ min; the body runs iterations [begin, end) of the loop. The pool is Kiln's own
 loader fills in; a null pointer runs the loop serially) or, with KILN_PARALLEL_RUNTIME=gomp,
 libgomp, where each thread takes one contiguous chunk (static schedule). Without either the
 loop runs serially.
+
+Noalias: `par` unpacks the closure and calls `<kernel>__body<k>(b0, b1, ..., vars, begin,
+end)`, internal and alwaysinline, whose buffer arguments are `noalias`; LLVM's inliner turns
+them into alias.scope/noalias metadata, so the loop keeps what the kernel's own parameters
+say (pointers loaded from the closure say nothing: each store to the output would reload
+every input read before it, and sizes read from a `dims` buffer would stay in the loop).
+Sound because a captured buffer is either a kernel parameter (noalias itself; emit_module
+rejects one passed twice) or an Allocate's own alloca / aligned_alloc block; Kiln has no
+buffer views or offsets into another buffer. Every route to the body (Kiln's pool, the
+serial call when no pool is set, libgomp's wrapper) calls the same `par`. Other threads
+touch other iterations' elements only (PARALLEL iterations are independent), which noalias
+allows: it constrains memory this call both accesses and modifies.
 """
 from __future__ import annotations
 
@@ -131,20 +143,59 @@ def _field(bld: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, k: int) -> ir.Value:
 
 
 def _outline(fe, loop: For, closure_ty, bufs, vars_) -> ir.Function:
-    """The loop body as `body(closure*, begin, end)`: iterations [begin, end) of the loop."""
+    """The loop body as `par(closure*, begin, end)`: iterations [begin, end) of the loop;
+    `par` unpacks the closure and calls the loop function (see the module docstring)."""
     mod = fe.mod
     fn = ir.Function(mod.module, BODY_TYPE, mod.fresh_name("par"))
     fn.linkage = "internal"
     kernel_function_attributes(fn)
-    sub = type(fe)(mod, fn, {}, nonneg=fe.nonneg, in_parallel=True)
-    bld, arg = sub.builder, fn.args[0]
-    for k, b in enumerate(bufs):
-        sub.buffers[b] = bld.load(_field(bld, arg, closure_ty, k), typ=T.PTR)
-    for k, v in enumerate(vars_, start=len(bufs)):
-        sub.vars[v] = bld.load(_field(bld, arg, closure_ty, k), typ=fe.vars[v].type)
+    bld, arg = ir.IRBuilder(fn.append_basic_block("entry")), fn.args[0]
+    pointers = [bld.load(_field(bld, arg, closure_ty, k), typ=T.PTR) for k in range(len(bufs))]
+    values = [bld.load(_field(bld, arg, closure_ty, k), typ=fe.vars[v].type)
+              for k, v in enumerate(vars_, start=len(bufs))]
     start = bld.load(_field(bld, arg, closure_ty, len(bufs) + len(vars_)), typ=T.I32)
     begin = bld.add(fn.args[1], start, flags=("nsw",))
     end = bld.add(fn.args[2], start, flags=("nsw",))
+    body = _loop_function(fe, loop, bufs, vars_, _distinct(fe, bufs))
+    bld.call(body, [*pointers, *values, begin, end])
+    bld.ret_void()
+    return fn
+
+
+def _distinct(fe, bufs) -> list[bool]:
+    """Which captured buffers may be `noalias` in the loop: a kernel parameter (noalias
+    itself; emit_module rejects a buffer passed twice) or an Allocate's own stack slot or
+    aligned_alloc block, each a fresh object, so distinct Buffers are distinct memory.
+    Checked rather than assumed: a pointer that is none of those, or that two captured
+    Buffers share, stays without."""
+    def own(ptr) -> bool:
+        if isinstance(ptr, ir.Argument):
+            return ptr in fe.fn.args and "noalias" in ptr.attributes
+        if isinstance(ptr, ir.CallInstr):
+            return getattr(ptr.callee, "name", None) == "aligned_alloc"
+        return isinstance(ptr, ir.AllocaInstr)
+    ptrs = [fe.buffers[b] for b in bufs]
+    return [own(p) and sum(q is p for q in ptrs) == 1 for p in ptrs]
+
+
+def _loop_function(fe, loop: For, bufs, vars_, noalias) -> ir.Function:
+    """`body(b0, b1, ..., vars..., begin, end)`: the loop over [begin, end), internal and
+    alwaysinline (inlined into `par`, then dropped)."""
+    mod = fe.mod
+    ty = ir.FunctionType(T.VOID, [T.PTR] * len(bufs) + [fe.vars[v].type for v in vars_]
+                         + [T.I32, T.I32])
+    fn = ir.Function(mod.module, ty, mod.fresh_name("body"))
+    fn.linkage = "internal"
+    kernel_function_attributes(fn)
+    fn.attributes.add("alwaysinline")
+    args = list(fn.args)
+    for a, distinct in zip(args, noalias):
+        if distinct:
+            a.add_attribute("noalias")
+    sub = type(fe)(mod, fn, dict(zip(bufs, args)), nonneg=fe.nonneg, in_parallel=True)
+    for a, v in zip(args[len(bufs):], vars_):
+        sub.vars[v] = a
+    begin, end = args[-2:]
     sub.loop(begin, end, lambda i: sub._bind(loop.loop_var, i, loop.body, loop.min))
     sub.finish()
     return fn
