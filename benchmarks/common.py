@@ -45,17 +45,28 @@ def median_seconds(fn, repeat: int = 7, number: int = 1, warmup: int = 1,
 
 
 def interleaved_medians(fn_a, fn_b, rounds: int = 5, repeat: int = 10,
-                        clock=time.perf_counter) -> tuple[float, float, float]:
+                        clock=time.perf_counter, number: int = 1) -> tuple[float, float, float]:
     """(median seconds of fn_a, of fn_b, median of the per-round ratios a/b) over `rounds`
-    rounds that each time a then b (`repeat`-run medians): both sides of each ratio see the
-    same machine load, which back-to-back blocks of runs on a shared machine do not.
-    `clock`: as in median_seconds."""
+    rounds that each time a then b (`repeat`-run medians of `number` calls each): both sides
+    of each ratio see the same machine load, which back-to-back blocks of runs on a shared
+    machine do not. `clock`: as in median_seconds."""
     a, b = [], []
     for _ in range(rounds):
-        a.append(median_seconds(fn_a, repeat, clock=clock))
-        b.append(median_seconds(fn_b, repeat, clock=clock))
+        a.append(median_seconds(fn_a, repeat, number, clock=clock))
+        b.append(median_seconds(fn_b, repeat, number, clock=clock))
     return (statistics.median(a), statistics.median(b),
             statistics.median(x / y for x, y in zip(a, b)))
+
+
+def calls_per_sample(fn, seconds: float = 0.002) -> int:
+    """How many calls of fn() make a sample of about `seconds`: a sample of one 20 us run
+    right after median_seconds' settling sleep times a CPU still waking up (on the VMs here
+    the first runs after a pause take several times as long), not the code."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    one = time.perf_counter() - start
+    return max(1, min(1000, int(seconds / max(one, 1e-7))))
 
 
 def kiln_threads(n: int):

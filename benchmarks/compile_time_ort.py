@@ -17,7 +17,8 @@ per model and their geomean; medians of the runs. The slowest kernels (CPU s in 
 of each cold compile are named. With KILN_TIERED=1 in the environment (tiered compilation,
 graph/compile/tiers.py) the cold first result is on tier 1; each cold run then also waits
 for the optimised tier (seconds to it) and times both tiers' runs in alternating rounds
-(tier 1 over tier 2). Prints a table and, last, one JSON object.
+(tier 1 over tier 2; each sample about 2 ms of runs, common.calls_per_sample). Prints a
+table and, last, one JSON object.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CALLER_TIERED, emit_json, interleaved_medians, print_table  # noqa: E402
+from common import (CALLER_TIERED, calls_per_sample, emit_json, interleaved_medians,  # noqa: E402
+                    print_table)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 FIXTURE_NAMES = ("resnet18_torch", "hf_bert", "hf_gpt2", "hf_llama", "hf_t5_encoder",
@@ -146,8 +148,10 @@ def _tier_figures(compiled, feeds: dict, start: float) -> dict:
     first = compiled._current          # the first tier's model, timed against tier 2
     optimized = compiled.optimized()
     ready = time.perf_counter() - start
+    number = calls_per_sample(lambda: first.run(feeds))
     fast_s, opt_s, _ = interleaved_medians(lambda: first.run(feeds),
-                                           lambda: optimized.run(feeds), rounds=5, repeat=5)
+                                           lambda: optimized.run(feeds), rounds=5, repeat=5,
+                                           number=number)
     return {"first_tier": tier, "optimized_ready_s": ready, "tier1_run_s": fast_s,
             "tier2_run_s": opt_s}
 

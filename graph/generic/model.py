@@ -22,6 +22,14 @@ from .lowering import (LOWERINGS, Call, Context, LibraryNotBuilt, Unsupported, a
                        register_all)
 
 TIER = "generic"
+# A call touching fewer bytes than this runs on one thread: a fork and join of the pool costs
+# 5-10 us, about what one core takes to stream this much from cache, and on a busy machine a
+# woken worker can wait far longer for its core. onnxruntime decides per op in the same way.
+SERIAL_BYTES = 128 * 1024
+
+
+def _call_bytes(call: Call) -> int:
+    return sum(a.nbytes for a in call.arrays)
 
 
 @dataclass
@@ -164,19 +172,25 @@ class GenericModel:
                                                 for c in index_checks})
         self._threads = threads
         lib = library(target, threads)
+        serial = library(target, 1)
         if not build_missing:
             missing = missing_units({c.kernel for c in self.calls}, target)
             if missing:
                 raise LibraryNotBuilt(f"model '{graph.name}': {len(missing)} units of the "
                                       f"generic kernel library are not built yet (e.g. "
                                       f"{missing[0]}); `kiln warmup` builds them", missing)
-        self.kernels = {name: lib.kernel(name) for name in dict.fromkeys(c.kernel
-                                                                          for c in self.calls)}
+        self.kernels = {name: lib.kernel(name) for name in dict.fromkeys(
+            c.kernel for c in self.calls if _call_bytes(c) >= SERIAL_BYTES)}
+        # the small calls' kernels: the same code loaded again, its thread count held at 1
+        self.serial_kernels = {name: serial.kernel(name) for name in dict.fromkeys(
+            c.kernel for c in self.calls if _call_bytes(c) < SERIAL_BYTES)}
         self._compiled_kernels: set[str] = set()
         table = []
         for e in entries:
             if isinstance(e, Call):
-                table.append((self.kernels[e.kernel].address,
+                kernels = self.kernels if _call_bytes(e) >= SERIAL_BYTES else \
+                    self.serial_kernels
+                table.append((kernels[e.kernel].address,
                               [a.ctypes.data for a in e.arrays]
                               + [e.dims.ctypes.data, e.fparams.ctypes.data]))
                 continue
@@ -221,6 +235,7 @@ class GenericModel:
     __call__ = run
 
     def set_num_threads(self, n: int, choice: bool = True) -> None:
+        """The large calls' thread count (the small ones stay on one: SERIAL_BYTES)."""
         for kernel in self.kernels.values():
             kernel.set_num_threads(n)
 
@@ -238,7 +253,7 @@ class GenericModel:
     def kernel_tiers(self) -> dict[str, str]:
         """Each kernel's tier: "generic", or "fast" for a group's kernel compiled for it."""
         return {name: "fast" if name in self._compiled_kernels else TIER
-                for name in self.kernels}
+                for name in {**self.serial_kernels, **self.kernels}}
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

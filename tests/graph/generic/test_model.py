@@ -140,3 +140,25 @@ def test_an_input_that_decides_a_shape_is_pinned_and_checked(rng):
     np.testing.assert_array_equal(gm.run([x])[0], want)          # left out: filled in
     with pytest.raises(KernelArgumentError, match="input 'shape'.*decides a shape"):
         gm.run({"x": x, "shape": np.array([8, 3], np.int64)})
+
+
+def test_small_calls_run_on_one_thread_and_large_ones_on_the_pool(rng):
+    """A call under SERIAL_BYTES takes the one-thread copy of its kernel (a fork and join
+    would cost more than it saves); a large call of the same kernel keeps the model's count."""
+    from kiln.graph.generic import model as model_mod
+    small, large = (3, 37), (512, 1024)         # 2 x 444 bytes; 2 x 2 MiB
+    nodes = [helper.make_node("Relu", ["a"], ["ra"]), helper.make_node("Relu", ["b"], ["rb"])]
+    model = make_model(nodes, {"a": (small, "float32"), "b": (large, "float32")}, ["ra", "rb"])
+    gm = compile_generic(model, Target.native(), 2)
+    assert model_mod._call_bytes(gm.calls[0]) < model_mod.SERIAL_BYTES
+    assert model_mod._call_bytes(gm.calls[1]) >= model_mod.SERIAL_BYTES
+    assert [k.num_threads for k in gm.serial_kernels.values()] == [1]
+    assert [k.num_threads for k in gm.kernels.values()] == [2]
+    gm.set_num_threads(1)
+    gm.set_num_threads(2)
+    assert [k.num_threads for k in gm.serial_kernels.values()] == [1]
+    a, b = rng.standard_normal(small).astype(np.float32), rng.standard_normal(large).astype(
+        np.float32)
+    ra, rb = gm.run([a, b])
+    np.testing.assert_array_equal(ra, np.maximum(a, 0))
+    np.testing.assert_array_equal(rb, np.maximum(b, 0))
