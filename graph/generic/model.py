@@ -179,17 +179,17 @@ class GenericModel:
                 raise LibraryNotBuilt(f"model '{graph.name}': {len(missing)} units of the "
                                       f"generic kernel library are not built yet (e.g. "
                                       f"{missing[0]}); `kiln warmup` builds them", missing)
-        self.kernels = {name: lib.kernel(name) for name in dict.fromkeys(
+        pooled = {name: lib.kernel(name) for name in dict.fromkeys(
             c.kernel for c in self.calls if _call_bytes(c) >= SERIAL_BYTES)}
         # the small calls' kernels: the same code loaded again, its thread count held at 1
         self.serial_kernels = {name: serial.kernel(name) for name in dict.fromkeys(
             c.kernel for c in self.calls if _call_bytes(c) < SERIAL_BYTES)}
+        self.kernels = {**self.serial_kernels, **pooled}   # a name on both: the pool's
         self._compiled_kernels: set[str] = set()
         table = []
         for e in entries:
             if isinstance(e, Call):
-                kernels = self.kernels if _call_bytes(e) >= SERIAL_BYTES else \
-                    self.serial_kernels
+                kernels = pooled if _call_bytes(e) >= SERIAL_BYTES else self.serial_kernels
                 table.append((kernels[e.kernel].address,
                               [a.ctypes.data for a in e.arrays]
                               + [e.dims.ctypes.data, e.fparams.ctypes.data]))
@@ -236,8 +236,10 @@ class GenericModel:
 
     def set_num_threads(self, n: int, choice: bool = True) -> None:
         """The large calls' thread count (the small ones stay on one: SERIAL_BYTES)."""
+        serial = set(map(id, self.serial_kernels.values()))
         for kernel in self.kernels.values():
-            kernel.set_num_threads(n)
+            if id(kernel) not in serial:
+                kernel.set_num_threads(n)
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
         if inputs is None:
@@ -253,7 +255,7 @@ class GenericModel:
     def kernel_tiers(self) -> dict[str, str]:
         """Each kernel's tier: "generic", or "fast" for a group's kernel compiled for it."""
         return {name: "fast" if name in self._compiled_kernels else TIER
-                for name in {**self.serial_kernels, **self.kernels}}
+                for name in self.kernels}
 
     def summary(self) -> str:
         counts: dict[str, int] = {}

@@ -4,7 +4,6 @@ loaded through the MCJIT fallback, and loads freed when dropped."""
 from __future__ import annotations
 
 import ctypes
-import gc
 import math
 
 import llvmlite.binding as llvm
@@ -73,8 +72,7 @@ def test_a_symbol_defined_twice_loads_through_mcjit_which_binds_one_of_them():
 
 
 def test_loads_dropped_and_made_again_stay_correct():
-    for k in range(30):
+    for k in range(12):      # (nothing holds a LoadedCode in a cycle: del frees it)
         code = object_loader.load_code(Target.native(), [_adder("again", k)], ["again"])
         assert _call_i64(code.address("again"), 100) == 100 + k
         del code
-        gc.collect()
