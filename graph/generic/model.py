@@ -179,17 +179,18 @@ class GenericModel:
                 raise LibraryNotBuilt(f"model '{graph.name}': {len(missing)} units of the "
                                       f"generic kernel library are not built yet (e.g. "
                                       f"{missing[0]}); `kiln warmup` builds them", missing)
+        small = {id(c) for c in self.calls if _call_bytes(c) < SERIAL_BYTES}
         pooled = {name: lib.kernel(name) for name in dict.fromkeys(
-            c.kernel for c in self.calls if _call_bytes(c) >= SERIAL_BYTES)}
+            c.kernel for c in self.calls if id(c) not in small)}
         # the small calls' kernels: the same code loaded again, its thread count held at 1
         self.serial_kernels = {name: serial.kernel(name) for name in dict.fromkeys(
-            c.kernel for c in self.calls if _call_bytes(c) < SERIAL_BYTES)}
+            c.kernel for c in self.calls if id(c) in small)}
         self.kernels = {**self.serial_kernels, **pooled}   # a name on both: the pool's
         self._compiled_kernels: set[str] = set()
         table = []
         for e in entries:
             if isinstance(e, Call):
-                kernels = pooled if _call_bytes(e) >= SERIAL_BYTES else self.serial_kernels
+                kernels = self.serial_kernels if id(e) in small else pooled
                 table.append((kernels[e.kernel].address,
                               [a.ctypes.data for a in e.arrays]
                               + [e.dims.ctypes.data, e.fparams.ctypes.data]))
@@ -236,9 +237,8 @@ class GenericModel:
 
     def set_num_threads(self, n: int, choice: bool = True) -> None:
         """The large calls' thread count (the small ones stay on one: SERIAL_BYTES)."""
-        serial = set(map(id, self.serial_kernels.values()))
-        for kernel in self.kernels.values():
-            if id(kernel) not in serial:
+        for name, kernel in self.kernels.items():
+            if self.serial_kernels.get(name) is not kernel:
                 kernel.set_num_threads(n)
 
     def benchmark(self, inputs=None, repeat: int = 20, number: int = 1) -> float:
