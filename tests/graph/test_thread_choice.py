@@ -209,8 +209,11 @@ def test_compile_measures_stores_and_reloads(tmp_path, monkeypatch):
         "cached")
     doc = cold.plan.meta["thread_choice"]
     assert doc["threads"] == 2 and doc["kernels"]
-    assert doc["picked"] in ("per-kernel", "all-n", "small-1") and set(doc["runs_us"]) == {
-        "per-kernel", "all-n", "small-1"}
+    assert doc["picked"] in ("per-kernel", "all-n", "small-1")
+    if doc["runs_us"]:      # some kernel did not pay at 2 threads: the three runs were timed
+        assert set(doc["runs_us"]) == {"per-kernel", "all-n", "small-1"}
+    else:                   # every forking kernel paid at 2 on its own: no whole-run check
+        assert doc["picked"] == "all-n" and not doc["serial"]
     assert set(doc["serial"]) <= set(doc["kernels"]) <= set(cold.kernels)
     assert all(k["forks"] > 0 and k["at_1_us"] > 0 for k in doc["kernels"].values())
     assert doc["seconds"] < 5.0
